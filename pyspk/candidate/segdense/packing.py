@@ -1,0 +1,213 @@
+"""Host-side weight preparation for the segdense kernels, in pure numpy.
+
+Ports `f16_bits`, `round_up`, `half_scale`, `pack_half_columns` and `selected_rows`
+of reference/segdense.rs bit for bit, vectorised over whole arrays so a 256 x 5120
+embedding weight packs in milliseconds.
+"""
+
+from __future__ import annotations
+
+from typing import overload
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "f16_bits",
+    "half_scale",
+    "pack_half_columns",
+    "selected_rows",
+]
+
+_U32 = np.uint32
+
+
+def _float32(values: npt.ArrayLike) -> np.ndarray:
+    """`values` as a C-ordered float32 array of the same shape (0-d stays 0-d); wider
+    floats round to nearest and overflow to infinity, as Rust's `as f32` does."""
+    with np.errstate(over="ignore"):
+        return np.asarray(values, dtype=np.float32, order="C")
+
+
+def _round_up(value: np.ndarray, bits: np.ndarray, kept: np.ndarray) -> np.ndarray:
+    """Whether dropping the low `bits` bits of `value`, leaving `kept`, rounds up under
+    ties-to-even; `bits` must lie in 1..31 so no shift is out of range."""
+    one = _U32(1)
+    half = one << (bits - one)
+    rest = value & ((one << bits) - one)
+    return (rest > half) | ((rest == half) & ((kept & one) == one))
+
+
+# |x| of the smallest FP32 that rounds as a normal half (2^-14), and of infinity
+_HALF_NORMAL_BITS = 113 << 23
+_INFINITY_BITS = 0x7F80_0000
+
+
+def _half_subnormal(magnitude: np.ndarray) -> np.ndarray:
+    """Half bits of FP32 magnitudes below 2^-14: steps of 2^-24, ties to even."""
+    exponent = magnitude >> _U32(23)
+    # FP32 subnormals (exponent 0) and anything under half a step (exponent < 102) -> 0;
+    # the shift is clamped only so the lanes that give zero stay well defined
+    shift = np.clip(np.int32(126) - exponent.astype(np.int32), 14, 24).astype(_U32)
+    significand = (magnitude & _U32(0x7F_FFFF)) | _U32(0x80_0000)
+    steps = significand >> shift
+    steps += _round_up(significand, shift, steps)
+    return np.where(exponent >= 102, steps, _U32(0))
+
+
+def _f16_bits_array(values: npt.ArrayLike) -> np.ndarray:
+    """binary16 bits of `values` (cast to float32), same shape, as uint16."""
+    # computed on a 1-D view: numpy scalar arithmetic would warn on the uint32 wrap below
+    floats = _float32(values)
+    bits = floats.reshape(-1).view(_U32)
+    magnitude = bits & _U32(0x7FFF_FFFF)
+
+    # normal halves: adding 0xfff plus the kept lsb carries out of the 13 dropped bits
+    # exactly when the Rust's round_up(mantissa, 13, base) is true, and a carry into the
+    # exponent is the correct result; rebiasing (127 -> 15) wraps for magnitudes below
+    # 2^-14, which are overwritten next, and anything at or past 0x7c00 is infinity
+    out = magnitude >> _U32(13)
+    out &= _U32(1)
+    out += magnitude
+    out += _U32(0xFFF)
+    out >>= _U32(13)
+    out -= _U32(112 << 10)
+    np.minimum(out, _U32(0x7C00), out=out)
+
+    small = np.flatnonzero(magnitude < _U32(_HALF_NORMAL_BITS))
+    if small.size:
+        out[small] = _half_subnormal(magnitude[small])
+    # infinity is already 0x7c00; NaN becomes the quiet NaN with mantissa 0x200
+    out[magnitude > _U32(_INFINITY_BITS)] = _U32(0x7E00)
+
+    out |= (bits >> _U32(16)) & _U32(0x8000)
+    return out.astype(np.uint16).reshape(floats.shape)
+
+
+@overload
+def f16_bits(value: float | np.floating) -> int: ...
+@overload
+def f16_bits(value: np.ndarray) -> np.ndarray: ...
+def f16_bits(value: float | np.floating | np.ndarray) -> int | np.ndarray:
+    """`value` (as float32) rounded to the nearest FP16, ties to even, as binary16 bits,
+    which is what the kernels' `cvt.rn.f16x2.f32` gives.
+
+    Infinities stay infinite, NaN becomes the quiet NaN 0x7e00 with its sign, overflow
+    gives infinity. A Python float is first rounded to float32, as the Rust takes f32.
+    A scalar gives an int; an array gives a uint16 array of its shape.
+    """
+    if isinstance(value, np.ndarray):
+        return _f16_bits_array(value)
+    return int(_f16_bits_array(value))
+
+
+def _half_scale_array(largest: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """Elementwise `half_scale` over a float32 array: (scale, inverse) arrays."""
+    floats = _float32(largest)
+    bits = floats.reshape(-1).view(_U32)
+    exponent = ((bits >> _U32(23)) & _U32(0xFF)).astype(np.int32) - 127
+    shift = np.clip(14 - exponent, -113, 126)
+    scale = ((shift + 127).astype(_U32) << _U32(23)).view(np.float32)
+    inverse = ((127 - shift).astype(_U32) << _U32(23)).view(np.float32)
+    return scale.reshape(floats.shape), inverse.reshape(floats.shape)
+
+
+@overload
+def half_scale(largest: float | np.floating) -> tuple[np.float32, np.float32]: ...
+@overload
+def half_scale(largest: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+def half_scale(
+    largest: float | np.floating | np.ndarray,
+) -> tuple[np.float32, np.float32] | tuple[np.ndarray, np.ndarray]:
+    """The power of two `s` that puts `largest` in [2^14, 2^15), below the FP16 maximum
+    of 65504 even after rounding, and `1 / s`, both float32.
+
+    The exponent is read from the bits (the sign is ignored) and the shift clamped to
+    -113..126 so both are normal floats: zero, subnormal and tiny inputs get 2^126,
+    infinity and NaN get 2^-113. An array gives two float32 arrays of its shape.
+    """
+    if isinstance(largest, np.ndarray):
+        return _half_scale_array(largest)
+    scale, inverse = _half_scale_array(largest)
+    return np.float32(scale), np.float32(inverse)
+
+
+def _weight_matrix(weight: npt.ArrayLike, rows: int, cols: int, name: str) -> np.ndarray:
+    """`weight` as a [rows, cols] float32 matrix, from n*k flat values or that 2-D shape."""
+    array = np.asarray(weight, dtype=np.float32)
+    if array.ndim == 1:
+        if array.size != rows * cols:
+            raise ValueError(
+                f"{name} weight has {array.size} values, expected {rows} x {cols} = {rows * cols}"
+            )
+        return array.reshape(rows, cols)
+    if array.ndim == 2:
+        if array.shape != (rows, cols):
+            raise ValueError(f"{name} weight has shape {array.shape}, expected ({rows}, {cols})")
+        return array
+    raise ValueError(f"{name} weight must be 1-D or 2-D, got {array.ndim} dimensions")
+
+
+def pack_half_columns(weight: npt.ArrayLike, n: int, k: int) -> np.ndarray:
+    """Packs `weight [n, k]` (row-major, PyTorch Linear layout) for
+    spk_segdense_embed_b32_f16.
+
+    Returns float32 of length `k // 2 * n + n`: word `p * n + col` holds the FP16 pair
+    `(w[col][2p] * s, w[col][2p + 1] * s)`, low half first, reinterpreted as float32
+    bits; float `k // 2 * n + col` holds `1 / s`, where `s = half_scale(max |w[col]|)`.
+    NaN weights are ignored when finding the column's largest magnitude, as Rust's
+    `f32::max` ignores them.
+    """
+    if n < 1:
+        raise ValueError(f"pack_half_columns needs n >= 1 columns, got n={n}")
+    if k < 2 or k % 2:
+        raise ValueError(f"pack_half_columns needs an even k >= 2, got k={k}")
+    matrix = _weight_matrix(weight, n, k, "pack_half_columns")
+
+    largest = np.fmax.reduce(np.abs(matrix), axis=1, initial=np.float32(0.0))
+    scale, inverse = _half_scale_array(largest)
+    # the product rounds in float32, as the Rust's `first * scale` does
+    halves = _f16_bits_array(matrix * scale[:, None])
+    # little-endian u16 pairs read as little-endian u32 are `low | high << 16`
+    words = np.ascontiguousarray(halves, dtype="<u2").view("<u4")
+
+    # assembled as uint32 so the FP16 pairs keep their exact bits (some are NaN patterns)
+    packed = np.empty(k // 2 * n + n, dtype=_U32)
+    packed[: k // 2 * n].reshape(k // 2, n)[...] = words.T
+    packed[k // 2 * n :] = inverse.view(_U32)
+    return packed.view(np.float32)
+
+
+def selected_rows(weight: npt.ArrayLike, n: int, count: int) -> np.ndarray:
+    """The `count` rows of a row-major `[k, n]` weight with the largest sum of squares,
+    ascending, ties going to the lower index; all k rows when `count >= k`.
+
+    Energies follow the Rust exactly: each float32 is squared in float64 (exact) and the
+    squares are added left to right, so near-ties break as they do there.
+    """
+    if n < 1:
+        raise ValueError(f"selected_rows needs n >= 1 columns, got n={n}")
+    if count < 0:
+        raise ValueError(f"selected_rows needs count >= 0, got count={count}")
+    array = np.asarray(weight, dtype=np.float32)
+    if array.ndim == 2:
+        if array.shape[1] != n:
+            raise ValueError(f"selected_rows weight has shape {array.shape}, expected (k, {n})")
+    elif array.ndim != 1 or array.size % n:
+        raise ValueError(
+            f"selected_rows weight must hold whole rows of n={n} values, got shape {array.shape}"
+        )
+    squares = np.square(array.reshape(-1, n).astype(np.float64))
+
+    # numpy's sum adds pairwise along a row, which can differ from the Rust's left fold
+    # in the last bit and flip a near-tie; a column loop keeps the sequential order
+    energy = squares[:, 0].copy()
+    for col in range(1, n):
+        energy += squares[:, col]
+
+    # Rust's f64::total_cmp order as integers (NaNs included), negated with `~` so a
+    # stable ascending sort gives descending energy and the lower index first on ties
+    key = energy.view(np.int64)
+    key = key ^ ((key >> 63) & np.int64(0x7FFF_FFFF_FFFF_FFFF))
+    order = np.argsort(~key, kind="stable")
+    return np.sort(order[:count]).astype(np.uint32)

@@ -1,0 +1,709 @@
+"""The device rule of the segdense area: which kernel entry, launch shape and split
+count each boundary runs, as a fixed function of the loaded PTX tier and the device's
+attributes (never of run-time timing)."""
+
+from __future__ import annotations
+
+import enum
+
+import attrs
+
+from pyspk.candidate.errors import DeviceUnsupported, GeometryInvalid, GeometryUnimplemented
+from pyspk.candidate.framework import (
+    BOUNDARIES,
+    DENSE_BOUNDARIES,
+    SEGMENTATION_CONV_BOUNDARIES,
+    AbsoluteSum,
+    ArchitectureSpeed,
+    Batches,
+    BoundaryId,
+    BroadEvidence,
+    Coverage,
+    CoverageEntry,
+    DenseSite,
+    InfinityContract,
+    Maths,
+    NanContract,
+    SegConvSite,
+    SignedZeroContract,
+    SpecialValues,
+)
+from pyspk.cuda.device import DeviceAttributes
+from pyspk.cuda.math import CudaMath
+from pyspk.cuda.tier import ComputeCapability, PtxTier
+
+CONTEXT = "segdense plan"
+
+# the batches every kernel is compiled for
+BATCHES = (1, 32)
+# output channels of a convolution padded to whole thread tiles
+CONV_PADDED = 64
+TAPS = 5
+# static shared memory any block may use without opting in
+DEFAULT_SHARED = 48 * 1024
+# most planes `spk_segdense_reduce_embed` adds: eight warps of up to 16 planes each,
+# so the reduction takes one round trip to memory
+EMBED_MAX_SPLITS = 128
+# most planes `spk_segdense_reduce_embed_flat` adds, all held by one thread
+FLAT_MAX_SPLITS = 40
+# reduction rows a `Select` kernel recomputes in 3xTF32
+SELECT_ROWS = 16
+# reduction terms per stage of `spk_segdense_embed_b32_f16`: two warp groups of 16
+HALF_STAGE = 32
+# most reduction terms one `spk_segdense_embed_b32_f16` slice keeps in shared memory
+HALF_SLICE = 320
+# fewest slices that keep every FP16 slice within HALF_SLICE terms
+HALF_MIN_SPLITS = -(-(5120 // HALF_STAGE) // (HALF_SLICE // HALF_STAGE))
+# dynamic shared memory of `spk_segdense_embed_b32_f16`: 96 row scales, the FP16 slice
+# of 96 rows and a three-stage weight ring, which the cross-group reduction of 192
+# threads' 64 accumulators reuses
+_HALF_RING = 96 * (HALF_SLICE // 2 + 4) + 3 * (HALF_STAGE // 2) * (128 + 8)
+_HALF_REDUCTION = 192 * 32 * 64 // 32
+HALF_SHARED = 4 * (96 + max(_HALF_RING, _HALF_REDUCTION))
+
+
+@attrs.frozen
+class Hardware:
+    """The device attributes that choose among a site's kernel configurations."""
+
+    capability: ComputeCapability
+    # streaming multiprocessors this context may use
+    multiprocessors: int
+    # shared memory one block may opt in to, in bytes
+    shared_optin: int
+
+    @classmethod
+    def of(cls, device: DeviceAttributes) -> Hardware:
+        return cls(device.capability, device.multiprocessors, device.shared_optin_bytes)
+
+    def tensor_heavy(self) -> bool:
+        """Whether dense TF32 tensor throughput is several times the FP32 SIMT rate.
+
+        8.0 (A100, A30), 9.0 (H100, H200) and 10.0 (B200) are the data-center parts with
+        full-rate tensor cores; GeForce and workstation parts (8.6, 8.9, 12.x) run TF32 at
+        about their FP32 rate, where three TF32 products cost more than one FP32 product.
+        Unknown capabilities keep the SIMT kernels, which do not depend on the ratio."""
+        return (self.capability.major, self.capability.minor) in ((8, 0), (9, 0), (10, 0))
+
+    def consumer_blackwell(self) -> bool:
+        """12.x, where the TF32 embedding split-K is fastest as one 384-thread block per
+        SM (1.01x the library against 0.87x for two 192-thread blocks on a 36-SM RTX
+        5060 Ti; 1.06x against 0.98x the other way on a 34-SM RTX 4060 Ti)."""
+        return self.capability.major == 12
+
+    def half_split_fits(self) -> bool:
+        """One resident block per SM gives `spk_segdense_embed_b32_f16` at least
+        HALF_MIN_SPLITS slices, and a block can opt in to its shared memory."""
+        return self.splits(2, 1) >= HALF_MIN_SPLITS and self.shared_optin >= HALF_SHARED
+
+    def splits(self, tiles: int, resident: int) -> int:
+        """Reduction slices for a split-K kernel of `tiles` output tiles and `resident`
+        blocks per SM: one block per resident slot, so the single wave starts at once."""
+        return min(max(self.multiprocessors * resident // tiles, 1), EMBED_MAX_SPLITS)
+
+
+@enum.unique
+class Site(enum.Enum):
+    """The boundaries this area implements; `value` is the boundary name."""
+
+    CONV1 = "sincnet.conv1"
+    CONV2 = "sincnet.conv2"
+    LINEAR0 = "linear0"
+    LINEAR1 = "linear1"
+    LINEAR2 = "linear2"
+    EMBEDDING = "resnet.seg_1"
+
+    @classmethod
+    def of(cls, site: DenseSite | SegConvSite) -> Site:
+        """The area's site of a framework dense or convolution site."""
+        return cls(site.value)
+
+    @classmethod
+    def from_boundary(cls, boundary: BoundaryId) -> Site:
+        for site in cls:
+            if site.value == boundary.name():
+                return site
+        raise GeometryUnimplemented(CONTEXT, f"unknown boundary {boundary}")
+
+    def dimensions(self) -> tuple[int, int, int, int]:
+        """(rows per batch item, columns, reduction, NCW input length); convolution rows
+        are output positions, and the input length is 0 for the dense sites."""
+        return _DIMENSIONS[self]
+
+    def is_conv(self) -> bool:
+        return self in (Site.CONV1, Site.CONV2)
+
+    def choice(
+        self, batch: int, math: CudaMath, tier: PtxTier, hardware: Hardware
+    ) -> Choice | None:
+        """The kernel of this site for `batch`, `math`, the loaded PTX `tier` and the
+        device, if the batch is one the kernels are compiled for."""
+        if tier >= PtxTier.SM80:
+            choice = self.tensor_choice(batch, math, hardware)
+            if choice is not None:
+                return choice
+        return self.scalar_choice(batch, math, hardware)
+
+    def scalar_choice(self, batch: int, math: CudaMath, hardware: Hardware) -> Choice | None:
+        """The non-tensor kernel, with the same fixed-order reduction as the tensor ones."""
+        if (self, batch) == (Site.EMBEDDING, 32):
+            # two resident blocks per SM
+            return Choice.split(Entry.EMBED_B32, hardware.splits(2, 2))
+        if (self, batch) == (Site.LINEAR1, 1) and math is CudaMath.TF32:
+            # the FP32 kernel is compensated, which costs time and buys nothing against
+            # TF32 library error; the TF32 kernel's sm75 form is the plain SIMT one
+            return Choice.fixed(Entry.LINEAR1_B1_TF32)
+        entry = _SCALAR_ENTRIES.get((self, batch))
+        return None if entry is None else Choice.fixed(entry)
+
+    def tensor_choice(self, batch: int, math: CudaMath, hardware: Hardware) -> Choice | None:
+        """The sm80-tier tensor-core kernel of this site, where one beats both the library
+        and the SIMT kernel on this device."""
+        heavy = hardware.tensor_heavy()
+        tf32 = math is CudaMath.TF32
+        if batch == 32 and heavy and self.is_conv():
+            # where TF32 runs at about the FP32 rate the FP32 SIMT convolution already
+            # beats the TF32 library and stays exact
+            return Choice.fixed(_TENSOR_CONV[self, tf32])
+        if (self, batch) == (Site.LINEAR0, 1) and tf32:
+            return Choice.fixed(Entry.LINEAR0_B1_TF32)
+        if (self, batch) == (Site.LINEAR0, 32) and tf32:
+            # batch 1 keeps plain TF32: residual products' latency cost it most of its
+            # margin (1.01x the library on Ada against 1.21x)
+            return Choice.fixed(Entry.LINEAR0_B32_SELECT)
+        if (self, batch) == (Site.LINEAR1, 32) and tf32:
+            return Choice.fixed(Entry.LINEAR1_B32_TF32)
+        if (self, batch) != (Site.EMBEDDING, 32):
+            return None
+        if tf32:
+            if heavy:
+                # the main kernel is short where TF32 mma runs at several times the FP32
+                # rate, so 96 x 64 tiles fill one wave with half the slices (54 against
+                # 108 on an A100: 1.07x the library against 0.91x)
+                return Choice.split(Entry.EMBED_B32_TF32_E64, hardware.splits(4, 2))
+            if hardware.half_split_fits():
+                # FP16 products run at twice the TF32 rate there; one 384-thread block/SM
+                return Choice.split(Entry.EMBED_B32_F16, hardware.splits(2, 1))
+            return Site.tf32_embedding(hardware)
+        if heavy:
+            # four 96 x 64 tiles, two resident blocks per SM
+            return Choice.split(Entry.EMBED_B32_X3, hardware.splits(4, 2))
+        return None
+
+    @staticmethod
+    def tf32_embedding(hardware: Hardware) -> Choice:
+        """The batch-32 TF32 embedding kernel where TF32 runs at about the FP32 rate."""
+        if hardware.consumer_blackwell():
+            # one resident block per SM
+            return Choice.split(Entry.EMBED_B32_TF32_K2, hardware.splits(2, 1))
+        # two resident blocks per SM
+        return Choice.split(Entry.EMBED_B32_TF32, hardware.splits(2, 2))
+
+    def tuning_tf32_choice(self, batch: int, math: CudaMath, hardware: Hardware) -> Choice | None:
+        """The TF32 kernel that FP16 products replace, so a tuner can time an approved
+        kernel of ours where the device rule picks the FP16 one."""
+        default = self.tensor_choice(batch, math, hardware)
+        if default is None or default.entry is not Entry.EMBED_B32_F16:
+            return None
+        return Site.tf32_embedding(hardware)
+
+
+_DIMENSIONS = {
+    Site.CONV1: (5321, 60, 400, 5325),
+    Site.CONV2: (1769, 60, 300, 1773),
+    Site.LINEAR0: (589, 128, 256, 0),
+    Site.LINEAR1: (589, 128, 128, 0),
+    Site.LINEAR2: (589, 7, 128, 0),
+    Site.EMBEDDING: (3, 256, 5120, 0),
+}
+
+
+class Products(enum.Enum):
+    """The precision of an entry's products on the sm80 tier."""
+
+    FP32 = "fp32"
+    TF32 = "tf32"
+    FP16 = "fp16"
+
+
+@enum.unique
+class Entry(enum.Enum):
+    """One kernel entry; its site, batch, tile, block and shared memory are fixed, and
+    split-K entries also take a slice count."""
+
+    CONV1_B1 = "conv1_b1"
+    CONV1_B32 = "conv1_b32"
+    CONV1_B32_TC = "conv1_b32_tc"
+    CONV1_B32_X3 = "conv1_b32_x3"
+    CONV2_B1 = "conv2_b1"
+    CONV2_B32 = "conv2_b32"
+    CONV2_B32_TC = "conv2_b32_tc"
+    CONV2_B32_X3 = "conv2_b32_x3"
+    LINEAR0_B1 = "linear0_b1"
+    LINEAR0_B1_TF32 = "linear0_b1_tf32"
+    LINEAR0_B32 = "linear0_b32"
+    LINEAR0_B32_SELECT = "linear0_b32_select"
+    LINEAR1_B1 = "linear1_b1"
+    # TF32 tensor cores on the sm80 tier, plain SIMT on sm75
+    LINEAR1_B1_TF32 = "linear1_b1_tf32"
+    LINEAR1_B32 = "linear1_b32"
+    LINEAR1_B32_TF32 = "linear1_b32_tf32"
+    CLASSIFIER_B1 = "classifier_b1"
+    CLASSIFIER_B32 = "classifier_b32"
+    EMBED_B1 = "embed_b1"
+    # split-K FP32 SIMT
+    EMBED_B32 = "embed_b32"
+    # split-K TF32, two resident blocks per SM
+    EMBED_B32_TF32 = "embed_b32_tf32"
+    # split-K TF32 with an in-block k-split, one block per SM
+    EMBED_B32_TF32_K2 = "embed_b32_tf32_k2"
+    # split-K TF32 on 96 x 64 tiles
+    EMBED_B32_TF32_E64 = "embed_b32_tf32_e64"
+    # split-K 3xTF32 on 96 x 64 tiles
+    EMBED_B32_X3 = "embed_b32_x3"
+    # split-K scaled FP16 products
+    EMBED_B32_F16 = "embed_b32_f16"
+
+    def site(self) -> Site:
+        return _ENTRY_FACTS[self][0]
+
+    def batch(self) -> int:
+        return _ENTRY_FACTS[self][1]
+
+    def tier(self) -> PtxTier:
+        """The lowest PTX tier whose module carries this entry's real kernel (the sm75
+        module holds trapping stubs of the sm80-only entries)."""
+        return _ENTRY_FACTS[self][2]
+
+    def products(self) -> Products:
+        return _ENTRY_FACTS[self][3]
+
+    def config(self, splits: int) -> Config:
+        """The launch shape, with `splits` reduction slices for a split-K entry."""
+        return _CONFIGS[self](splits)
+
+    def is_split(self) -> bool:
+        return isinstance(self.config(1).kind, Split)
+
+    def split_resident(self) -> tuple[int, int] | None:
+        """(output tiles, resident blocks per SM) that size this split-K entry's slice
+        count in the device rule, or None for an entry without split-K."""
+        return _SPLIT_RESIDENCY.get(self)
+
+
+# entry -> (site, batch, lowest tier with its real kernel, product precision)
+_ENTRY_FACTS = {
+    Entry.CONV1_B1: (Site.CONV1, 1, PtxTier.SM75, Products.FP32),
+    Entry.CONV1_B32: (Site.CONV1, 32, PtxTier.SM75, Products.FP32),
+    Entry.CONV1_B32_TC: (Site.CONV1, 32, PtxTier.SM80, Products.TF32),
+    Entry.CONV1_B32_X3: (Site.CONV1, 32, PtxTier.SM80, Products.FP32),
+    Entry.CONV2_B1: (Site.CONV2, 1, PtxTier.SM75, Products.FP32),
+    Entry.CONV2_B32: (Site.CONV2, 32, PtxTier.SM75, Products.FP32),
+    Entry.CONV2_B32_TC: (Site.CONV2, 32, PtxTier.SM80, Products.TF32),
+    Entry.CONV2_B32_X3: (Site.CONV2, 32, PtxTier.SM80, Products.FP32),
+    Entry.LINEAR0_B1: (Site.LINEAR0, 1, PtxTier.SM75, Products.FP32),
+    Entry.LINEAR0_B1_TF32: (Site.LINEAR0, 1, PtxTier.SM80, Products.TF32),
+    Entry.LINEAR0_B32: (Site.LINEAR0, 32, PtxTier.SM75, Products.FP32),
+    Entry.LINEAR0_B32_SELECT: (Site.LINEAR0, 32, PtxTier.SM80, Products.TF32),
+    Entry.LINEAR1_B1: (Site.LINEAR1, 1, PtxTier.SM75, Products.FP32),
+    Entry.LINEAR1_B1_TF32: (Site.LINEAR1, 1, PtxTier.SM75, Products.TF32),
+    Entry.LINEAR1_B32: (Site.LINEAR1, 32, PtxTier.SM75, Products.FP32),
+    Entry.LINEAR1_B32_TF32: (Site.LINEAR1, 32, PtxTier.SM80, Products.TF32),
+    Entry.CLASSIFIER_B1: (Site.LINEAR2, 1, PtxTier.SM75, Products.FP32),
+    Entry.CLASSIFIER_B32: (Site.LINEAR2, 32, PtxTier.SM75, Products.FP32),
+    Entry.EMBED_B1: (Site.EMBEDDING, 1, PtxTier.SM75, Products.FP32),
+    Entry.EMBED_B32: (Site.EMBEDDING, 32, PtxTier.SM75, Products.FP32),
+    Entry.EMBED_B32_TF32: (Site.EMBEDDING, 32, PtxTier.SM80, Products.TF32),
+    Entry.EMBED_B32_TF32_K2: (Site.EMBEDDING, 32, PtxTier.SM80, Products.TF32),
+    Entry.EMBED_B32_TF32_E64: (Site.EMBEDDING, 32, PtxTier.SM80, Products.TF32),
+    Entry.EMBED_B32_X3: (Site.EMBEDDING, 32, PtxTier.SM80, Products.FP32),
+    Entry.EMBED_B32_F16: (Site.EMBEDDING, 32, PtxTier.SM80, Products.FP16),
+}
+
+_SCALAR_ENTRIES = {
+    (Site.CONV1, 1): Entry.CONV1_B1,
+    (Site.CONV1, 32): Entry.CONV1_B32,
+    (Site.CONV2, 1): Entry.CONV2_B1,
+    (Site.CONV2, 32): Entry.CONV2_B32,
+    (Site.LINEAR0, 1): Entry.LINEAR0_B1,
+    (Site.LINEAR0, 32): Entry.LINEAR0_B32,
+    (Site.LINEAR1, 1): Entry.LINEAR1_B1,
+    (Site.LINEAR1, 32): Entry.LINEAR1_B32,
+    (Site.LINEAR2, 1): Entry.CLASSIFIER_B1,
+    (Site.LINEAR2, 32): Entry.CLASSIFIER_B32,
+    (Site.EMBEDDING, 1): Entry.EMBED_B1,
+}
+
+# (site, TF32 math) -> the batch-32 tensor-core convolution
+_TENSOR_CONV = {
+    (Site.CONV1, True): Entry.CONV1_B32_TC,
+    (Site.CONV1, False): Entry.CONV1_B32_X3,
+    (Site.CONV2, True): Entry.CONV2_B32_TC,
+    (Site.CONV2, False): Entry.CONV2_B32_X3,
+}
+
+# the (tiles, resident blocks per SM) each split-K entry is sized with in the rule
+_SPLIT_RESIDENCY = {
+    Entry.EMBED_B32: (2, 2),
+    Entry.EMBED_B32_TF32: (2, 2),
+    Entry.EMBED_B32_TF32_K2: (2, 1),
+    Entry.EMBED_B32_TF32_E64: (4, 2),
+    Entry.EMBED_B32_X3: (4, 2),
+    Entry.EMBED_B32_F16: (2, 1),
+}
+
+
+@attrs.frozen
+class Choice:
+    """A kernel entry and, for split-K entries, its reduction slice count (1 to
+    EMBED_MAX_SPLITS; 0 for other entries)."""
+
+    entry: Entry
+    splits: int = 0
+
+    @classmethod
+    def fixed(cls, entry: Entry) -> Choice:
+        return cls(entry, 0)
+
+    @classmethod
+    def split(cls, entry: Entry, splits: int) -> Choice:
+        return cls(entry, splits)
+
+    def config(self) -> Config:
+        return self.entry.config(self.splits)
+
+
+# --- kinds: how a kernel tiles its boundary, fixing its grid and operand layouts -------
+
+
+@attrs.frozen
+class Conv:
+    """One block per `positions` output positions of one item; weights packed [k, 64]."""
+
+    positions: int
+
+
+@attrs.frozen
+class TensorConv:
+    """One block per `positions` output positions of one item on tensor cores; weights
+    packed as mma fragments over `cin_pad` input channels in `planes` TF32 planes (2 for
+    the 3xTF32 split)."""
+
+    positions: int
+    cin_pad: int
+    planes: int
+
+
+@attrs.frozen
+class Gemm:
+    """One block per `rows x cols` output tile; weights [k, n], followed by the indices
+    of the `select` reduction rows the kernel recomputes in 3xTF32."""
+
+    rows: int
+    cols: int
+    select: int
+
+
+@attrs.frozen
+class Classifier:
+    """One block per `rows` output rows; weights [k, n]."""
+
+    rows: int
+
+
+@attrs.frozen
+class Gemv:
+    """One block per `cols` output columns; weights [n, k]."""
+
+    cols: int
+
+
+class SplitWeights(enum.Enum):
+    """How a split-K kernel reads its weights."""
+
+    # FP32 [k, n]
+    FP32 = "fp32"
+    # FP16 pairs of adjacent reduction rows as [k / 2, n] words, scaled by a power of two
+    # per column, then the n inverse scales (`pack_half_columns`)
+    SCALED_HALF = "scaled_half"
+
+
+@attrs.frozen
+class Split:
+    """One block per `rows x cols` tile and reduction slice, then the fixed-order
+    reduction of the `splits` partial planes."""
+
+    rows: int
+    cols: int
+    splits: int
+    weights: SplitWeights
+
+
+Kind = Conv | TensorConv | Gemm | Classifier | Gemv | Split
+
+
+@attrs.frozen
+class Config:
+    """One site kernel and its launch shape; `shared` is dynamic shared bytes per block."""
+
+    kernel: str
+    kind: Kind
+    block: int
+    shared: int
+
+    @classmethod
+    def conv(cls, kernel: str, positions: int, block: int) -> Config:
+        return cls(kernel, Conv(positions), block, 0)
+
+    @classmethod
+    def tensor_conv(
+        cls, kernel: str, positions: int, cin_pad: int, planes: int, block: int
+    ) -> Config:
+        """Shared memory for stages of 8 input channels, three deep, reused by the
+        epilogue's 64-channel tile."""
+        stages = 3
+        stage = 8 * (positions + 16) + 2560 * planes
+        epilogue = 64 * (positions + 8)
+        floats = max(stages * stage, epilogue)
+        return cls(kernel, TensorConv(positions, cin_pad, planes), block, 4 * floats)
+
+    @classmethod
+    def gemm(cls, kernel: str, rows: int, cols: int, block: int) -> Config:
+        return cls(kernel, Gemm(rows, cols, 0), block, 0)
+
+    @classmethod
+    def select_gemm(cls, kernel: str, rows: int, cols: int, block: int) -> Config:
+        """A TF32 GEMM recomputing SELECT_ROWS reduction rows in 3xTF32."""
+        return cls(kernel, Gemm(rows, cols, SELECT_ROWS), block, 0)
+
+    @classmethod
+    def classifier(cls, kernel: str, rows: int, block: int) -> Config:
+        return cls(kernel, Classifier(rows), block, 0)
+
+    @classmethod
+    def split(cls, kernel: str, cols: int, splits: int, block: int) -> Config:
+        """An embedding split-K kernel with 96-row tiles of `cols` columns."""
+        return cls(kernel, Split(96, cols, splits, SplitWeights.FP32), block, 0)
+
+    @classmethod
+    def half_split(cls, splits: int) -> Config:
+        return cls(
+            "spk_segdense_embed_b32_f16",
+            Split(96, 128, splits, SplitWeights.SCALED_HALF),
+            384,
+            HALF_SHARED,
+        )
+
+
+_CONFIGS = {
+    Entry.CONV1_B1: lambda _: Config.conv("spk_segdense_conv1_b1", 64, 256),
+    Entry.CONV1_B32: lambda _: Config.conv("spk_segdense_conv1_b32", 128, 128),
+    Entry.CONV1_B32_TC: lambda _: Config.tensor_conv("spk_segdense_conv1_b32_tc", 128, 80, 1, 128),
+    Entry.CONV1_B32_X3: lambda _: Config.tensor_conv("spk_segdense_conv1_b32_x3", 128, 80, 2, 256),
+    Entry.CONV2_B1: lambda _: Config.conv("spk_segdense_conv2_b1", 32, 256),
+    Entry.CONV2_B32: lambda _: Config.conv("spk_segdense_conv2_b32", 128, 128),
+    Entry.CONV2_B32_TC: lambda _: Config.tensor_conv("spk_segdense_conv2_b32_tc", 128, 64, 1, 128),
+    Entry.CONV2_B32_X3: lambda _: Config.tensor_conv("spk_segdense_conv2_b32_x3", 128, 64, 2, 256),
+    Entry.LINEAR0_B1: lambda _: Config.gemm("spk_segdense_linear0_b1", 16, 32, 128),
+    Entry.LINEAR0_B1_TF32: lambda _: Config.gemm("spk_segdense_linear0_b1_tf32", 32, 32, 128),
+    Entry.LINEAR0_B32: lambda _: Config.gemm("spk_segdense_linear0_b32", 64, 128, 128),
+    Entry.LINEAR0_B32_SELECT: lambda _: Config.select_gemm(
+        "spk_segdense_linear0_b32_tf32", 64, 128, 128
+    ),
+    Entry.LINEAR1_B1: lambda _: Config.gemm("spk_segdense_linear1_b1", 16, 32, 128),
+    Entry.LINEAR1_B1_TF32: lambda _: Config.gemm("spk_segdense_linear1_b1_tf32", 16, 32, 128),
+    Entry.LINEAR1_B32: lambda _: Config.gemm("spk_segdense_linear1_b32", 64, 128, 128),
+    Entry.LINEAR1_B32_TF32: lambda _: Config.gemm("spk_segdense_linear1_b32_tf32", 64, 128, 128),
+    Entry.CLASSIFIER_B1: lambda _: Config.classifier("spk_segdense_classifier_b1", 8, 64),
+    Entry.CLASSIFIER_B32: lambda _: Config.classifier("spk_segdense_classifier_b32", 128, 256),
+    Entry.EMBED_B1: lambda _: Config("spk_segdense_embed_b1", Gemv(2), 256, 0),
+    Entry.EMBED_B32: lambda s: Config.split("spk_segdense_embed_b32", 128, s, 192),
+    Entry.EMBED_B32_TF32: lambda s: Config.split("spk_segdense_embed_b32_tf32", 128, s, 192),
+    Entry.EMBED_B32_TF32_K2: lambda s: Config.split("spk_segdense_embed_b32_tf32_k2", 128, s, 384),
+    Entry.EMBED_B32_TF32_E64: lambda s: Config.split("spk_segdense_embed_b32_tf32_e64", 64, s, 192),
+    Entry.EMBED_B32_X3: lambda s: Config.split("spk_segdense_embed_b32_x3", 64, s, 192),
+    Entry.EMBED_B32_F16: Config.half_split,
+}
+
+
+# --- reductions --------------------------------------------------------------------
+
+# embedding outputs at batch 32: 96 rows of 256 columns
+_REDUCTION_OUTPUTS = 96 * 256
+# split counts the rule picks on the development GPUs, with fixed-count reductions
+_FIXED_REDUCTIONS = {
+    18: "spk_segdense_reduce_e18",
+    34: "spk_segdense_reduce_e34",
+    36: "spk_segdense_reduce_e36",
+}
+
+
+@attrs.frozen
+class ReductionShape:
+    """The split-K reduction kernel for a number of partial planes, and its launch."""
+
+    kernel: str
+    splits: int
+    grid: int
+    block: int
+
+
+class Reduction:
+    """The fixed-order reduction of split-K partial planes, bias added after the sum."""
+
+    @staticmethod
+    def shape(splits: int) -> ReductionShape:
+        """Up to FLAT_MAX_SPLITS planes one thread loads all planes of four outputs before
+        adding them, with no barrier; more would not fit its registers, so eight warps
+        share them and meet in shared memory. Split counts picked on the development
+        GPUs have fixed-count forms with no per-plane test."""
+        fixed = _FIXED_REDUCTIONS.get(splits)
+        if fixed is not None:
+            return ReductionShape(fixed, splits, _REDUCTION_OUTPUTS // 4 // 128, 128)
+        if splits <= FLAT_MAX_SPLITS:
+            # 64-thread blocks spread the loads over more SMs than 48 blocks of 128 would
+            return ReductionShape(
+                "spk_segdense_reduce_embed_flat", splits, _REDUCTION_OUTPUTS // 4 // 64, 64
+            )
+        return ReductionShape("spk_segdense_reduce_embed", splits, _REDUCTION_OUTPUTS // 128, 256)
+
+
+# --- pins ----------------------------------------------------------------------------
+
+
+def _unimplemented_batch(site: Site, batch: int) -> GeometryUnimplemented:
+    return GeometryUnimplemented(
+        CONTEXT, f"{site.value} batch {batch}; the kernels compile batches 1 and 32"
+    )
+
+
+@attrs.frozen
+class SegdensePin:
+    """The complete execution choice of one segdense plan: the entry the device rule
+    picked, its split count, and the math mode and loaded tier it was picked for.
+
+    The entry fixes the site and batch. The tier is the one the rule saw: sm80-tier
+    kernels are trapping stubs in the sm75 module, so a plan refuses a module below it."""
+
+    choice: Choice
+    math: CudaMath
+    tier: PtxTier
+
+    @classmethod
+    def measured_rtx4060ti_embedding(cls) -> SegdensePin:
+        """The FP16 embedding pin validated on the 34-SM RTX 4060 Ti."""
+        return cls(Choice.split(Entry.EMBED_B32_F16, 17), CudaMath.TF32, PtxTier.SM80)
+
+    @classmethod
+    def measured_rtx5060ti_embedding(cls) -> SegdensePin:
+        """The FP16 embedding pin validated on the 36-SM RTX 5060 Ti."""
+        return cls(Choice.split(Entry.EMBED_B32_F16, 18), CudaMath.TF32, PtxTier.SM80)
+
+    @classmethod
+    def select(
+        cls, site: Site, batch: int, math: CudaMath, tier: PtxTier, device: DeviceAttributes
+    ) -> SegdensePin:
+        """The configuration the device rule picks for this boundary on the module `tier`
+        and `device`."""
+        choice = site.choice(batch, math, tier, Hardware.of(device))
+        if choice is None:
+            raise _unimplemented_batch(site, batch)
+        return cls(choice, math, tier)
+
+    @classmethod
+    def select_tuning_tf32(
+        cls, site: Site, batch: int, math: CudaMath, tier: PtxTier, device: DeviceAttributes
+    ) -> SegdensePin | None:
+        """The TF32 kernel that FP16 products replace on this device, if they do."""
+        if tier < PtxTier.SM80:
+            return None
+        choice = site.tuning_tf32_choice(batch, math, Hardware.of(device))
+        return None if choice is None else cls(choice, math, tier)
+
+    @classmethod
+    def select_fp32(
+        cls, site: Site, batch: int, math: CudaMath, tier: PtxTier, device: DeviceAttributes
+    ) -> SegdensePin:
+        """The scalar FP32 kernel, with the requested math mode kept in the pin."""
+        choice = site.scalar_choice(batch, CudaMath.FP32, Hardware.of(device))
+        if choice is None:
+            raise _unimplemented_batch(site, batch)
+        return cls(choice, math, tier)
+
+    @classmethod
+    def forced(
+        cls, entry: Entry, math: CudaMath, tier: PtxTier, device: DeviceAttributes
+    ) -> SegdensePin:
+        """A pin for any entry, split-K entries taking the slice count the device rule
+        gives that entry on `device`; for running entries the rule does not pick here.
+
+        Refuses an entry the `tier` module only stubs, and reduced-precision products
+        for FP32 math, which the rule never pairs either."""
+        if entry.tier() > tier:
+            raise DeviceUnsupported(
+                f"{entry.config(1).kernel} needs the {entry.tier()} segdense module, "
+                f"the pin is for {tier}"
+            )
+        if math is CudaMath.FP32 and entry.products() is not Products.FP32:
+            raise GeometryInvalid(
+                CONTEXT, f"{entry.name} multiplies in {entry.products().value}, not FP32"
+            )
+        residency = entry.split_resident()
+        splits = 0 if residency is None else Hardware.of(device).splits(*residency)
+        return cls(Choice(entry, splits), math, tier)
+
+    def entry(self) -> Entry:
+        return self.choice.entry
+
+    def config(self) -> Config:
+        return self.choice.config()
+
+    def splits(self) -> int | None:
+        """The split-K slice count, for split-K entries."""
+        return self.choice.splits if self.choice.entry.is_split() else None
+
+    def check(self, site: Site, batch: int, math: CudaMath, tier: PtxTier) -> None:
+        """Refuse a pin for another boundary or a module that lacks its kernels."""
+        entry = self.choice.entry
+        if (entry.site(), entry.batch(), self.math) != (site, batch, math):
+            raise GeometryInvalid(
+                CONTEXT,
+                f"pin {entry.name} {self.math.name} cannot plan {site.value} batch {batch} "
+                f"{math.name}",
+            )
+        if self.tier > tier:
+            raise DeviceUnsupported(
+                f"{self.config().kernel} needs the {self.tier} segdense module, "
+                f"the loaded one is {tier}"
+            )
+
+
+# --- coverage and contracts ----------------------------------------------------------
+
+DENSE_COVERAGE = Coverage((CoverageEntry(DENSE_BOUNDARIES, Batches.of(*BATCHES), Maths.ALL),))
+SEGCONV_COVERAGE = Coverage(
+    (CoverageEntry(SEGMENTATION_CONV_BOUNDARIES, Batches.of(*BATCHES), Maths.ALL),)
+)
+DRIVER_COVERAGE = Coverage((CoverageEntry(BOUNDARIES, Batches.of(*BATCHES), Maths.ALL),))
+
+# finite operands give finite outputs within the FP32 range; NaN, infinity and the sign
+# of zero are not established, since the FP16 and TF32 splits and the fused log-softmax
+# do not follow IEEE order for them
+SPECIAL_VALUES = SpecialValues(
+    finite=AbsoluteSum(headroom=2),
+    nan=NanContract.UNSPECIFIED,
+    infinity=InfinityContract.UNSPECIFIED,
+    signed_zero=SignedZeroContract.UNSPECIFIED,
+)
+
+# the measurements that let the sm80 module run by default beyond its tuning devices
+BROAD_EVIDENCE = BroadEvidence.with_limits(
+    (
+        ArchitectureSpeed(ComputeCapability(8, 9), 1060),
+        ArchitectureSpeed(ComputeCapability(12, 0), 1060),
+    ),
+    "segdense sm80: fused conv/pool producers and packed dense epilogues; reports on Ada "
+    "and Blackwell, every measured case >=1.06x; A100 24/24",
+    ComputeCapability(8, 0),
+    PtxTier.SM80,
+)

@@ -1,0 +1,51 @@
+"""The driver-side error family and the buffer length check every launch uses."""
+
+from __future__ import annotations
+
+
+class CudaError(Exception):
+    """Base of every error raised on the driver side of pyspk."""
+
+
+class DriverError(CudaError):
+    """A CUDA driver call returned an error."""
+
+    def __init__(self, call: str, result_name: str, result_text: str, code: int) -> None:
+        self.call = call
+        self.result_name = result_name
+        self.result_text = result_text
+        self.code = code
+        super().__init__(f"{call} failed: {result_name} ({code}): {result_text}")
+
+
+class NoDriverError(CudaError):
+    """The CUDA driver library or its Python binding cannot be loaded."""
+
+
+class NoDeviceError(CudaError):
+    """No CUDA device is present, or the ordinal names none."""
+
+
+class BufferLengthError(CudaError):
+    """A buffer does not hold the number of elements its kernel is fixed to."""
+
+    def __init__(self, context: str, expected: int, actual: int, buffer: str = "buffer") -> None:
+        self.context = context
+        self.buffer = buffer
+        self.expected = expected
+        self.actual = actual
+        super().__init__(f"{context}: {buffer} has {actual} elements, expected {expected}")
+
+
+class KernelMissingError(CudaError):
+    """A kernel module does not export an entry a plan needs."""
+
+
+class ArtifactError(CudaError):
+    """A kernel artifact is missing, altered, or not valid for this device."""
+
+
+def check_len(context: str, expected: int, actual: int, buffer: str = "buffer") -> None:
+    """Raise `BufferLengthError` unless `actual == expected`."""
+    if actual != expected:
+        raise BufferLengthError(context, expected, actual, buffer)

@@ -1,0 +1,118 @@
+"""Compute capabilities and the PTX tiers the kernel module ships in."""
+
+from __future__ import annotations
+
+import enum
+import functools
+import os
+import re
+
+import attrs
+
+_CAPABILITY = re.compile(r"^\s*(\d+)\.(\d+)\s*$")
+
+
+@functools.total_ordering
+@attrs.frozen(order=False)
+class ComputeCapability:
+    """A CUDA compute capability, ordered by (major, minor) and written "8.9"."""
+
+    major: int
+    minor: int
+
+    @staticmethod
+    def new(major: int, minor: int) -> ComputeCapability:
+        return ComputeCapability(major, minor)
+
+    @classmethod
+    def parse(cls, text: str) -> ComputeCapability:
+        """Parse "8.9"; anything else is a `ValueError` naming the text."""
+        match = _CAPABILITY.match(text)
+        if match is None:
+            raise ValueError(f"compute capability {text!r} is not of the form MAJOR.MINOR")
+        return cls(int(match.group(1)), int(match.group(2)))
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, ComputeCapability):
+            return NotImplemented
+        return (self.major, self.minor) < (other.major, other.minor)
+
+    def __str__(self) -> str:
+        return f"{self.major}.{self.minor}"
+
+    @property
+    def sm(self) -> str:
+        """The exact-architecture name, "sm_89"."""
+        return f"sm_{self.major}{self.minor}"
+
+
+@functools.total_ordering
+class PtxTier(enum.Enum):
+    """A PTX target the kernel module is built for; a device runs tiers at or below it."""
+
+    SM75 = (7, 5)
+    SM80 = (8, 0)
+    SM90 = (9, 0)
+    SM120 = (12, 0)
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, PtxTier):
+            return NotImplemented
+        return self.value < other.value
+
+    def __str__(self) -> str:
+        return f"sm{self.value[0]}{self.value[1]}"
+
+    @property
+    def capability(self) -> ComputeCapability:
+        """The lowest compute capability that runs this tier."""
+        return ComputeCapability(*self.value)
+
+    @classmethod
+    def parse(cls, text: str) -> PtxTier:
+        """Parse "sm80" (case and surrounding space ignored)."""
+        wanted = text.strip().lower()
+        for tier in cls:
+            if str(tier) == wanted:
+                return tier
+        names = ", ".join(str(tier) for tier in cls)
+        raise ValueError(f"PTX tier {text!r} is not one of {names}")
+
+    @classmethod
+    def highest_for(cls, capability: ComputeCapability) -> PtxTier | None:
+        """The highest tier a device of `capability` runs, or None below sm75."""
+        runnable = [tier for tier in cls if tier.capability <= capability]
+        return max(runnable) if runnable else None
+
+    @classmethod
+    def from_env(cls) -> PtxTier | None:
+        """The tier `PYSPK_PTX_TIER` forces, or None when it is unset or empty."""
+        value = os.environ.get("PYSPK_PTX_TIER", "")
+        return cls.parse(value) if value.strip() else None
+
+
+# the tiers the kernel module is built in; a device loads the highest at or below it
+SHIPPED_TIERS = (PtxTier.SM75, PtxTier.SM80)
+
+
+def loadable_tier(capability: ComputeCapability, forced: PtxTier | None = None) -> PtxTier:
+    """The shipped tier a device of `capability` loads: the highest at or below it, or
+    `forced` (e.g. from `PtxTier.from_env()`) when that is shipped and not above it.
+    Raises ValueError naming the device and tier otherwise."""
+    runnable = [tier for tier in SHIPPED_TIERS if tier.capability <= capability]
+    if not runnable:
+        raise ValueError(
+            f"compute capability {capability} is below the lowest shipped PTX tier "
+            f"{SHIPPED_TIERS[0]}"
+        )
+    if forced is None:
+        return max(runnable)
+    if forced not in SHIPPED_TIERS:
+        shipped = ", ".join(str(tier) for tier in SHIPPED_TIERS)
+        raise ValueError(f"PTX tier {forced} is not shipped (shipped: {shipped})")
+    if forced.capability > capability:
+        raise ValueError(
+            f"PTX tier {forced} needs compute capability {forced.capability}, "
+            f"the device has {capability}"
+        )
+    return forced
