@@ -1,0 +1,288 @@
+"""The `pyspk` command.
+
+`pyspk pins` prints the kernel the segdense device rule picks for each of the 24 tuples
+(boundary x batch x math) on the local GPU, on a named deployment GPU (`--device h200`) or
+on given attributes (`--capability 8.9 --sms 34`); with no GPU answering and none named,
+it prints the picks of every known profile side by side. `--write`/`--check` record the
+picks as JSON and compare a later rule with the record."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from pyspk import __version__
+from pyspk.cuda.device import DEFAULT_SHARED_OPTIN_BYTES, DeviceAttributes
+from pyspk.cuda.errors import CudaError
+from pyspk.cuda.profiles import PROFILES, profile, profile_key
+from pyspk.cuda.tier import SHIPPED_TIERS, ComputeCapability, PtxTier, loadable_tier
+from pyspk.pins import TUPLES, Pick, diff, pick_table, profiles_table, render_picks, to_json
+
+PROG = "pyspk"
+
+
+class UsageError(Exception):
+    """A bad argument or input file: one line on stderr, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    # argparse prints the usage and exits; one line and a status from main() instead
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def local_device() -> DeviceAttributes:
+    """Device 0 through the driver; a `CudaError` when none answers (tests replace this)."""
+    return DeviceAttributes.query(0)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _capability(text: str) -> ComputeCapability:
+    try:
+        return ComputeCapability.parse(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not at least 1")
+    return value
+
+
+def _tier(text: str) -> PtxTier:
+    try:
+        return PtxTier.parse(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG,
+        description="pyspk: fixed-shape CUDA kernels for the dense "
+        "layers of a speaker-diarization engine.",
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    pins = commands.add_parser(
+        "pins",
+        help="the kernel the device rule picks for every segdense tuple",
+        description="Print the entry, kernel, split-K slices, block and dynamic shared "
+        "memory the segdense device rule picks for each boundary, batch (1, 32) and math "
+        "(fp32, tf32). The device is the local GPU, a --device profile, or --capability "
+        "with --sms; with no GPU answering and none named, every known profile is shown.",
+        epilog=f"known devices: {', '.join(PROFILES)}",
+    )
+    source = pins.add_mutually_exclusive_group()
+    source.add_argument("--device", metavar="NAME", help="a known deployment GPU")
+    source.add_argument(
+        "--capability",
+        metavar="MAJOR.MINOR",
+        type=_capability,
+        help="a device of this compute capability (needs --sms)",
+    )
+    pins.add_argument(
+        "--sms", metavar="N", type=_positive, help="multiprocessors of the --capability device"
+    )
+    pins.add_argument(
+        "--shared-optin",
+        metavar="BYTES",
+        type=_positive,
+        help="opt-in shared memory per block of the --capability device "
+        f"(default {DEFAULT_SHARED_OPTIN_BYTES})",
+    )
+    shipped = ", ".join(str(tier) for tier in SHIPPED_TIERS)
+    pins.add_argument(
+        "--tier",
+        metavar="TIER",
+        type=_tier,
+        help=f"the PTX tier loaded ({shipped}; default PYSPK_PTX_TIER, else "
+        "the highest shipped tier the device loads)",
+    )
+    pins.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    record = pins.add_mutually_exclusive_group()
+    record.add_argument("--write", metavar="FILE", help="record the picks as JSON in FILE")
+    record.add_argument(
+        "--check",
+        metavar="FILE",
+        help="compare the picks with FILE; exit 1 naming each changed one",
+    )
+    pins.set_defaults(run=_run_pins)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line `argv` (default `sys.argv[1:]`); returns the exit status:
+    0 done, 1 `--check` found changed picks, 2 a bad argument or input."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.command is None:
+            raise UsageError(f"a command is required: pins (see {PROG} --help)")
+        return args.run(args)
+    except UsageError as error:
+        print(f"{PROG}: error: {_one_line(str(error))}", file=sys.stderr)
+        return 2
+    except SystemExit as done:
+        # --help and --version
+        return done.code if isinstance(done.code, int) else 0
+    except BrokenPipeError:
+        # the reader (`| head`) left: silence the flush at exit rather than a traceback
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 1
+
+
+# --- pins ----------------------------------------------------------------------------
+
+
+def _named_device(args: argparse.Namespace) -> tuple[DeviceAttributes, str] | None:
+    """The device the arguments name and how it was named, or None when they name none."""
+    if args.capability is None:
+        if args.sms is not None or args.shared_optin is not None:
+            raise UsageError("--sms and --shared-optin describe a --capability device")
+        if args.device is None:
+            return None
+        try:
+            key = profile_key(args.device)
+        except KeyError as error:
+            raise UsageError(error.args[0]) from None
+        return profile(key), f"profile {key}"
+    if args.sms is None:
+        raise UsageError("--capability needs --sms, the device's multiprocessor count")
+    shared = DEFAULT_SHARED_OPTIN_BYTES if args.shared_optin is None else args.shared_optin
+    device = DeviceAttributes(
+        args.capability, multiprocessors=args.sms, shared_optin_bytes=shared, name="custom device"
+    )
+    return device, "given attributes"
+
+
+def _forced_tier(args: argparse.Namespace) -> tuple[PtxTier | None, str]:
+    """The tier the user forces (--tier, else PYSPK_PTX_TIER) and where it came from."""
+    if args.tier is not None:
+        return args.tier, "--tier"
+    try:
+        forced = PtxTier.from_env()
+    except ValueError as error:
+        raise UsageError(f"PYSPK_PTX_TIER: {error}") from None
+    return forced, "PYSPK_PTX_TIER"
+
+
+def _run_pins(args: argparse.Namespace) -> int:
+    forced, forced_by = _forced_tier(args)
+    named = _named_device(args)
+    if named is None:
+        try:
+            local = local_device()
+        except CudaError as error:
+            absent = f"{type(error).__name__}: {error}"
+        else:
+            absent = None
+        # outside the handler, so nothing later chains onto the driver's error
+        if absent is not None:
+            return _all_profiles(args, forced, absent)
+        named = (local, "local device 0")
+    device, source = named
+
+    try:
+        tier = loadable_tier(device.capability, forced)
+    except ValueError as error:
+        raise UsageError(f"{device.name}: {error}") from None
+    why = forced_by if forced is not None else "highest shipped it loads"
+    picks = pick_table(device, tier)
+    record = to_json(device, tier, picks)
+
+    if args.check is not None:
+        return _check(args, record, picks)
+    if args.write is not None:
+        _write(args.write, record)
+    if args.json:
+        _print_json(record)
+    else:
+        print(
+            f"{device.name} ({source}): capability {device.capability}, "
+            f"{device.multiprocessors} SMs, opt-in shared {device.shared_optin_bytes} B, "
+            f"PTX tier {tier} ({why})"
+        )
+        print(render_picks(picks))
+    if args.write is not None:
+        print(f"wrote {len(picks)} picks to {args.write}", file=sys.stderr)
+    return 0
+
+
+def _all_profiles(args: argparse.Namespace, forced: PtxTier | None, reason: str) -> int:
+    note = f"no local GPU answered ({_one_line(reason)})"
+    if args.write is not None or args.check is not None:
+        option = "--write" if args.write is not None else "--check"
+        raise UsageError(f"{note}; {option} needs --device NAME or --capability and --sms")
+    if forced is not None and forced not in SHIPPED_TIERS:
+        shipped = ", ".join(str(tier) for tier in SHIPPED_TIERS)
+        raise UsageError(f"PTX tier {forced} is not shipped (shipped: {shipped})")
+    table = profiles_table(forced)
+    print(f"{PROG}: {note}; showing every known profile", file=sys.stderr)
+    if args.json:
+        _print_json(table.as_json())
+    else:
+        print(table.render())
+    return 0
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2))
+
+
+def _write(path: str, record: dict[str, Any]) -> None:
+    try:
+        with open(path, "w", encoding="utf-8") as file:
+            file.write(json.dumps(record, indent=2) + "\n")
+    except OSError as error:
+        raise UsageError(f"cannot write {path}: {error.strerror or error}") from None
+
+
+def _check(args: argparse.Namespace, record: dict[str, Any], picks: Sequence[Pick]) -> int:
+    path = args.check
+    try:
+        with open(path, encoding="utf-8") as file:
+            recorded = json.load(file)
+    except OSError as error:
+        raise UsageError(f"cannot read {path}: {error.strerror or error}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise UsageError(f"{path} is not JSON: {error}") from None
+    try:
+        changes = diff(recorded, picks)
+    except ValueError as error:
+        raise UsageError(f"{path}: {error}") from None
+
+    if args.json:
+        _print_json({"check": path, "matches": not changes, "changes": changes})
+        return 1 if changes else 0
+    if not changes:
+        print(f"{len(TUPLES)} picks match {path}")
+        return 0
+    was = recorded.get("device")
+    was = was if isinstance(was, dict) else {}
+    print(
+        f"{len(changes)} of {len(TUPLES)} picks differ from {path} (recorded for "
+        f"{was.get('name', '?')}, {was.get('capability', '?')}, "
+        f"{was.get('multiprocessors', '?')} SMs, tier {recorded.get('tier', '?')}; now "
+        f"{record['device']['name']}, tier {record['tier']}):"
+    )
+    for line in changes:
+        print(f"  {line}")
+    return 1

@@ -1,0 +1,381 @@
+"""The device rule's pick for every segdense tuple (six boundaries x batches 1 and 32 x
+FP32/TF32 math) on one device and PTX tier: as a table, as JSON, and as a diff against a
+recorded JSON table, so a rule change shows up as named tuples. Pure: no driver import."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from pyspk.candidate.segdense.selection import BATCHES, Entry, SegdensePin, Site
+from pyspk.cuda.device import DeviceAttributes
+from pyspk.cuda.math import CudaMath
+from pyspk.cuda.profiles import PROFILES
+from pyspk.cuda.tier import PtxTier, loadable_tier
+
+# every (site, batch, math) the rule answers, in Site order, then batch, then math
+TUPLES: tuple[tuple[Site, int, CudaMath], ...] = tuple(
+    (site, batch, math) for site in Site for batch in BATCHES for math in CudaMath
+)
+
+# the fields that make up a pick; a change in any of them is a changed pick
+PICK_FIELDS = ("entry", "kernel", "splits", "block", "shared")
+
+
+@attrs.frozen
+class Pick:
+    """What the device rule runs for one tuple: entry, kernel, split-K slices (None for
+    entries without split-K), block threads and dynamic shared bytes."""
+
+    boundary: str
+    batch: int
+    math: CudaMath
+    entry: str
+    kernel: str
+    splits: int | None
+    block: int
+    shared: int
+
+    @classmethod
+    def select(
+        cls, site: Site, batch: int, math: CudaMath, tier: PtxTier, device: DeviceAttributes
+    ) -> Pick:
+        pin = SegdensePin.select(site, batch, math, tier, device)
+        config = pin.config()
+        return cls(
+            boundary=site.value,
+            batch=batch,
+            math=math,
+            entry=pin.entry().name,
+            kernel=config.kernel,
+            splits=pin.splits(),
+            block=config.block,
+            shared=config.shared,
+        )
+
+    def key(self) -> tuple[str, int, str]:
+        return (self.boundary, self.batch, str(self.math))
+
+    def label(self) -> str:
+        """ "EMBED_B32_TF32_E64 x66", or the entry name alone without split-K."""
+        return _label(self.entry, self.splits)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "boundary": self.boundary,
+            "batch": self.batch,
+            "math": str(self.math),
+            "entry": self.entry,
+            "kernel": self.kernel,
+            "splits": self.splits,
+            "block": self.block,
+            "shared": self.shared,
+        }
+
+
+def _label(entry: object, splits: object) -> str:
+    return f"{entry} x{splits}" if splits is not None else str(entry)
+
+
+def _where(key: tuple[str, int, str]) -> str:
+    boundary, batch, math = key
+    return f"{boundary} batch {batch} {math}"
+
+
+def pick_table(device: DeviceAttributes, tier: PtxTier) -> list[Pick]:
+    """The 24 picks of the device rule on `device` with the `tier` module loaded.
+
+    The tier is taken as given; `loadable_tier` says which one a device would load."""
+    return [Pick.select(site, batch, math, tier, device) for site, batch, math in TUPLES]
+
+
+def device_json(device: DeviceAttributes) -> dict[str, Any]:
+    return {
+        "name": device.name,
+        "capability": str(device.capability),
+        "multiprocessors": device.multiprocessors,
+        "shared_optin_bytes": device.shared_optin_bytes,
+    }
+
+
+def to_json(device: DeviceAttributes, tier: PtxTier, picks: Sequence[Pick]) -> dict[str, Any]:
+    """The record `pyspk pins --write` stores and `--check` reads back."""
+    return {
+        "device": device_json(device),
+        "tier": str(tier),
+        "picks": [pick.as_dict() for pick in picks],
+    }
+
+
+def _recorded_picks(recorded: object) -> dict[tuple[str, int, str], dict[str, Any]]:
+    """The picks of a recorded table by tuple; ValueError naming what is malformed."""
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("picks"), list):
+        raise ValueError('the record is not an object with a "picks" list')
+    picks: dict[tuple[str, int, str], dict[str, Any]] = {}
+    for index, item in enumerate(recorded["picks"]):
+        if not isinstance(item, dict):
+            raise ValueError(f"recorded pick {index} is not an object")
+        missing = [
+            field for field in ("boundary", "batch", "math", *PICK_FIELDS) if field not in item
+        ]
+        if missing:
+            raise ValueError(f"recorded pick {index} lacks {', '.join(missing)}")
+        key = (str(item["boundary"]), item["batch"], str(item["math"]))
+        if key in picks:
+            raise ValueError(f"recorded pick {index} repeats {_where(key)}")
+        picks[key] = item
+    return picks
+
+
+def diff(recorded: object, picks: Iterable[Pick]) -> list[str]:
+    """One line per tuple whose pick differs from the recorded JSON table (`to_json`'s
+    shape), is missing from it, or is recorded but not picked now; empty when all match.
+
+    ValueError when the record is not of that shape."""
+    old = _recorded_picks(recorded)
+    lines = []
+    current = set()
+    for pick in picks:
+        key = pick.key()
+        current.add(key)
+        now = pick.as_dict()
+        was = old.get(key)
+        if was is None:
+            lines.append(f"{_where(key)}: not recorded -> {pick.label()}")
+            continue
+        if all(was[field] == now[field] for field in PICK_FIELDS):
+            continue
+        before = _label(was["entry"], was["splits"])
+        if before != pick.label():
+            lines.append(f"{_where(key)}: {before} -> {pick.label()}")
+        else:
+            # same entry and slices: name the launch fields that moved
+            moved = ", ".join(
+                f"{field} {was[field]} -> {now[field]}"
+                for field in ("kernel", "block", "shared")
+                if was[field] != now[field]
+            )
+            lines.append(f"{_where(key)}: {before}: {moved}")
+    for key, was in old.items():
+        if key not in current:
+            lines.append(f"{_where(key)}: {_label(was['entry'], was['splits'])} -> not picked")
+    return lines
+
+
+def render_picks(picks: Sequence[Pick]) -> str:
+    """The picks as an aligned text table, one row per tuple."""
+    header = ("boundary", "batch", "math", "entry", "kernel", "splits", "block", "shared")
+    rows = [
+        (
+            pick.boundary,
+            str(pick.batch),
+            str(pick.math),
+            pick.entry,
+            pick.kernel,
+            "-" if pick.splits is None else str(pick.splits),
+            str(pick.block),
+            str(pick.shared),
+        )
+        for pick in picks
+    ]
+    # numbers right-aligned, names left-aligned
+    numeric = (False, True, False, False, False, True, True, True)
+    return _render([header, *rows], numeric)
+
+
+def _render(
+    rows: Sequence[Sequence[str]], numeric: Sequence[bool], gaps: Sequence[int] | None = None
+) -> str:
+    """Aligned columns, numbers right-aligned, `gaps[i]` spaces after column i (2 by
+    default). A row may end early: its last cell then spans the remaining columns."""
+    columns = len(numeric)
+    gaps = [2] * columns if gaps is None else gaps
+    widths = [
+        max(
+            (len(row[column]) for row in rows if column < len(row) - 1 or len(row) == columns),
+            default=0,
+        )
+        for column in range(columns)
+    ]
+    lines = []
+    for row in rows:
+        line = ""
+        for column, cell in enumerate(row):
+            spans = column == len(row) - 1 and len(row) < columns
+            if spans:
+                line += cell
+            elif numeric[column]:
+                line += cell.rjust(widths[column])
+            else:
+                line += cell.ljust(widths[column])
+            line += " " * gaps[column]
+        lines.append(line.rstrip())
+    return "\n".join(lines)
+
+
+# --- every known profile side by side ------------------------------------------------
+
+# the entry-name stem of each site: CONV1_B32_X3 is stem CONV1, batch 32, variant X3
+_STEMS = {
+    Site.CONV1: "CONV1",
+    Site.CONV2: "CONV2",
+    Site.LINEAR0: "LINEAR0",
+    Site.LINEAR1: "LINEAR1",
+    Site.LINEAR2: "CLASSIFIER",
+    Site.EMBEDDING: "EMBED",
+}
+
+# variant after the stem -> (short cell label, legend text)
+_VARIANTS = {
+    "": ("simt", "FP32 SIMT kernel"),
+    "TC": ("tc", "TF32 tensor-core convolution"),
+    "X3": ("x3", "3xTF32 tensor cores (FP32-exact)"),
+    "TF32": ("tf32", "TF32 tensor cores"),
+    "SELECT": ("sel", "TF32 tensor cores, 16 reduction rows in 3xTF32"),
+    "TF32_E64": ("e64", "TF32 split-K on 96 x 64 tiles"),
+    "TF32_K2": ("k2", "TF32 split-K with an in-block k-split"),
+    "F16": ("f16", "split-K with scaled FP16 products"),
+}
+
+
+def _variant(entry_name: str) -> str:
+    entry = Entry[entry_name]
+    prefix = f"{_STEMS[entry.site()]}_B{entry.batch()}"
+    return entry_name.removeprefix(prefix).lstrip("_")
+
+
+def short_cell(pick: Pick) -> str:
+    """A compact cell naming the pick within its tuple: "e64:66", "x3", "simt:34"."""
+    variant = _variant(pick.entry)
+    label = _VARIANTS.get(variant, (variant.lower() or "simt", ""))[0]
+    return label if pick.splits is None else f"{label}:{pick.splits}"
+
+
+def _short_boundary(boundary: str) -> str:
+    return boundary.rsplit(".", 1)[-1]
+
+
+@attrs.frozen
+class ProfileRow:
+    """One profile: the tier it loads and its picks, or why it cannot load the tier."""
+
+    name: str
+    device: DeviceAttributes
+    tier: PtxTier | None
+    picks: tuple[Pick, ...]
+    error: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        if self.tier is None:
+            return {
+                "device": device_json(self.device),
+                "tier": None,
+                "error": self.error,
+                "picks": [],
+            }
+        return to_json(self.device, self.tier, self.picks)
+
+
+@attrs.frozen
+class ProfileTable:
+    """The picks of every known profile: rows of profiles, and a rendering that shows
+    per profile only the tuples whose pick differs between profiles."""
+
+    rows: tuple[ProfileRow, ...]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"profiles": {row.name: row.as_json() for row in self.rows}}
+
+    def cells(self) -> dict[str, dict[tuple[str, int, str], str]]:
+        """Profile name -> tuple -> short cell, for the profiles that load their tier."""
+        return {
+            row.name: {pick.key(): short_cell(pick) for pick in row.picks}
+            for row in self.rows
+            if row.tier is not None
+        }
+
+    def render(self) -> str:
+        cells = self.cells()
+        keys = [(site.value, batch, str(math)) for site, batch, math in TUPLES]
+        varying = [key for key in keys if len({by[key] for by in cells.values()}) > 1]
+        common = [key for key in keys if key not in varying]
+
+        head_top = ["", "", "", "", *(_short_boundary(key[0]) for key in varying)]
+        head = ["profile", "cc", "SMs", "tier", *(f"b{key[1]} {key[2]}" for key in varying)]
+        body = []
+        for row in self.rows:
+            front = [row.name, str(row.device.capability), str(row.device.multiprocessors)]
+            if row.tier is None:
+                body.append([*front, "-", f"({row.error})"])
+            else:
+                body.append([*front, str(row.tier), *(cells[row.name][key] for key in varying)])
+        numeric = [False, True, True, False, *([False] * len(varying))]
+        # one space between the tuple columns keeps nine of them within ~100 columns
+        gaps = [1, 1, 1, 2, *([1] * len(varying))]
+        table = _render([head_top, head, *body], numeric, gaps)
+
+        lines = [table]
+        if varying:
+            entries = self._entries(varying)
+            lines.append("")
+            lines.append("cells: the entry's variant within its tuple; :N = split-K slices")
+            for variant, (label, text) in _VARIANTS.items():
+                named = [
+                    entry.name
+                    for entry in Entry
+                    if entry.name in entries and _variant(entry.name) == variant
+                ]
+                if named:
+                    lines.append(f"  {label:<5} {text}: {', '.join(named)}")
+        if common:
+            lines.append("")
+            lines.append("the same pick on every profile:")
+            lines.extend(f"  {line}" for line in self._common_lines(common))
+        return "\n".join(lines)
+
+    def _loaded(self) -> list[ProfileRow]:
+        return [row for row in self.rows if row.tier is not None]
+
+    def _entries(self, keys: Sequence[tuple[str, int, str]]) -> set[str]:
+        """The entries any profile picks for `keys`."""
+        wanted = set(keys)
+        return {pick.entry for row in self._loaded() for pick in row.picks if pick.key() in wanted}
+
+    def _common_lines(self, keys: Sequence[tuple[str, int, str]]) -> list[str]:
+        """ "sincnet.conv1 b1 fp32, tf32: CONV1_B1": maths of one boundary and batch that
+        share a pick are merged."""
+        loaded = self._loaded()
+        if not loaded:
+            return []
+        first = {pick.key(): pick for pick in loaded[0].picks}
+        groups: dict[tuple[str, int, str], list[str]] = {}
+        for key in keys:
+            pick = first[key]
+            groups.setdefault((key[0], key[1], pick.label()), []).append(key[2])
+        width = max(
+            len(f"{boundary} b{batch} {', '.join(maths)}:")
+            for (boundary, batch, _), maths in groups.items()
+        )
+        return [
+            f"{boundary} b{batch} {', '.join(maths)}:".ljust(width) + f" {label}"
+            for (boundary, batch, label), maths in groups.items()
+        ]
+
+
+def profiles_table(
+    tier_override: PtxTier | None = None,
+    profiles: Mapping[str, DeviceAttributes] = PROFILES,
+) -> ProfileTable:
+    """The picks of every profile on the tier it would load: the highest shipped tier at
+    or below its capability, or `tier_override` where the profile can load that one."""
+    rows = []
+    for name, device in profiles.items():
+        try:
+            tier = loadable_tier(device.capability, tier_override)
+        except ValueError as error:
+            rows.append(ProfileRow(name, device, None, (), str(error)))
+            continue
+        rows.append(ProfileRow(name, device, tier, tuple(pick_table(device, tier))))
+    return ProfileTable(tuple(rows))
