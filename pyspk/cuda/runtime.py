@@ -1,0 +1,651 @@
+"""A device's primary context and one stream, with float32 device buffers and CUDA graphs.
+
+`CudaRuntime` retains the device's primary context, the one the CUDA runtime (and so
+PyTorch and CuPy) uses, so pointers and streams pass freely between them and pyspk in one
+process. It owns a non-blocking stream or adopts a caller's. `device_array` is the one
+check every plan entry point applies to the buffers it is given.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import operator
+import weakref
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pyspk.cuda import driver
+from pyspk.cuda.device import DeviceAttributes
+from pyspk.cuda.errors import CudaError, DriverError, check_len
+from pyspk.cuda.tier import PtxTier
+
+if TYPE_CHECKING:
+    from pyspk.cuda.kernels import KernelModule, LoadedKernels
+
+__all__ = [
+    "BufferLayoutError",
+    "CudaRuntime",
+    "DeviceBuffer",
+    "Graph",
+    "device_address",
+    "device_array",
+]
+
+_FLOAT32 = np.dtype("<f4")
+_ITEM_BYTES = 4
+# __cuda_array_interface__ v3 writes the legacy default stream as 1, never 0
+_CAI_LEGACY_STREAM = 1
+
+
+class BufferLayoutError(CudaError):
+    """A device buffer has the wrong dtype, layout or device for the kernel it feeds."""
+
+    def __init__(self, context: str, buffer: str, problem: str) -> None:
+        self.context = context
+        self.buffer = buffer
+        self.problem = problem
+        super().__init__(f"{context}: {buffer} {problem}")
+
+
+class DeviceBuffer:
+    """A 1-D float32 allocation made by a `CudaRuntime`; freed by `free()`, by the runtime's
+    `close()`, or when garbage-collected."""
+
+    dtype = np.dtype(np.float32)
+
+    def __init__(self, runtime: CudaRuntime, ptr: int, length: int) -> None:
+        self._runtime = runtime
+        self._ptr = ptr
+        self._len = length
+        self._finalizer: weakref.finalize | None = None
+        if ptr:
+            self._finalizer = weakref.finalize(self, runtime._release_collected, ptr)
+            # at interpreter exit the process frees device memory; do not call the driver
+            self._finalizer.atexit = False
+            runtime._allocations[ptr] = self._finalizer
+
+    @property
+    def freed(self) -> bool:
+        return self._ptr != 0 and (self._finalizer is None or not self._finalizer.alive)
+
+    @property
+    def ptr(self) -> int:
+        """The device address (0 for an empty buffer); `CudaError` once freed."""
+        if self.freed:
+            raise CudaError(f"{self!r} was freed; its device address is no longer valid")
+        return self._ptr
+
+    @property
+    def len(self) -> int:
+        return self._len
+
+    def __len__(self) -> int:
+        return self._len
+
+    @property
+    def nbytes(self) -> int:
+        return self._len * _ITEM_BYTES
+
+    @property
+    def ordinal(self) -> int:
+        return self._runtime.ordinal
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        # the data may still be being written on the runtime's stream: name it so a
+        # consumer orders its reads after that work (v3 semantics)
+        handle = self._runtime.stream_handle
+        return {
+            "version": 3,
+            "shape": (self._len,),
+            "typestr": "<f4",
+            "data": (self.ptr, False),
+            "strides": None,
+            "stream": handle if handle != 0 else _CAI_LEGACY_STREAM,
+        }
+
+    def free(self) -> None:
+        """Free the memory now (idempotent)."""
+        if self._finalizer is not None and self._finalizer.detach() is not None:
+            self._runtime._release(self._ptr)
+
+    def __repr__(self) -> str:
+        state = " freed" if self.freed else ""
+        return f"DeviceBuffer(ptr={self._ptr:#x}, len={self._len}, device={self.ordinal}{state})"
+
+
+class Graph:
+    """An instantiated CUDA graph captured on a runtime's stream."""
+
+    def __init__(self, runtime: CudaRuntime, executable: Any) -> None:
+        self._runtime = runtime
+        self._exec = executable
+        self._finalizer = weakref.finalize(self, runtime._destroy_graph_quietly, executable)
+        self._finalizer.atexit = False
+        runtime._graphs.add(self._finalizer)
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def replay(self) -> None:
+        """Launch the graph on the runtime's stream; returns without waiting for it."""
+        if self.closed:
+            raise CudaError("Graph.replay: the graph was closed")
+        self._runtime._make_current()
+        driver.call("cuGraphLaunch", self._exec, self._runtime.stream)
+
+    def close(self) -> None:
+        """Destroy the executable graph (idempotent)."""
+        if self._finalizer.detach() is not None:
+            self._runtime._graphs.discard(self._finalizer)
+            self._runtime._destroy_graph(self._exec)
+
+    def __enter__(self) -> Graph:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class CudaRuntime:
+    """Device `ordinal`'s primary context made current, and a stream to enqueue on.
+
+    `stream` is None (the runtime creates and later destroys a non-blocking stream), or a
+    stream it adopts and never destroys: an int handle, a `CUstream`, or an object with
+    a `cuda_stream` attribute (torch.cuda.Stream) or `__cuda_stream__` method.
+    """
+
+    def __init__(
+        self,
+        ordinal: int = 0,
+        ptx_tier: PtxTier | None = None,
+        stream: int | object | None = None,
+    ) -> None:
+        self._closed = True  # until the context is held, close() has nothing to undo
+        self._allocations: dict[int, weakref.finalize] = {}
+        self._graphs: set[weakref.finalize] = set()
+        self._kernels: dict[Any, Any] = {}
+        self._capturing = 0
+        self._deferred: list[int] = []
+        self._ordinal = operator.index(ordinal)
+        self._ptx_tier = ptx_tier if ptx_tier is not None else PtxTier.from_env()
+        api = driver.api()
+        self._device = driver.device_attributes(self._ordinal)
+        self._cudevice = driver.call("cuDeviceGet", self._ordinal)
+        self._context = driver.call("cuDevicePrimaryCtxRetain", self._cudevice)
+        self._context_handle = int(self._context)
+        self._closed = False
+        try:
+            driver.call("cuCtxSetCurrent", self._context)
+            self._stream_source = stream  # keeps an adopted stream's owner alive
+            if stream is None:
+                flags = int(api.CUstream_flags.CU_STREAM_NON_BLOCKING)
+                self._stream = driver.call("cuStreamCreate", flags)
+                self._owns_stream = True
+            else:
+                self._stream = _adopt_stream(api, stream)
+                self._owns_stream = False
+                self._check_stream_context()
+        except BaseException:
+            self._owns_stream = False
+            self.close()
+            raise
+
+    # -- properties ------------------------------------------------------------------
+
+    @property
+    def device(self) -> DeviceAttributes:
+        return self._device
+
+    @property
+    def ordinal(self) -> int:
+        return self._ordinal
+
+    @property
+    def ptx_tier(self) -> PtxTier | None:
+        """The tier asked for (argument, else PYSPK_PTX_TIER), or None for the device's."""
+        return self._ptx_tier
+
+    @property
+    def stream(self) -> Any:
+        """The `CUstream` every operation of this runtime is enqueued on."""
+        return self._stream
+
+    @property
+    def stream_handle(self) -> int:
+        return int(self._stream)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- memory ----------------------------------------------------------------------
+
+    def alloc_zeros(self, count: int) -> DeviceBuffer:
+        """A buffer of `count` float32 zeros, already zero when this returns."""
+        buffer = self._alloc(count)
+        if buffer.len:
+            try:
+                ptr = driver.api().CUdeviceptr(buffer.ptr)
+                driver.call("cuMemsetD32Async", ptr, 0, buffer.len, self._stream)
+                self.synchronize()
+            except BaseException:
+                buffer.free()
+                raise
+        return buffer
+
+    def upload(self, array: np.ndarray) -> DeviceBuffer:
+        """A new buffer holding `array` as flattened, C-ordered float32."""
+        host = np.ascontiguousarray(array, dtype=_FLOAT32).reshape(-1)
+        buffer = self._alloc(host.size)
+        if buffer.len:
+            try:
+                ptr = driver.api().CUdeviceptr(buffer.ptr)
+                driver.call("cuMemcpyHtoDAsync", ptr, host.ctypes.data, host.nbytes, self._stream)
+                # waiting keeps `host` alive for the copy and makes the data visible to
+                # every stream, not only this one
+                self.synchronize()
+            except BaseException:
+                buffer.free()
+                raise
+        return buffer
+
+    def download(self, buffer: object) -> np.ndarray:
+        """Copy a float32 device buffer (DeviceBuffer or CUDA-array-interface object) to a
+        1-D numpy array, after the work pending on its stream and on this runtime's."""
+        context = "CudaRuntime.download"
+        ptr, count, producer = _interface(buffer, context, "buffer", self._ordinal)
+        host = np.empty(count, dtype=_FLOAT32)
+        if count:
+            self._make_current()
+            api = driver.api()
+            if producer is not None and producer != self.stream_handle:
+                driver.call("cuStreamSynchronize", api.CUstream(producer))
+            source = api.CUdeviceptr(ptr)
+            driver.call("cuMemcpyDtoHAsync", host.ctypes.data, source, host.nbytes, self._stream)
+            self.synchronize()
+        return host
+
+    def copy(self, dst: object, src: object) -> None:
+        """Enqueue a device-to-device copy of all of `src` into `dst` (equal lengths)."""
+        context = "CudaRuntime.copy"
+        dst_ptr, dst_len, _ = _interface(dst, context, "dst", self._ordinal, writable=True)
+        src_ptr, src_len, _ = _interface(src, context, "src", self._ordinal)
+        check_len(context, dst_len, src_len, "src")
+        if dst_len:
+            self._make_current()
+            api = driver.api()
+            driver.call(
+                "cuMemcpyDtoDAsync",
+                api.CUdeviceptr(dst_ptr),
+                api.CUdeviceptr(src_ptr),
+                dst_len * _ITEM_BYTES,
+                self._stream,
+            )
+
+    def synchronize(self) -> None:
+        """Wait until everything enqueued on the runtime's stream has finished."""
+        self._make_current()
+        driver.call("cuStreamSynchronize", self._stream)
+
+    # -- kernels and graphs ----------------------------------------------------------
+
+    def load_kernels(self, module: KernelModule) -> LoadedKernels:
+        """The kernels of `module` for this device and tier, loaded once per runtime."""
+        if self._closed:
+            raise CudaError("this CudaRuntime is closed")
+        loaded = self._kernels.get(module)
+        if loaded is None:
+            from pyspk.cuda.kernels import load_kernels
+
+            self._make_current()
+            loaded = load_kernels(module, self._device.capability, self._ptx_tier)
+            self._kernels[module] = loaded
+        return loaded
+
+    def capture(self, fn: Callable[[], None]) -> Graph:
+        """Record what `fn` enqueues on the runtime's stream into an instantiated graph.
+
+        Nothing runs while capturing. The capture is thread-local: other threads may keep
+        using CUDA meanwhile. If `fn` raises, the capture is ended and the error re-raised.
+        """
+        self._make_current()
+        api = driver.api()
+        mode = api.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+        driver.call("cuStreamBeginCapture", self._stream, mode)
+        self._capturing += 1
+        try:
+            try:
+                fn()
+            except BaseException:
+                self._abandon_capture()
+                raise
+            graph = driver.call("cuStreamEndCapture", self._stream)
+        finally:
+            self._capturing -= 1
+            self._flush_deferred()
+        try:
+            executable = _instantiate(api, graph)
+        finally:
+            # the executable graph does not need its template once instantiated
+            _quietly(lambda: driver.call("cuGraphDestroy", graph))
+        return Graph(self, executable)
+
+    def _abandon_capture(self) -> None:
+        try:
+            graph = driver.call("cuStreamEndCapture", self._stream)
+        except CudaError:
+            return  # an invalidated capture ends with an error and no graph
+        if graph is not None and int(graph):
+            _quietly(lambda: driver.call("cuGraphDestroy", graph))
+
+    # -- lifetime --------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Free what this runtime made and release the primary context (idempotent).
+
+        An adopted stream is left alone. The first error met is raised after every
+        resource has been given back.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        errors: list[BaseException] = []
+
+        def attempt(step: Callable[[], object]) -> None:
+            try:
+                step()
+            except Exception as error:  # keep releasing; report the first failure
+                errors.append(error)
+
+        attempt(lambda: driver.call("cuCtxSetCurrent", self._context))
+        stream = getattr(self, "_stream", None)
+        if stream is not None:
+            attempt(lambda: driver.call("cuStreamSynchronize", stream))
+        for finalizer in list(self._graphs):
+            found = finalizer.detach()
+            if found is not None:
+                attempt(lambda found=found: self._destroy_graph(found[2][0]))
+        self._graphs.clear()
+        for loaded in self._kernels.values():
+            unload = getattr(loaded, "unload", None) or getattr(loaded, "close", None)
+            if callable(unload):
+                attempt(unload)
+        self._kernels.clear()
+        pending = self._deferred
+        self._deferred = []
+        for finalizer in list(self._allocations.values()):
+            found = finalizer.detach()
+            if found is not None:
+                pending.append(found[2][0])
+        self._allocations.clear()
+        for ptr in pending:
+            attempt(lambda ptr=ptr: self._free_now(ptr))
+        if stream is not None and self._owns_stream:
+            attempt(lambda: driver.call("cuStreamDestroy", stream))
+        attempt(lambda: driver.call("cuDevicePrimaryCtxRelease", self._cudevice))
+        if errors:
+            raise errors[0]
+
+    def __enter__(self) -> CudaRuntime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"stream={self.stream_handle:#x}"
+        return f"CudaRuntime(device {self._ordinal}: {self._device.name}, {state})"
+
+    # -- internals -------------------------------------------------------------------
+
+    def _make_current(self) -> None:
+        if self._closed:
+            raise CudaError("this CudaRuntime is closed")
+        # contexts are current per thread; another library may have switched it
+        if int(driver.call("cuCtxGetCurrent")) != self._context_handle:
+            driver.call("cuCtxSetCurrent", self._context)
+
+    def _check_stream_context(self) -> None:
+        try:
+            owner = driver.call("cuStreamGetCtx", self._stream)
+        except DriverError:
+            return  # some handles (special streams) cannot be asked; the launch will tell
+        if int(owner) != self._context_handle:
+            raise CudaError(
+                f"stream {self.stream_handle:#x} belongs to another CUDA context than the "
+                f"primary context of device {self._ordinal}; pass a stream of that device"
+            )
+
+    def _alloc(self, count: int) -> DeviceBuffer:
+        count = operator.index(count)
+        if count < 0:
+            raise ValueError(f"a buffer cannot hold {count} elements")
+        if count == 0:
+            return DeviceBuffer(self, 0, 0)  # the driver allocates no zero-byte blocks
+        self._make_current()
+        ptr = int(driver.call("cuMemAlloc", count * _ITEM_BYTES))
+        return DeviceBuffer(self, ptr, count)
+
+    def _release(self, ptr: int) -> None:
+        self._allocations.pop(ptr, None)
+        if self._capturing:
+            # freeing is not allowed while this thread captures: it would end the capture
+            self._deferred.append(ptr)
+            return
+        self._free_now(ptr)
+
+    def _release_collected(self, ptr: int) -> None:
+        # runs from the garbage collector, on any thread: never raise
+        _quietly(lambda: self._release(ptr))
+
+    def _free_now(self, ptr: int) -> None:
+        # push/pop so a free never changes which context the calling thread has current
+        driver.call("cuCtxPushCurrent", self._context)
+        try:
+            driver.call("cuMemFree", driver.api().CUdeviceptr(ptr))
+        finally:
+            driver.call("cuCtxPopCurrent")
+
+    def _flush_deferred(self) -> None:
+        if self._capturing or not self._deferred:
+            return
+        pending, self._deferred = self._deferred, []
+        for ptr in pending:
+            _quietly(lambda ptr=ptr: self._free_now(ptr))
+
+    def _destroy_graph(self, executable: Any) -> None:
+        driver.call("cuGraphExecDestroy", executable)
+
+    def _destroy_graph_quietly(self, executable: Any) -> None:
+        _quietly(lambda: self._destroy_graph(executable))
+
+
+def _quietly(step: Callable[[], object]) -> None:
+    # cleanup must not hide the error being handled, nor raise inside the collector
+    with contextlib.suppress(Exception):
+        step()
+
+
+def _adopt_stream(api: Any, stream: object) -> Any:
+    if isinstance(stream, api.CUstream):
+        return stream
+    if isinstance(stream, bool):
+        raise TypeError("stream must be a stream handle or stream object, not a bool")
+    if isinstance(stream, int):
+        return api.CUstream(stream)
+    protocol = getattr(stream, "__cuda_stream__", None)
+    if callable(protocol):
+        _version, handle = protocol()
+        return api.CUstream(int(handle))
+    handle = getattr(stream, "cuda_stream", None)
+    if handle is not None:
+        return api.CUstream(int(handle))
+    raise TypeError(
+        f"cannot use a {type(stream).__name__} as a CUDA stream: pass an int handle, a "
+        "CUstream, or an object with `cuda_stream` (torch.cuda.Stream) or `__cuda_stream__`"
+    )
+
+
+def _instantiate(api: Any, graph: Any) -> Any:
+    # cuda-bindings 12.x has cuGraphInstantiateWithFlags(graph, flags); 13.x removed it and
+    # its cuGraphInstantiate takes the same (graph, flags)
+    if hasattr(api, "cuGraphInstantiateWithFlags"):
+        executable = driver.call("cuGraphInstantiateWithFlags", graph, 0)
+    else:
+        executable = driver.call("cuGraphInstantiate", graph, 0)
+    if isinstance(executable, tuple):  # older bindings also return the error node and log
+        executable = executable[0]
+    return executable
+
+
+def _c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """Whether byte `strides` lay `shape` out densely in C order (extent-1 axes and empty
+    arrays place no constraint, as in numpy)."""
+    if len(strides) != len(shape):
+        return False
+    if 0 in shape:
+        return True
+    expected = _ITEM_BYTES
+    for extent, stride in zip(reversed(shape), reversed(strides), strict=True):
+        if extent != 1 and stride != expected:
+            return False
+        expected *= extent
+    return True
+
+
+def _interface(
+    obj: object,
+    context: str,
+    buffer: str,
+    ordinal: int,
+    *,
+    expected_len: int | None = None,
+    writable: bool = False,
+) -> tuple[int, int, int | None]:
+    """Validate a float32 device buffer; return (pointer, elements, producer stream)."""
+    if isinstance(obj, DeviceBuffer):
+        if obj.freed:
+            raise BufferLayoutError(context, buffer, "is a DeviceBuffer that was freed")
+        if obj.ordinal != ordinal:
+            raise BufferLayoutError(
+                context, buffer, f"lives on device {obj.ordinal}, expected device {ordinal}"
+            )
+        if expected_len is not None:
+            check_len(context, expected_len, obj.len, buffer)
+        # its pending writes are on the stream of the runtime that made it
+        return obj.ptr, obj.len, obj._runtime.stream_handle
+
+    try:
+        cai = obj.__cuda_array_interface__  # type: ignore[attr-defined]
+    except AttributeError:
+        cai = None
+    except Exception as error:  # e.g. torch refuses tensors that require grad
+        raise BufferLayoutError(
+            context, buffer, f"does not expose its device memory ({error})"
+        ) from error
+    if not isinstance(cai, Mapping):
+        raise BufferLayoutError(
+            context,
+            buffer,
+            f"is a {type(obj).__name__}, not a DeviceBuffer or an object with "
+            "__cuda_array_interface__ (a CUDA tensor or array)",
+        )
+    typestr = cai.get("typestr")
+    try:
+        dtype = np.dtype(typestr)
+    except (TypeError, ValueError):
+        dtype = None
+    if dtype != _FLOAT32:
+        raise BufferLayoutError(context, buffer, f"has typestr {typestr!r}, expected float32")
+    try:
+        shape = tuple(int(extent) for extent in cai["shape"])
+        ptr = int(cai["data"][0])
+        readonly = bool(cai["data"][1])
+    except (KeyError, IndexError, TypeError, ValueError) as error:
+        raise BufferLayoutError(
+            context, buffer, f"has a malformed __cuda_array_interface__ ({error!r})"
+        ) from error
+    strides = cai.get("strides")
+    if strides is not None and not _c_contiguous(shape, tuple(int(s) for s in strides)):
+        raise BufferLayoutError(
+            context,
+            buffer,
+            f"is not C-contiguous (shape {shape}, byte strides {tuple(strides)}); "
+            "pass a contiguous copy",
+        )
+    if cai.get("mask") is not None:
+        raise BufferLayoutError(context, buffer, "has a mask; masked arrays are not supported")
+    if writable and readonly:
+        raise BufferLayoutError(context, buffer, "is read-only but is written to")
+    if ptr % _ITEM_BYTES:
+        raise BufferLayoutError(context, buffer, f"address {ptr:#x} is not 4-byte aligned")
+    count = math.prod(shape)
+    if expected_len is not None:
+        check_len(context, expected_len, count, buffer)
+    if ptr != 0 and count > 0:
+        try:
+            found = driver.pointer_device_ordinal(ptr)
+        except DriverError as error:
+            raise BufferLayoutError(
+                context,
+                buffer,
+                f"address {ptr:#x} is not CUDA device memory ({error.result_name})",
+            ) from error
+        if found != ordinal:
+            raise BufferLayoutError(
+                context, buffer, f"lives on device {found}, expected device {ordinal}"
+            )
+    stream = cai.get("stream")
+    return ptr, count, (int(stream) if stream is not None else None)
+
+
+def device_array(
+    obj: object,
+    expected_len: int,
+    context: str,
+    buffer: str,
+    ordinal: int,
+    *,
+    writable: bool = False,
+) -> tuple[int, int]:
+    """Check that `obj` is a C-contiguous float32 buffer of `expected_len` elements on
+    device `ordinal`; return its (device pointer, elements).
+
+    `obj` is a `DeviceBuffer` or anything exposing `__cuda_array_interface__` (a PyTorch
+    CUDA tensor, a CuPy array). Its producer stream is not waited on: the caller orders
+    the work (enqueue on the producer's stream, or adopt it in the runtime). Pass
+    `writable=True` for outputs so read-only views are refused.
+    """
+    ptr, count, _ = _interface(
+        obj, context, buffer, ordinal, expected_len=expected_len, writable=writable
+    )
+    return ptr, count
+
+
+def device_address(
+    obj: object,
+    expected_len: int,
+    context: str,
+    buffer: str,
+    ordinal: int,
+    *,
+    writable: bool = False,
+) -> int:
+    """`device_array`'s pointer, with a fast path for a live `DeviceBuffer` of the right
+    length on `ordinal`, which needs no check beyond those three; the enqueue path calls
+    this twice per launch, so it is kept to a few attribute reads."""
+    if type(obj) is DeviceBuffer:
+        finalizer = obj._finalizer
+        if (
+            finalizer is not None
+            and finalizer.alive
+            and obj._len == expected_len
+            and obj._runtime._ordinal == ordinal
+        ):
+            return obj._ptr
+    return device_array(obj, expected_len, context, buffer, ordinal, writable=writable)[0]
