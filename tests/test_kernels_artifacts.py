@@ -1,0 +1,603 @@
+"""Kernel artifacts without a GPU: the manifest, hash refusal, tier and file choice, the
+committed artifacts being current, loading against a fake driver, and the parameter
+block of prepared launches."""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import importlib.util
+import json
+import shutil
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from pyspk.cuda import driver
+from pyspk.cuda.errors import ArtifactError, CudaError, DriverError, KernelMissingError
+from pyspk.cuda.kernels import (
+    Artifact,
+    KernelModule,
+    Launch,
+    Manifest,
+    artifact_dir,
+    choose_artifact,
+    load_kernels,
+    read_artifact,
+)
+from pyspk.cuda.tier import ComputeCapability, PtxTier
+
+ROOT = Path(__file__).resolve().parent.parent
+PTX = ROOT / "ptx"
+ENTRIES = {
+    "spk_segdense_embed_b1": ("u64",) * 8,
+    "spk_segdense_embed_b32": ("u64",) * 8,
+    "spk_segdense_pack": ("u64",) * 4 + ("u32",) * 3,
+    "spk_segdense_reduce_e18": ("u64",) * 6 + ("u32",),
+    "spk_segdense_reduce_e34": ("u64",) * 6 + ("u32",),
+    "spk_segdense_reduce_e36": ("u64",) * 6 + ("u32",),
+    "spk_segdense_reduce_embed": ("u64",) * 6 + ("u32",),
+    "spk_segdense_reduce_embed_flat": ("u64",) * 6 + ("u32",),
+}
+
+
+def _tool() -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location("pyspk_tools_kernels", ROOT / "tools/kernels.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while building
+    spec.loader.exec_module(module)
+    return module
+
+
+tool = _tool()
+
+
+@pytest.fixture
+def copy(tmp_path: Path) -> Path:
+    """A private copy of the artifact directory to tamper with."""
+    target = tmp_path / "ptx"
+    shutil.copytree(PTX, target)
+    return target
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYSPK_PTX_TIER", raising=False)
+    monkeypatch.delenv("PYSPK_FORCE_PTX_JIT", raising=False)
+
+
+def segdense() -> Manifest:
+    return Manifest.load(PTX)
+
+
+# -- manifest -------------------------------------------------------------------------
+
+
+def test_module_names() -> None:
+    assert str(KernelModule.SEGDENSE) == "segdense"
+    assert KernelModule.SEGDENSE.module_name == "segdense"
+
+
+def test_artifact_dir_is_the_source_tree_without_a_wheel() -> None:
+    packaged = ROOT / "pyspk" / "_ptx"
+    assert artifact_dir() == (packaged if packaged.is_dir() else PTX)
+
+
+def test_manifest_lists_both_tiers_with_the_same_entries() -> None:
+    module = segdense().module(KernelModule.SEGDENSE)
+    assert set(module.tiers) == {PtxTier.SM75, PtxTier.SM80}
+    sm75, sm80 = module.tiers[PtxTier.SM75], module.tiers[PtxTier.SM80]
+    assert dict(sm75.entries) == ENTRIES
+    assert dict(sm80.entries) == ENTRIES
+    assert (sm75.ptx, sm75.ptx_version, sm75.target) == ("segdense.sm75.ptx", "6.3", "sm_75")
+    assert (sm80.ptx, sm80.ptx_version, sm80.target) == ("segdense.sm80.ptx", "7.0", "sm_80")
+    assert set(sm75.cubins) == {"sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_120"}
+    assert set(sm80.cubins) == {"sm_80", "sm_86", "sm_89", "sm_90", "sm_120"}
+    assert sm80.cubins["sm_90"].file == "cubin/segdense.sm80.sm_90.cubin"
+    assert set(module.sources) == {"segdense.cu"}
+
+
+def test_manifest_records_toolchain_and_flags() -> None:
+    manifest = segdense()
+    assert set(manifest.toolchain) == {"nvcc", "ptxas"}
+    assert "-ptx" in manifest.flags["nvcc"]
+    assert not any("fast" in flag for flag in manifest.flags["nvcc"])
+
+
+def _edit_manifest(directory: Path, edit) -> None:
+    path = directory / "manifest.json"
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda d: d.update(format=2), "format 2"),
+        (lambda d: d["modules"]["segdense"]["tiers"]["sm80"].pop("sha256"), "sm80.sha256"),
+        (
+            lambda d: d["modules"]["segdense"]["tiers"]["sm80"].update(ptx="../elsewhere.ptx"),
+            "not a plain relative path",
+        ),
+        (lambda d: d["modules"]["segdense"]["tiers"].update(sm61={}), "PTX tier 'sm61'"),
+        (
+            lambda d: d["modules"]["segdense"]["tiers"]["sm75"]["cubins"]["sm_75"].update(
+                sha256="XYZ"
+            ),
+            "SHA-256",
+        ),
+    ],
+)
+def test_malformed_manifest_is_refused(copy: Path, edit, message: str) -> None:
+    _edit_manifest(copy, edit)
+    with pytest.raises(ArtifactError, match=message):
+        Manifest.load(copy)
+
+
+def test_missing_manifest_says_how_to_build(tmp_path: Path) -> None:
+    with pytest.raises(ArtifactError, match=r"tools/kernels\.py build"):
+        Manifest.load(tmp_path)
+
+
+def test_unknown_module_is_refused() -> None:
+    with pytest.raises(ArtifactError, match="no module 'other'"):
+        segdense().module("other")
+
+
+# -- hashes ---------------------------------------------------------------------------
+
+
+def test_intact_artifact_reads() -> None:
+    module = segdense().module("segdense")
+    artifact = choose_artifact(module, ComputeCapability(9, 0))
+    assert read_artifact(PTX, artifact) == (PTX / artifact.file).read_bytes()
+
+
+@pytest.mark.parametrize("force_ptx", [False, True], ids=["cubin", "ptx"])
+def test_tampered_artifact_is_refused(copy: Path, force_ptx: bool) -> None:
+    module = Manifest.load(copy).module("segdense")
+    artifact = choose_artifact(module, ComputeCapability(9, 0), force_ptx=force_ptx)
+    path = copy / artifact.file
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(ArtifactError, match=Path(artifact.file).name.replace(".", r"\.")):
+        read_artifact(copy, artifact)
+
+
+def test_missing_artifact_is_refused(copy: Path) -> None:
+    (copy / "cubin" / "segdense.sm80.sm_90.cubin").unlink()
+    module = Manifest.load(copy).module("segdense")
+    artifact = choose_artifact(module, ComputeCapability(9, 0))
+    with pytest.raises(ArtifactError, match=r"segdense\.sm80\.sm_90\.cubin"):
+        read_artifact(copy, artifact)
+
+
+# -- choice ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("capability", "tier", "arch"),
+    [
+        ((7, 5), PtxTier.SM75, "sm_75"),
+        ((8, 0), PtxTier.SM80, "sm_80"),
+        ((8, 6), PtxTier.SM80, "sm_86"),
+        ((8, 7), PtxTier.SM80, None),  # no cubin ships for 8.7: JIT
+        ((8, 9), PtxTier.SM80, "sm_89"),
+        ((9, 0), PtxTier.SM80, "sm_90"),
+        ((10, 0), PtxTier.SM80, None),
+        ((12, 0), PtxTier.SM80, "sm_120"),
+        ((12, 1), PtxTier.SM80, None),
+    ],
+)
+def test_highest_tier_and_exact_cubin(
+    capability: tuple[int, int], tier: PtxTier, arch: str | None
+) -> None:
+    module = segdense().module("segdense")
+    artifact = choose_artifact(module, ComputeCapability(*capability))
+    assert artifact.tier is tier
+    assert artifact.arch == arch
+    if arch is None:
+        assert artifact.file == f"segdense.{tier}.ptx"
+        assert artifact.describe() == f"segdense.{tier}.ptx (JIT)"
+    else:
+        assert artifact.file == f"cubin/segdense.{tier}.{arch}.cubin"
+        assert artifact.describe() == f"segdense.{tier} cubin {arch}"
+
+
+def test_lower_tier_on_request() -> None:
+    module = segdense().module("segdense")
+    artifact = choose_artifact(module, ComputeCapability(9, 0), PtxTier.SM75)
+    assert (artifact.tier, artifact.arch) == (PtxTier.SM75, "sm_90")
+    assert artifact.describe() == "segdense.sm75 cubin sm_90"
+
+
+def test_forced_tier_above_the_device_is_refused() -> None:
+    module = segdense().module("segdense")
+    with pytest.raises(ArtifactError, match=r"sm80 segdense tier.*compute capability 7\.5"):
+        choose_artifact(module, ComputeCapability(7, 5), PtxTier.SM80)
+
+
+def test_tier_not_shipped_is_refused() -> None:
+    module = segdense().module("segdense")
+    with pytest.raises(ArtifactError, match="ships no sm90 tier"):
+        choose_artifact(module, ComputeCapability(9, 0), PtxTier.SM90)
+
+
+def test_device_below_every_tier_is_refused() -> None:
+    module = segdense().module("segdense")
+    with pytest.raises(ArtifactError, match=r"no segdense tier runs on compute capability 6\.1"):
+        choose_artifact(module, ComputeCapability(6, 1))
+
+
+def test_force_ptx() -> None:
+    module = segdense().module("segdense")
+    artifact = choose_artifact(module, ComputeCapability(9, 0), force_ptx=True)
+    assert artifact == Artifact(
+        "segdense", PtxTier.SM80, "segdense.sm80.ptx", module.tiers[PtxTier.SM80].sha256
+    )
+
+
+# -- the committed artifacts are current ----------------------------------------------
+
+
+def test_committed_artifacts_are_current() -> None:
+    assert tool.verify_artifacts(PTX) == []
+
+
+def test_check_notices_a_changed_source(copy: Path) -> None:
+    source = copy / "segdense.cu"
+    source.write_text(source.read_text() + "\n// edited\n")
+    assert any("segdense.cu changed" in problem for problem in tool.verify_artifacts(copy))
+
+
+def test_check_notices_an_unpinned_header(copy: Path) -> None:
+    path = copy / "segdense.sm75.ptx"
+    text = path.read_text().replace(".version 6.3", ".version 9.0", 1)
+    path.write_text(text)
+    problems = tool.verify_artifacts(copy)
+    assert any("header .version 9.0" in problem for problem in problems)
+    assert any("segdense.sm75.ptx has SHA-256" in problem for problem in problems)
+
+
+def test_check_reports_a_manifest_the_loader_refuses(copy: Path) -> None:
+    _edit_manifest(copy, lambda d: d["modules"]["segdense"]["tiers"]["sm75"].pop("ptx"))
+    assert tool.verify_artifacts(copy) == [
+        "the loader refuses the manifest: manifest.json: modules.segdense.tiers.sm75.ptx "
+        "is missing or not a non-empty string"
+    ]
+
+
+def test_check_notices_a_stray_cubin(copy: Path) -> None:
+    (copy / "cubin" / "segdense.sm80.sm_100.cubin").write_bytes(b"old")
+    assert tool.verify_artifacts(copy) == [
+        "cubin/segdense.sm80.sm_100.cubin is not in the manifest (a stale artifact?)"
+    ]
+
+
+def test_missing_toolkit_is_explained(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tool.shutil, "which", lambda name: None)
+    monkeypatch.setattr(tool, "DEFAULT_CUDA_HOMES", ())
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    with pytest.raises(tool.ToolError, match="nvcc was not found on PATH"):
+        tool.toolchain()
+    assert tool.main(["check"]) == 1
+
+
+PTX_SAMPLE = """//
+.version 9.0
+.target sm_75
+.address_size 64
+
+.visible .entry first(
+\t.param .u64 first_param_0,
+\t.param .u32 first_param_1
+)
+{
+\tret;
+}
+.visible .entry second()
+{
+	ret;
+}
+.visible .entry third(
+	.param .align 8 .b8 third_param_0[16],
+	.param .u64 .ptr .global .align 4 third_param_1
+)
+{
+\tret;
+}
+"""
+
+
+def test_ptx_parsing_and_header_pinning() -> None:
+    assert tool.parse_entries(PTX_SAMPLE) == {
+        "first": ["u64", "u32"],
+        "second": [],
+        "third": ["b8[16]", "u64"],
+    }
+    sm75 = tool.tier_by_name("sm75")
+    pinned = tool.pin_header(PTX_SAMPLE, sm75)
+    assert tool.header(pinned) == ("6.3", "sm_75")
+    with pytest.raises(tool.ToolError, match="targets"):
+        tool.pin_header(PTX_SAMPLE, tool.tier_by_name("sm80"))
+
+
+def test_entry_differences_between_tiers() -> None:
+    problems = tool._entry_differences(
+        "segdense",
+        {"sm75": {"a": ["u64"], "b": ["u32"]}, "sm80": {"a": ["u32"], "c": []}},
+    )
+    assert problems == [
+        "segdense: entry b is exported by the sm75 tier only",
+        "segdense: entry c is exported by the sm80 tier only",
+        "segdense: entry a takes (u64) in sm75 but (u32) in sm80",
+    ]
+
+
+def test_ptxas_resources_and_spills() -> None:
+    log = (
+        "ptxas info    : Compiling entry function 'k' for 'sm_90'\n"
+        "ptxas info    : Function properties for k\n"
+        "    8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads\n"
+        "ptxas info    : Used 40 registers, used 1 barriers, 192 bytes smem\n"
+    )
+    resources = tool.parse_resources(log)
+    assert resources == {
+        "k": {
+            "registers": 40,
+            "barriers": 1,
+            "shared_bytes": 192,
+            "stack_bytes": 8,
+            "spill_store_bytes": 4,
+            "spill_load_bytes": 4,
+        }
+    }
+    assert tool.spills(resources) == ["k spills (4 bytes stored, 4 loaded)"]
+
+
+# -- loading against a fake driver ----------------------------------------------------
+
+
+class Result(enum.IntEnum):
+    CUDA_SUCCESS = 0
+    CUDA_ERROR_INVALID_VALUE = 1
+    CUDA_ERROR_NOT_FOUND = 500
+
+
+class Handle:
+    def __init__(self, value: int = 0) -> None:
+        self.value = int(value)
+
+    def __int__(self) -> int:
+        return self.value
+
+
+class CUstream(Handle):
+    pass
+
+
+class FakeApi(types.SimpleNamespace):
+    """The driver calls the kernel loader and launches make, recorded."""
+
+    def __init__(self, missing: frozenset[str] = frozenset()) -> None:
+        super().__init__()
+        self.CUresult = Result
+        self.CUstream = CUstream
+        self.CUfunction_attribute = types.SimpleNamespace(
+            CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8, CU_FUNC_ATTRIBUTE_NUM_REGS=4
+        )
+        self.missing = missing
+        self.loaded: list[bytes] = []
+        self.unloaded: list[object] = []
+        self.attributes: list[tuple] = []
+        self.launches: list[tuple] = []
+        self.launch_status = Result.CUDA_SUCCESS
+
+    def cuGetErrorName(self, status):
+        return (Result.CUDA_SUCCESS, Result(int(status)).name.encode())
+
+    def cuGetErrorString(self, status):
+        return (Result.CUDA_SUCCESS, b"fake failure")
+
+    def cuModuleLoadData(self, image):
+        self.loaded.append(bytes(image))
+        return (Result.CUDA_SUCCESS, "module")
+
+    def cuModuleUnload(self, module):
+        self.unloaded.append(module)
+        return (Result.CUDA_SUCCESS,)
+
+    def cuModuleGetFunction(self, module, name):
+        if name.decode() in self.missing:
+            return (Result.CUDA_ERROR_NOT_FOUND, None)
+        return (Result.CUDA_SUCCESS, f"fn:{name.decode()}")
+
+    def cuFuncSetAttribute(self, function, attribute, value):
+        self.attributes.append((function, attribute, value))
+        return (Result.CUDA_SUCCESS,)
+
+    def cuFuncGetAttribute(self, attribute, function):
+        return (Result.CUDA_SUCCESS, 42)
+
+    def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        self.launches.append((f, (gx, gy, gz), (bx, by, bz), shared, stream, params, extra))
+        return (self.launch_status,)
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> FakeApi:
+    api = FakeApi()
+    monkeypatch.setattr(driver, "api", lambda: api)
+    return api
+
+
+def test_load_resolves_every_entry(fake: FakeApi) -> None:
+    loaded = load_kernels(KernelModule.SEGDENSE, ComputeCapability(9, 0), directory=PTX)
+    assert loaded.tier is PtxTier.SM80
+    assert loaded.artifact == "segdense.sm80 cubin sm_90"
+    assert loaded.entries == tuple(sorted(ENTRIES))
+    assert fake.loaded == [(PTX / "cubin/segdense.sm80.sm_90.cubin").read_bytes()]
+    assert loaded.function("spk_segdense_pack").handle == "fn:spk_segdense_pack"
+    with pytest.raises(KernelMissingError, match="no entry 'spk_segdense_nothing'"):
+        loaded.function("spk_segdense_nothing")
+    loaded.unload()
+    loaded.unload()
+    assert fake.unloaded == ["module"]
+    with pytest.raises(CudaError, match="unloaded"):
+        loaded.function("spk_segdense_pack")
+
+
+def test_env_lowers_the_tier_and_forces_jit(fake: FakeApi, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYSPK_PTX_TIER", "sm75")
+    monkeypatch.setenv("PYSPK_FORCE_PTX_JIT", "1")
+    loaded = load_kernels(KernelModule.SEGDENSE, ComputeCapability(9, 0), directory=PTX)
+    assert loaded.tier is PtxTier.SM75
+    assert loaded.artifact == "segdense.sm75.ptx (JIT)"
+    image = fake.loaded[0]
+    assert image.endswith(b"\0") and image.count(b"\0") == 1
+    assert image[:-1] == (PTX / "segdense.sm75.ptx").read_bytes()
+
+
+def test_explicit_tier_wins_over_env(fake: FakeApi, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYSPK_PTX_TIER", "sm75")
+    loaded = load_kernels(
+        KernelModule.SEGDENSE, ComputeCapability(8, 6), PtxTier.SM80, directory=PTX
+    )
+    assert loaded.artifact == "segdense.sm80 cubin sm_86"
+
+
+def test_forced_tier_above_the_device_loads_nothing(
+    fake: FakeApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYSPK_PTX_TIER", "sm80")
+    with pytest.raises(ArtifactError, match=r"capability 7\.5\) runs tiers up to sm75"):
+        load_kernels(KernelModule.SEGDENSE, ComputeCapability(7, 5), directory=PTX)
+    assert fake.loaded == []
+
+
+def test_tampered_bytes_never_reach_the_driver(fake: FakeApi, copy: Path) -> None:
+    path = copy / "cubin/segdense.sm80.sm_90.cubin"
+    path.write_bytes(path.read_bytes() + b"\0")
+    with pytest.raises(ArtifactError, match=r"segdense\.sm80\.sm_90\.cubin"):
+        load_kernels(KernelModule.SEGDENSE, ComputeCapability(9, 0), directory=copy)
+    assert fake.loaded == []
+
+
+def test_missing_entry_fails_the_load_and_unloads(
+    fake: FakeApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake.missing = frozenset({"spk_segdense_reduce_e34"})
+    with pytest.raises(KernelMissingError, match="spk_segdense_reduce_e34"):
+        load_kernels(KernelModule.SEGDENSE, ComputeCapability(8, 9), directory=PTX)
+    assert fake.unloaded == ["module"]
+
+
+def test_max_dynamic_shared_is_set_once(fake: FakeApi) -> None:
+    loaded = load_kernels(KernelModule.SEGDENSE, ComputeCapability(9, 0), directory=PTX)
+    kernel = loaded.function("spk_segdense_embed_b32")
+    kernel.set_max_dynamic_shared(70000)
+    kernel.set_max_dynamic_shared(70000)
+    assert fake.attributes == [("fn:spk_segdense_embed_b32", 8, 70000)]
+    kernel.set_max_dynamic_shared(80000)
+    assert len(fake.attributes) == 2
+    assert kernel.attribute("NUM_REGS") == 42
+
+
+# -- prepared launches ----------------------------------------------------------------
+
+
+def _launch(fake: FakeApi, signature, values, grid=(1, 2, 5), block=192, shared=0) -> Launch:
+    loaded = load_kernels(KernelModule.SEGDENSE, ComputeCapability(9, 0), directory=PTX)
+    return loaded.function("spk_segdense_embed_b32").launch(grid, block, shared, signature, values)
+
+
+def _slots(launch: Launch) -> list[int]:
+    """The addresses in the kernelParams array."""
+    count = len(launch.signature)
+    return list((ctypes.c_uint64 * count).from_address(launch.params_address))
+
+
+def _read(address: int, kind: str) -> int:
+    ctype = ctypes.c_uint32 if kind == "u32" else ctypes.c_uint64
+    return ctype.from_address(address).value
+
+
+SIGNATURE = ("ptr", "u64", "ptr", "u64", "u32")
+VALUES = [0x7F00_0000_1000, 491520, 0x7F00_0020_0000, 24576 * 5, 5]
+
+
+def test_parameter_block_holds_each_value(fake: FakeApi) -> None:
+    launch = _launch(fake, SIGNATURE, VALUES)
+    slots = _slots(launch)
+    assert [_read(slot, kind) for slot, kind in zip(slots, SIGNATURE, strict=True)] == VALUES
+    # one C-aligned block: 64-bit fields 8 bytes apart, the u32 right after the last
+    assert [slot - slots[0] for slot in slots] == [0, 8, 16, 24, 32]
+    assert [launch.value(i) for i in range(len(VALUES))] == VALUES
+
+
+def test_set_rewrites_in_place(fake: FakeApi) -> None:
+    launch = _launch(fake, SIGNATURE, VALUES)
+    address, slots = launch.params_address, _slots(launch)
+    launch.set(0, 0x7F00_0000_2000)
+    launch.set(4, 7)
+    assert launch.params_address == address
+    assert _slots(launch) == slots
+    assert _read(slots[0], "ptr") == 0x7F00_0000_2000
+    assert _read(slots[4], "u32") == 7
+    assert _read(slots[1], "u64") == 491520
+
+
+def test_set_refuses_values_that_do_not_fit(fake: FakeApi) -> None:
+    launch = _launch(fake, SIGNATURE, VALUES)
+    with pytest.raises(ValueError, match="u32"):
+        launch.set(4, 1 << 32)
+    with pytest.raises(ValueError, match="u64"):
+        launch.set(1, -1)
+    with pytest.raises(TypeError, match="int"):
+        launch.set(1, 2.0)
+    launch.set(0, Handle(0x1234))  # driver pointer objects convert with int()
+    assert launch.value(0) == 0x1234
+
+
+def test_enqueue_passes_the_prepared_array(fake: FakeApi) -> None:
+    launch = _launch(fake, SIGNATURE, VALUES, grid=(1, 2, 5), block=192, shared=0)
+    stream = CUstream(0xABC)
+    launch.enqueue(stream)
+    launch.set(0, 0x7F00_0000_3000)
+    launch.enqueue(stream)
+    first, second = fake.launches
+    assert first[0] == "fn:spk_segdense_embed_b32"
+    assert first[1:4] == ((1, 2, 5), (192, 1, 1), 0)
+    assert first[4] is stream
+    assert first[5] == second[5] == launch.params_address
+    assert isinstance(first[5], int)
+    assert first[6] == 0
+
+
+def test_enqueue_accepts_an_int_handle(fake: FakeApi) -> None:
+    launch = _launch(fake, SIGNATURE, VALUES)
+    launch.enqueue(0xABC)
+    stream = fake.launches[0][4]
+    assert isinstance(stream, CUstream) and int(stream) == 0xABC
+
+
+def test_enqueue_failure_names_the_kernel(fake: FakeApi) -> None:
+    launch = _launch(fake, SIGNATURE, VALUES)
+    fake.launch_status = Result.CUDA_ERROR_INVALID_VALUE
+    with pytest.raises(DriverError, match=r"cuLaunchKernel\(spk_segdense_embed_b32\)"):
+        launch.enqueue(CUstream(1))
+
+
+def test_launch_refuses_a_bad_signature(fake: FakeApi) -> None:
+    with pytest.raises(ValueError, match="kinds"):
+        _launch(fake, ("ptr", "f32"), [0, 0])
+    with pytest.raises(ValueError, match="2 values for 3 parameters"):
+        _launch(fake, ("ptr", "u64", "u32"), [0, 0])
+    with pytest.raises(ValueError, match="grid"):
+        _launch(fake, SIGNATURE, VALUES, grid=(1, 0, 1))

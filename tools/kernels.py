@@ -1,0 +1,628 @@
+#!/usr/bin/env python3
+"""Build and check the kernel artifacts under ptx/.
+
+    python tools/kernels.py build            regenerate the PTX tiers, cubins and manifest
+    python tools/kernels.py check            verify that the artifacts are current
+    python tools/kernels.py check --rebuild  also rebuild into a temporary directory and
+                                             compare every file byte for byte
+
+`build` compiles each module's CUDA source with nvcc to one PTX file per tier, pins the
+PTX ISA version in its header low enough for old drivers, assembles each tier with ptxas
+into exact-architecture cubins, and writes ptx/manifest.json (toolchain, flags, SHA-256 of
+every source and artifact, each tier's entries with their parameter lists, and ptxas's
+resource use per cubin). The output has no timestamps and sorted keys, so a rebuild with
+the same toolchain reproduces it byte for byte.
+
+`check` verifies the hashes, the pinned headers, that every tier exports the same entries
+with the same parameters, that no cubin spills, and that the installed ptxas assembles
+every tier for every listed architecture. Exit status 0 when everything holds, else 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+PTX_DIR = ROOT / "ptx"
+MANIFEST_NAME = "manifest.json"
+MANIFEST_FORMAT = 1
+CUBIN_DIR = "cubin"
+DEFAULT_CUDA_HOMES = ("/usr/local/cuda",)
+
+
+@dataclass(frozen=True)
+class Tier:
+    """A PTX tier: the virtual architecture nvcc targets, the ISA version its header is
+    pinned to, and the real architectures its cubins are assembled for."""
+
+    name: str
+    virtual: str
+    target: str
+    ptx_version: str
+    archs: tuple[str, ...]
+
+
+TIERS = (
+    Tier(
+        "sm75",
+        "compute_75",
+        "sm_75",
+        "6.3",
+        ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_120"),
+    ),
+    Tier("sm80", "compute_80", "sm_80", "7.0", ("sm_80", "sm_86", "sm_89", "sm_90", "sm_120")),
+)
+MODULES = ("segdense",)
+# Explicit IEEE FP32 behaviour, whatever the nvcc defaults or profile say: the kernels'
+# fixed summation orders are only reproducible without fast-math rewrites.
+NVCC_FLAGS = (
+    "-ptx",
+    "-std=c++17",
+    "-O3",
+    "--fmad=true",
+    "--ftz=false",
+    "--prec-div=true",
+    "--prec-sqrt=true",
+    "-I.",
+)
+PTXAS_FLAGS = ("-O3",)
+
+_VERSION_LINE = re.compile(r"^\.version\s+(\d+\.\d+)\s*$", re.MULTILINE)
+_TARGET_LINE = re.compile(r"^\.target\s+(\S+?)\s*$", re.MULTILINE)
+_ENTRY = re.compile(r"\.entry\s+([A-Za-z_$][\w$]*)\s*\(([^)]*)\)", re.DOTALL)
+_PARAM_TYPE = re.compile(r"^\.([busf]\d+)$")
+_PARAM_ARRAY = re.compile(r"(\[\d+\])$")
+_RELEASE = re.compile(r"release\s+([\d.]+),\s*V([\d.]+)")
+_BUILD = re.compile(r"^Build\s+(\S+)", re.MULTILINE)
+_PTXAS_ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(\w+)'")
+_PTXAS_FRAME = re.compile(
+    r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads"
+)
+_PTXAS_USED = re.compile(r"Used (\d+) registers(?:, used (\d+) barriers)?(?:, (\d+) bytes smem)?")
+
+
+class ToolError(Exception):
+    """A build step failed or a tool is missing; the message says what to do."""
+
+
+# -- small helpers --------------------------------------------------------------------
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def progress(line: str) -> None:
+    print(line, flush=True)
+
+
+def dump_manifest(manifest: Mapping[str, Any]) -> bytes:
+    return (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
+
+
+def tier_by_name(name: str) -> Tier:
+    for tier in TIERS:
+        if tier.name == name:
+            return tier
+    raise KeyError(name)
+
+
+def ptx_name(module: str, tier: Tier) -> str:
+    return f"{module}.{tier.name}.ptx"
+
+
+def cubin_name(module: str, tier: Tier, arch: str) -> str:
+    return f"{CUBIN_DIR}/{module}.{tier.name}.{arch}.cubin"
+
+
+def source_files(ptx_dir: Path, module: str) -> list[str]:
+    """The module's source and every header beside it, relative to `ptx_dir`."""
+    names = [f"{module}.cu"]
+    names += sorted(path.name for path in ptx_dir.glob("*.cuh"))
+    return names
+
+
+def find_tool(name: str) -> str:
+    found = shutil.which(name)
+    if found is None:
+        homes = (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), *DEFAULT_CUDA_HOMES)
+        for home in homes:
+            if home and (Path(home) / "bin" / name).is_file():
+                found = str(Path(home) / "bin" / name)
+                break
+    if found is None:
+        raise ToolError(
+            f"{name} was not found on PATH, nor under CUDA_HOME/bin or /usr/local/cuda/bin: "
+            "the kernel artifacts are built and checked with the CUDA toolkit's nvcc and "
+            "ptxas; install the toolkit (the manifest records the release used) or put its "
+            "bin directory on PATH"
+        )
+    return found
+
+
+def run(command: Sequence[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(list(command), cwd=cwd, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise ToolError(
+            f"{' '.join(command)} failed with status {result.returncode}:\n"
+            f"{result.stdout}{result.stderr}".rstrip()
+        )
+    return result
+
+
+def toolchain() -> dict[str, str]:
+    """`{"nvcc": "13.0.88 (cuda_13.0.r13.0/compiler.36424714_0)", "ptxas": ...}`."""
+    versions = {}
+    for name in ("nvcc", "ptxas"):
+        text = run([find_tool(name), "--version"]).stdout
+        release = _RELEASE.search(text)
+        build = _BUILD.search(text)
+        if release is None:
+            raise ToolError(f"cannot read the version of {name} from:\n{text}")
+        versions[name] = release.group(2) + (f" ({build.group(1)})" if build else "")
+    return versions
+
+
+# -- PTX text -------------------------------------------------------------------------
+
+
+def pin_header(text: str, tier: Tier) -> str:
+    """Rewrite the `.version` line to the tier's pinned ISA; the `.target` must match."""
+    versions = _VERSION_LINE.findall(text)
+    if len(versions) != 1:
+        raise ToolError(f"expected one .version line in the {tier.name} PTX, found {versions}")
+    targets = _TARGET_LINE.findall(text)
+    if targets != [tier.target]:
+        raise ToolError(f"the {tier.name} PTX targets {targets}, expected [{tier.target!r}]")
+    return _VERSION_LINE.sub(f".version {tier.ptx_version}", text, count=1)
+
+
+def header(text: str) -> tuple[str | None, str | None]:
+    """The PTX's (`.version`, `.target`)."""
+    version = _VERSION_LINE.search(text)
+    target = _TARGET_LINE.search(text)
+    return (version.group(1) if version else None, target.group(1) if target else None)
+
+
+def parse_entries(text: str) -> dict[str, list[str]]:
+    """Each `.entry` of a PTX file and its parameter types in order (`u64`, `u32`)."""
+    entries: dict[str, list[str]] = {}
+    for match in _ENTRY.finditer(text):
+        name, body = match.group(1), match.group(2)
+        params = []
+        for declaration in filter(None, (part.strip() for part in body.split(","))):
+            # `.param [.ptr .global] [.align N] .TYPE name[[N]]`
+            tokens = declaration.split()
+            types = [m.group(1) for m in map(_PARAM_TYPE.match, tokens) if m]
+            if tokens[0] != ".param" or len(types) != 1:
+                raise ToolError(f"cannot read the parameter {declaration!r} of entry {name}")
+            array = _PARAM_ARRAY.search(tokens[-1])
+            params.append(types[0] + (array.group(1) if array else ""))
+        if name in entries:
+            raise ToolError(f"entry {name} appears twice in one PTX file")
+        entries[name] = params
+    return entries
+
+
+def parse_resources(log: str) -> dict[str, dict[str, int]]:
+    """ptxas -v lines per entry: registers, barriers, static shared bytes, stack, spills."""
+    resources: dict[str, dict[str, int]] = {}
+    current: dict[str, int] | None = None
+    for line in log.splitlines():
+        entry = _PTXAS_ENTRY.search(line)
+        if entry:
+            current = resources.setdefault(entry.group(1), {})
+            continue
+        if current is None:
+            continue
+        frame = _PTXAS_FRAME.search(line)
+        if frame:
+            current["stack_bytes"] = int(frame.group(1))
+            current["spill_store_bytes"] = int(frame.group(2))
+            current["spill_load_bytes"] = int(frame.group(3))
+        used = _PTXAS_USED.search(line)
+        if used:
+            current["registers"] = int(used.group(1))
+            current["barriers"] = int(used.group(2) or 0)
+            current["shared_bytes"] = int(used.group(3) or 0)
+    return resources
+
+
+def spills(resources: Mapping[str, Mapping[str, int]]) -> list[str]:
+    return [
+        f"{entry} spills ({usage.get('spill_store_bytes', 0)} bytes stored, "
+        f"{usage.get('spill_load_bytes', 0)} loaded)"
+        for entry, usage in sorted(resources.items())
+        if usage.get("spill_store_bytes", 0) or usage.get("spill_load_bytes", 0)
+    ]
+
+
+# -- build ----------------------------------------------------------------------------
+
+
+def compile_ptx(source_dir: Path, module: str, tier: Tier) -> str:
+    """nvcc's PTX for one tier, header pinned. Runs in `source_dir` with a relative file
+    name so no absolute path can reach the output."""
+    with tempfile.TemporaryDirectory(prefix="pyspk-ptx-") as scratch:
+        out = Path(scratch) / ptx_name(module, tier)
+        command = [find_tool("nvcc"), *NVCC_FLAGS, f"-arch={tier.virtual}"]
+        run([*command, f"{module}.cu", "-o", str(out)], cwd=source_dir)
+        return pin_header(out.read_text(encoding="utf-8"), tier)
+
+
+def assemble(ptx_path: Path, arch: str, out_path: Path) -> dict[str, dict[str, int]]:
+    """ptxas one PTX file for `arch`; returns the per-entry resources it reports."""
+    command = [find_tool("ptxas"), *PTXAS_FLAGS, "-v", f"-arch={arch}"]
+    result = run([*command, ptx_path.name, "-o", str(out_path)], cwd=ptx_path.parent)
+    return parse_resources(result.stdout + result.stderr)
+
+
+def build(source_dir: Path, out_dir: Path, say: Callable[[str], None] = progress) -> None:
+    """Build every module from `source_dir` into `out_dir` (which may be the same)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix="pyspk-build-"))
+    try:
+        manifest = _build_into(source_dir, staging, say)
+        _install(staging, out_dir, manifest)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _build_into(source_dir: Path, staging: Path, say: Callable[[str], None]) -> dict[str, Any]:
+    (staging / CUBIN_DIR).mkdir()
+    modules: dict[str, Any] = {}
+    for module in MODULES:
+        sources = {
+            name: sha256((source_dir / name).read_bytes())
+            for name in source_files(source_dir, module)
+        }
+        tiers: dict[str, Any] = {}
+        for tier in TIERS:
+            say(
+                f"nvcc     {module}.cu -> {ptx_name(module, tier)} "
+                f"({tier.virtual}, .version {tier.ptx_version})"
+            )
+            text = compile_ptx(source_dir, module, tier)
+            ptx_path = staging / ptx_name(module, tier)
+            ptx_path.write_text(text, encoding="utf-8")
+            tiers[tier.name] = {
+                "ptx": ptx_name(module, tier),
+                "sha256": sha256(ptx_path.read_bytes()),
+                "ptx_version": tier.ptx_version,
+                "target": tier.target,
+                "entries": parse_entries(text),
+                "cubins": {},
+            }
+        _check_same_entries(module, {name: body["entries"] for name, body in tiers.items()})
+
+        jobs = [(tier, arch) for tier in TIERS for arch in tier.archs]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+            futures = {
+                (tier.name, arch): pool.submit(
+                    assemble,
+                    staging / ptx_name(module, tier),
+                    arch,
+                    staging / cubin_name(module, tier, arch),
+                )
+                for tier, arch in jobs
+            }
+            for tier, arch in jobs:
+                resources = futures[(tier.name, arch)].result()
+                file = cubin_name(module, tier, arch)
+                say(f"ptxas    {ptx_name(module, tier)} -> {file}")
+                problems = spills(resources)
+                if problems:
+                    raise ToolError(f"{file}: " + "; ".join(problems))
+                tiers[tier.name]["cubins"][arch] = {
+                    "file": file,
+                    "sha256": sha256((staging / file).read_bytes()),
+                    "resources": resources,
+                }
+        modules[module] = {"sources": sources, "tiers": tiers}
+
+    manifest = {
+        "format": MANIFEST_FORMAT,
+        "toolchain": toolchain(),
+        "flags": {"nvcc": list(NVCC_FLAGS), "ptxas": list(PTXAS_FLAGS)},
+        "modules": modules,
+    }
+    (staging / MANIFEST_NAME).write_bytes(dump_manifest(manifest))
+    return manifest
+
+
+def _install(staging: Path, out_dir: Path, manifest: Mapping[str, Any]) -> None:
+    """Copy the staged artifacts into `out_dir`, dropping cubins the build no longer makes."""
+    wanted = set(_artifact_files(manifest))
+    cubins = out_dir / CUBIN_DIR
+    if cubins.is_dir():
+        for stale in cubins.glob("*.cubin"):
+            if f"{CUBIN_DIR}/{stale.name}" not in wanted:
+                stale.unlink()
+    cubins.mkdir(exist_ok=True)
+    for name in [*sorted(wanted), MANIFEST_NAME]:
+        shutil.copyfile(staging / name, out_dir / name)
+
+
+def _artifact_files(manifest: Mapping[str, Any]) -> list[str]:
+    files = []
+    for module in manifest.get("modules", {}).values():
+        for tier in module.get("tiers", {}).values():
+            files.append(tier["ptx"])
+            files.extend(cubin["file"] for cubin in tier.get("cubins", {}).values())
+    return files
+
+
+def _check_same_entries(module: str, per_tier: Mapping[str, Mapping[str, list[str]]]) -> None:
+    problems = _entry_differences(module, per_tier)
+    if problems:
+        raise ToolError("\n".join(problems))
+
+
+def _entry_differences(module: str, per_tier: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Entries or parameter lists that differ between the tiers of `module`."""
+    problems = []
+    names = sorted(per_tier)
+    if not names:
+        return [f"{module}: no tiers"]
+    first = names[0]
+    for other in names[1:]:
+        a, b = per_tier[first], per_tier[other]
+        for entry in sorted(set(a) ^ set(b)):
+            where = first if entry in a else other
+            problems.append(f"{module}: entry {entry} is exported by the {where} tier only")
+        for entry in sorted(set(a) & set(b)):
+            if list(a[entry]) != list(b[entry]):
+                problems.append(
+                    f"{module}: entry {entry} takes ({', '.join(a[entry])}) in {first} but "
+                    f"({', '.join(b[entry])}) in {other}"
+                )
+    return problems
+
+
+# -- check ----------------------------------------------------------------------------
+
+
+def verify_artifacts(ptx_dir: Path = PTX_DIR) -> list[str]:
+    """Problems with the artifacts in `ptx_dir`, without running any tool: hashes of
+    sources, PTX and cubins against the manifest, pinned headers, entries parsed from each
+    PTX against the manifest and across tiers, the tier and architecture lists and flags
+    against this tool's, no spills, and no stray artifact files. Empty when current."""
+    problems: list[str] = []
+    try:
+        manifest = json.loads((ptx_dir / MANIFEST_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        return [f"{MANIFEST_NAME} cannot be read: {error}; run `python tools/kernels.py build`"]
+    # the loader must accept what the tool wrote; its parse also vouches for the shape
+    # of every field the checks below index
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from pyspk.cuda.errors import ArtifactError
+    from pyspk.cuda.kernels import Manifest
+
+    try:
+        Manifest.parse(manifest, ptx_dir)
+    except ArtifactError as error:
+        return [f"the loader refuses the manifest: {error}"]
+
+    if manifest.get("format") != MANIFEST_FORMAT:
+        problems.append(
+            f"{MANIFEST_NAME}: format {manifest.get('format')!r}, expected {MANIFEST_FORMAT}"
+        )
+    flags = {"nvcc": list(NVCC_FLAGS), "ptxas": list(PTXAS_FLAGS)}
+    if manifest.get("flags") != flags:
+        problems.append(
+            f"{MANIFEST_NAME}: flags {manifest.get('flags')} differ from the tool's {flags}"
+        )
+    modules = manifest.get("modules", {})
+    if sorted(modules) != sorted(MODULES):
+        problems.append(f"{MANIFEST_NAME}: modules {sorted(modules)}, expected {sorted(MODULES)}")
+
+    def check_file(name: str, recorded: str | None, stale: str = "") -> bytes | None:
+        path = ptx_dir / name
+        if not path.is_file():
+            problems.append(f"{name} is missing")
+            return None
+        data = path.read_bytes()
+        if sha256(data) != recorded:
+            problems.append(
+                stale or f"{name} has SHA-256 {sha256(data)}, the manifest records {recorded}"
+            )
+        return data
+
+    for module, body in sorted(modules.items()):
+        recorded_sources = body.get("sources", {})
+        expected_sources = source_files(ptx_dir, module)
+        if sorted(recorded_sources) != sorted(expected_sources):
+            problems.append(
+                f"{module}: sources {sorted(recorded_sources)} in the manifest, "
+                f"{sorted(expected_sources)} on disk"
+            )
+        for name in expected_sources:
+            stale = f"{name} changed since the last build: run `python tools/kernels.py build`"
+            check_file(name, recorded_sources.get(name), stale)
+
+        tiers = body.get("tiers", {})
+        if sorted(tiers) != sorted(tier.name for tier in TIERS):
+            problems.append(f"{module}: tiers {sorted(tiers)}, expected {[t.name for t in TIERS]}")
+        parsed: dict[str, dict[str, list[str]]] = {}
+        for tier_name, files in sorted(tiers.items()):
+            try:
+                tier = tier_by_name(tier_name)
+            except KeyError:
+                continue
+            name = files.get("ptx", "")
+            if name != ptx_name(module, tier):
+                problems.append(
+                    f"{module}.{tier_name}: PTX file {name!r}, expected {ptx_name(module, tier)!r}"
+                )
+            data = check_file(name, files.get("sha256"))
+            if files.get("ptx_version") != tier.ptx_version or files.get("target") != tier.target:
+                problems.append(
+                    f"{module}.{tier_name}: manifest header ({files.get('ptx_version')}, "
+                    f"{files.get('target')}), expected ({tier.ptx_version}, {tier.target})"
+                )
+            if data is not None:
+                text = data.decode("utf-8", "replace")
+                found = header(text)
+                if found != (tier.ptx_version, tier.target):
+                    problems.append(
+                        f"{name}: header .version {found[0]} .target {found[1]}, pinned "
+                        f".version {tier.ptx_version} .target {tier.target}"
+                    )
+                entries = parse_entries(text)
+                parsed[tier_name] = entries
+                if entries != files.get("entries"):
+                    problems.append(f"{name}: its .entry list differs from the manifest's")
+            cubins = files.get("cubins", {})
+            if sorted(cubins) != sorted(tier.archs):
+                problems.append(
+                    f"{module}.{tier_name}: cubins for {sorted(cubins)}, "
+                    f"expected {sorted(tier.archs)}"
+                )
+            for arch, cubin in sorted(cubins.items()):
+                if cubin.get("file") != cubin_name(module, tier, arch):
+                    problems.append(
+                        f"{module}.{tier_name}.{arch}: cubin file {cubin.get('file')!r}"
+                    )
+                    continue
+                check_file(cubin["file"], cubin.get("sha256"))
+                problems.extend(f"{cubin['file']}: {p}" for p in spills(cubin.get("resources", {})))
+        problems.extend(_entry_differences(module, parsed))
+
+    known = set(_artifact_files(manifest))
+    strays = [p.name for p in ptx_dir.glob("*.ptx") if p.name not in known]
+    strays += [
+        f"{CUBIN_DIR}/{p.name}"
+        for p in (ptx_dir / CUBIN_DIR).glob("*")
+        if f"{CUBIN_DIR}/{p.name}" not in known
+    ]
+    problems.extend(f"{name} is not in the manifest (a stale artifact?)" for name in sorted(strays))
+    return problems
+
+
+def _compare_trees(expected: Path, actual: Path, names: Sequence[str]) -> list[str]:
+    problems = []
+    for name in names:
+        a, b = expected / name, actual / name
+        if not a.is_file() or not b.is_file():
+            problems.append(f"{name}: present in only one of the committed and rebuilt trees")
+        elif a.read_bytes() != b.read_bytes():
+            problems.append(f"{name}: the rebuild differs from the committed file")
+    return problems
+
+
+def check(
+    ptx_dir: Path = PTX_DIR, rebuild: bool = False, say: Callable[[str], None] = progress
+) -> list[str]:
+    """Everything `verify_artifacts` checks, plus ptxas assembling every tier for every
+    listed architecture; with `rebuild`, a full rebuild compared byte for byte."""
+    say(f"check    {ptx_dir}")
+    problems = verify_artifacts(ptx_dir)
+    for problem in problems:
+        say(f"  FAIL   {problem}")
+    if not problems:
+        say("  ok     hashes, pinned headers, entry lists and resources match the manifest")
+
+    manifest = (
+        json.loads((ptx_dir / MANIFEST_NAME).read_text(encoding="utf-8"))
+        if (ptx_dir / MANIFEST_NAME).is_file()
+        else {}
+    )
+    installed = toolchain()
+    recorded = manifest.get("toolchain", {})
+    if installed != recorded:
+        note = f"installed toolchain {installed} differs from the manifest's {recorded}"
+        if rebuild:
+            problems.append(note + "; a rebuild cannot reproduce the artifacts byte for byte")
+            say(f"  FAIL   {note}")
+        else:
+            say(f"  note   {note}")
+
+    with tempfile.TemporaryDirectory(prefix="pyspk-check-") as scratch:
+        scratch_dir = Path(scratch)
+        jobs = []
+        for module in MODULES:
+            for tier in TIERS:
+                ptx = ptx_dir / ptx_name(module, tier)
+                if ptx.is_file():
+                    jobs.extend((module, tier, arch) for arch in tier.archs)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+            futures = {
+                job: pool.submit(
+                    assemble,
+                    ptx_dir / ptx_name(job[0], job[1]),
+                    job[2],
+                    scratch_dir / f"{job[0]}.{job[1].name}.{job[2]}.cubin",
+                )
+                for job in jobs
+            }
+            for (module, tier, arch), future in futures.items():
+                try:
+                    future.result()
+                    say(f"  ok     ptxas assembles {ptx_name(module, tier)} for {arch}")
+                except ToolError as error:
+                    problems.append(str(error))
+                    say(f"  FAIL   ptxas {ptx_name(module, tier)} for {arch}: {error}")
+
+        if rebuild:
+            say("rebuild  into a temporary directory")
+            rebuilt = scratch_dir / "rebuilt"
+            build(ptx_dir, rebuilt, say=lambda line: say(f"  {line}"))
+            fresh = json.loads((rebuilt / MANIFEST_NAME).read_text(encoding="utf-8"))
+            known = set(_artifact_files(fresh)) | set(_artifact_files(manifest))
+            names = [*sorted(known), MANIFEST_NAME]
+            differences = _compare_trees(ptx_dir, rebuilt, names)
+            for difference in differences:
+                say(f"  FAIL   {difference}")
+            if not differences:
+                say(
+                    f"  ok     rebuild matches the committed artifacts byte for byte "
+                    f"({len(names)} files)"
+                )
+            problems.extend(differences)
+    return problems
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("build", help="regenerate the PTX tiers, cubins and manifest")
+    check_parser = commands.add_parser("check", help="verify that the artifacts are current")
+    check_parser.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="rebuild into a temporary directory and compare bytes",
+    )
+    parser.add_argument("--ptx-dir", type=Path, default=PTX_DIR, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "build":
+            build(args.ptx_dir, args.ptx_dir)
+            progress(f"built    {args.ptx_dir / MANIFEST_NAME}")
+            return 0
+        problems = check(args.ptx_dir, rebuild=args.rebuild)
+    except ToolError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    if problems:
+        print(f"check failed: {len(problems)} problem(s)", file=sys.stderr)
+        return 1
+    progress("check passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
