@@ -1,0 +1,186 @@
+"""The embedding boundary (resnet.seg_1) end to end on the SIMT entries.
+
+Error bound: every output is a float64-exact sum of k = 5120 products plus the bias, and
+any order of FP32 summation of n terms errs by at most gamma_n = n u / (1 - n u) times
+the sum of the terms' magnitudes (u = 2^-24); with the product roundings that is
+gamma_{k+2}. It is the bound that holds whatever order a kernel sums in, so a kernel that
+drops, repeats or misplaces a single term fails it. The library comparison then asks the
+typical error to be no worse than twice cuBLAS's FP32 error on the same inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pyspk.candidate import DenseSite, DenseSpec, DeviceUnsupported, GeometryInvalid
+from pyspk.candidate.segdense import Choice, Entry, SegdensePin, Site
+from pyspk.candidate.segdense.producer import DenseOxide
+from pyspk.cuda import BufferLengthError, CudaMath, PtxTier
+from pyspk.cuda.kernels import KernelModule
+from pyspk.cuda.runtime import BufferLayoutError, CudaRuntime
+from tests.gpu.boundary import UNIT, operands, plan, run_eager, truth
+
+pytestmark = pytest.mark.gpu
+
+K = 5120
+GAMMA = (K + 2) * UNIT / (1 - (K + 2) * UNIT)
+ENTRIES = [Entry.EMBED_B1, Entry.EMBED_B32]
+MATHS = [CudaMath.FP32, CudaMath.TF32]
+
+
+def _relative_l2(y: np.ndarray, exact: np.ndarray) -> float:
+    return float(np.linalg.norm(y - exact) / np.linalg.norm(exact))
+
+
+@pytest.mark.parametrize("math", MATHS, ids=str)
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.name)
+def test_matches_float64(runtime, kernels, entry: Entry, math: CudaMath) -> None:
+    ops = operands(Site.EMBEDDING, entry.batch(), seed=11)
+    exact, scale = truth(Site.EMBEDDING, entry.batch(), ops)
+    oxide = plan(runtime, kernels, entry, math, ops)
+    y = run_eager(runtime, oxide, ops["x"])
+    assert np.all(np.isfinite(y))
+    error = np.abs(y - exact)
+    worst = int(np.argmax(error / scale))
+    assert np.all(error <= GAMMA * scale), (
+        f"output {worst}: error {error[worst]:.3e} over bound {GAMMA * scale[worst]:.3e}"
+    )
+    # FP32 accumulation of well-scaled terms lands near sqrt(k) u, far inside gamma
+    assert _relative_l2(y, exact) < 1e-5
+    oxide.close()
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.name)
+def test_no_worse_than_twice_the_library(runtime, kernels, torch, entry: Entry) -> None:
+    ops = operands(Site.EMBEDDING, entry.batch(), seed=12)
+    exact, _ = truth(Site.EMBEDDING, entry.batch(), ops)
+    oxide = plan(runtime, kernels, entry, CudaMath.FP32, ops)
+    ours = run_eager(runtime, oxide, ops["x"])
+    previous = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        x, w, b = (torch.from_numpy(ops[name]).cuda() for name in ("x", "w", "bias"))
+        library = torch.nn.functional.linear(x, w, b).cpu().numpy().reshape(-1)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous
+    assert _relative_l2(ours, exact) <= 2 * _relative_l2(library, exact)
+    oxide.close()
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.name)
+def test_torch_tensors_give_the_same_bits(runtime, kernels, torch, entry: Entry) -> None:
+    ops = operands(Site.EMBEDDING, entry.batch(), seed=13)
+    oxide = plan(runtime, kernels, entry, CudaMath.FP32, ops)
+    eager = run_eager(runtime, oxide, ops["x"])
+    x = torch.from_numpy(ops["x"]).cuda()
+    out = torch.full((oxide.producer.output_len,), float("nan"), device="cuda")
+    torch.cuda.synchronize()
+    oxide.enqueue(x, out)
+    runtime.synchronize()
+    assert np.array_equal(out.cpu().numpy().view(np.uint32), eager.view(np.uint32))
+    oxide.close()
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.name)
+def test_graph_replay_is_bit_identical(runtime, kernels, entry: Entry) -> None:
+    ops = operands(Site.EMBEDDING, entry.batch(), seed=14)
+    oxide = plan(runtime, kernels, entry, CudaMath.FP32, ops)
+    eager = run_eager(runtime, oxide, ops["x"])
+    x = runtime.upload(ops["x"])
+    outs = [runtime.alloc_zeros(oxide.producer.output_len) for _ in range(20)]
+    graph = runtime.capture(lambda: [oxide.enqueue(x, out) for out in outs] and None)
+    poison = np.full(oxide.producer.output_len, np.nan, np.float32)
+    for _ in range(2):
+        for out in outs:
+            runtime.copy(out, runtime.upload(poison))
+        graph.replay()
+        runtime.synchronize()
+        for out in outs:
+            assert np.array_equal(runtime.download(out).view(np.uint32), eager.view(np.uint32))
+    graph.close()
+    oxide.close()
+
+
+def test_split_counts_agree_to_rounding(runtime, kernels) -> None:
+    """Every split count 1..128 gives the same sum within the bound: slice partitions
+    and the reduction forms (fixed, flat, eight-warp) each cover all of k once."""
+    ops = operands(Site.EMBEDDING, 32, seed=15)
+    exact, scale = truth(Site.EMBEDDING, 32, ops)
+    x = runtime.upload(ops["x"])
+    weight, bias = runtime.upload(ops["w"]), runtime.upload(ops["bias"])
+    spec = DenseSpec(DenseSite.EMBEDDING, 32, CudaMath.FP32)
+    for splits in (1, 2, 7, 18, 34, 36, 40, 41, 64, 66, 100, 127, 128):
+        pin = SegdensePin(Choice.split(Entry.EMBED_B32, splits), CudaMath.FP32, kernels.tier)
+        oxide = DenseOxide.plan(runtime, kernels, spec, weight, bias, pin)
+        out = runtime.upload(np.full(oxide.producer.output_len, np.nan, np.float32))
+        oxide.enqueue(x, out)
+        y = runtime.download(out)
+        assert np.all(np.abs(y - exact) <= GAMMA * scale), f"splits {splits}"
+        oxide.close()
+
+
+def test_errors_raise_before_any_launch(runtime, kernels, torch) -> None:
+    ops = operands(Site.EMBEDDING, 1, seed=16)
+    oxide = plan(runtime, kernels, Entry.EMBED_B1, CudaMath.FP32, ops)
+    poison = np.full(oxide.producer.output_len, np.nan, np.float32)
+    out = runtime.upload(poison)
+    x = runtime.upload(ops["x"])
+
+    def untouched() -> bool:
+        return bool(np.all(np.isnan(runtime.download(out))))
+
+    with pytest.raises(BufferLengthError, match="input"):
+        oxide.enqueue(runtime.upload(ops["x"][:-1]), out)
+    with pytest.raises(BufferLengthError, match="output"):
+        oxide.enqueue(x, runtime.upload(poison[:-1]))
+    with pytest.raises(BufferLayoutError, match="input"):
+        oxide.enqueue(torch.from_numpy(ops["x"]).double().cuda(), out)
+    wide = torch.zeros((3, 2 * K), device="cuda")
+    with pytest.raises(BufferLayoutError, match="input"):
+        oxide.enqueue(wide[:, ::2], out)
+    assert untouched()
+
+    weight, bias = runtime.upload(ops["w"]), runtime.upload(ops["bias"])
+    spec = DenseSpec(DenseSite.EMBEDDING, 1, CudaMath.FP32)
+    other_site = SegdensePin.forced(Entry.LINEAR0_B1, CudaMath.FP32, kernels.tier, runtime.device)
+    with pytest.raises(GeometryInvalid, match="cannot plan"):
+        DenseOxide.plan(runtime, kernels, spec, weight, bias, other_site)
+    other_math = SegdensePin.forced(Entry.EMBED_B1, CudaMath.TF32, kernels.tier, runtime.device)
+    with pytest.raises(GeometryInvalid, match="cannot plan"):
+        DenseOxide.plan(runtime, kernels, spec, weight, bias, other_math)
+    with pytest.raises(BufferLengthError, match="weight"):
+        DenseOxide.plan(
+            runtime,
+            kernels,
+            spec,
+            runtime.upload(ops["w"][:-1]),
+            bias,
+            SegdensePin.forced(Entry.EMBED_B1, CudaMath.FP32, kernels.tier, runtime.device),
+        )
+    oxide.close()
+
+
+def test_pin_above_the_loaded_tier_is_refused(runtime) -> None:
+    if runtime.device.capability < PtxTier.SM80.capability:
+        pytest.skip("the device has no sm80 tier to pin above sm75")
+    with CudaRuntime(0, ptx_tier=PtxTier.SM75) as low:
+        kernels = low.load_kernels(KernelModule.SEGDENSE)
+        assert kernels.tier is PtxTier.SM75
+        ops = operands(Site.EMBEDDING, 1, seed=17)
+        pin = SegdensePin.select(Site.EMBEDDING, 1, CudaMath.FP32, PtxTier.SM80, low.device)
+        spec = DenseSpec(DenseSite.EMBEDDING, 1, CudaMath.FP32)
+        with pytest.raises(DeviceUnsupported, match="sm80"):
+            DenseOxide.plan(low, kernels, spec, low.upload(ops["w"]), low.upload(ops["bias"]), pin)
+
+
+def test_sm75_tier_runs_the_same_kernels(runtime) -> None:
+    """The sm75 module's SIMT entries agree with the float64 bound too."""
+    with CudaRuntime(0, ptx_tier=PtxTier.SM75) as low:
+        kernels = low.load_kernels(KernelModule.SEGDENSE)
+        for entry in ENTRIES:
+            ops = operands(Site.EMBEDDING, entry.batch(), seed=18)
+            exact, scale = truth(Site.EMBEDDING, entry.batch(), ops)
+            oxide = plan(low, kernels, entry, CudaMath.FP32, ops)
+            y = run_eager(low, oxide, ops["x"])
+            assert np.all(np.abs(y - exact) <= GAMMA * scale), entry.name
+            oxide.close()
