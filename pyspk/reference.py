@@ -29,8 +29,13 @@ def conv(site: SegConvSite, batch: int, x: npt.ArrayLike, w: npt.ArrayLike) -> n
     cin = k // CONV_TAPS
     x = _f64(x, (batch, cin, length), "x")
     w = _f64(w, (n, cin, CONV_TAPS), "w")
-    windows = np.stack([x[:, :, tap : tap + positions] for tap in range(CONV_TAPS)], axis=-1)
-    return np.einsum("bcpt,oct->bop", windows, w)
+    taps = w.reshape(n, k).T  # [(ci, tap), o]
+    out = np.empty((batch, n, positions))
+    for item in range(batch):
+        # [p, (ci, tap)] windows of one item keep the BLAS product within memory
+        windows = np.lib.stride_tricks.sliding_window_view(x[item], CONV_TAPS, axis=1)
+        out[item] = (windows.transpose(1, 0, 2).reshape(positions, k) @ taps).T
+    return out
 
 
 def conv_absolute_sum(

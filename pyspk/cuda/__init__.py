@@ -12,20 +12,31 @@ from pyspk.cuda.errors import (
     NoDriverError,
     check_len,
 )
+from pyspk.cuda.events import EventPhases
+from pyspk.cuda.kernels import KernelModule, LoadedKernels
 from pyspk.cuda.math import CudaMath
+from pyspk.cuda.runtime import BufferLayoutError, CudaRuntime, DeviceBuffer, Graph, device_array
 from pyspk.cuda.tier import ComputeCapability, PtxTier
 
 __all__ = [
     "ArtifactError",
+    "BufferLayoutError",
     "BufferLengthError",
     "ComputeCapability",
     "CudaError",
     "CudaMath",
+    "CudaRuntime",
     "DeviceAttributes",
+    "DeviceBuffer",
     "DriverError",
+    "EventPhases",
+    "Graph",
     "KernelMissingError",
+    "KernelModule",
+    "LoadedKernels",
     "NoDeviceError",
     "NoDriverError",
     "PtxTier",
     "check_len",
+    "device_array",
 ]

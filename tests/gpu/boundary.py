@@ -76,3 +76,48 @@ def run_eager(runtime: CudaRuntime, oxide: DenseOxide | SegConvOxide, x: np.ndar
     out = runtime.upload(np.full(oxide.producer.output_len, np.nan, np.float32))
     oxide.enqueue(x_buffer, out)
     return runtime.download(out)
+
+
+def error_bound(entry: Entry, exact: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """Per-output error an FP32 kernel of `entry` may show against float64.
+
+    Pre-epilogue: any order of FP32 summation of k products and the bias errs by at most
+    gamma_{k+2} * sum|terms| (gamma_n = n u / (1 - n u)). LeakyReLU is 1-Lipschitz and
+    adds one rounding of |y|. Log-softmax moves an output by at most twice the largest
+    logit error of its row, plus a few roundings of its exp/log arithmetic."""
+    site = entry.site()
+    k = site.dimensions()[2]
+    gamma = (k + 2) * UNIT / (1 - (k + 2) * UNIT)
+    logit = gamma * scale
+    if site in (Site.LINEAR0, Site.LINEAR1):
+        return logit + UNIT * np.abs(exact)
+    if site is Site.LINEAR2:
+        row_worst = logit.reshape(-1, 7).max(axis=1, keepdims=True)
+        return (2 * row_worst + 16 * UNIT * (np.abs(exact.reshape(-1, 7)) + 1)).reshape(-1)
+    return logit
+
+
+def library(torch, site: Site, batch: int, ops: dict[str, np.ndarray], tf32: bool) -> np.ndarray:
+    """The PyTorch library path of a boundary (cuDNN / cuBLAS and its epilogue), flat."""
+    functional = torch.nn.functional
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
+    try:
+        x, w = torch.from_numpy(ops["x"]).cuda(), torch.from_numpy(ops["w"]).cuda()
+        if site.is_conv():
+            y = functional.conv1d(x, w)
+        elif site is Site.EMBEDDING:
+            y = functional.linear(x, w, torch.from_numpy(ops["bias"]).cuda())
+        else:
+            affine = torch.addmm(torch.from_numpy(ops["bias"]).cuda(), x, w)
+            if site is Site.LINEAR2:
+                y = torch.log_softmax(affine, -1)
+            else:
+                y = functional.leaky_relu(affine, 0.01)
+        return y.cpu().numpy().reshape(-1)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def relative_l2(y: np.ndarray, exact: np.ndarray) -> float:
+    return float(np.linalg.norm(y - exact) / np.linalg.norm(exact))

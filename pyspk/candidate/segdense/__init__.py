@@ -3,6 +3,7 @@ heads and the embedding `seg_1` projection."""
 
 from pyspk.candidate.segdense.area import Area
 from pyspk.candidate.segdense.packing import f16_bits, half_scale, pack_half_columns, selected_rows
+from pyspk.candidate.segdense.producer import DenseOxide, Producer, SegConvOxide
 from pyspk.candidate.segdense.selection import (
     BATCHES,
     BROAD_EVIDENCE,
@@ -63,14 +64,17 @@ __all__ = [
     "Classifier",
     "Config",
     "Conv",
+    "DenseOxide",
     "Entry",
     "Gemm",
     "Gemv",
     "Hardware",
     "Kind",
+    "Producer",
     "Products",
     "Reduction",
     "ReductionShape",
+    "SegConvOxide",
     "SegdensePin",
     "Site",
     "Split",
