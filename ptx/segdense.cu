@@ -470,3 +470,11 @@ spk_segdense_embed_b32(const float* __restrict__ x, u64 x_len, const float* __re
         store4(out + 64 + cg * 4, make_float4(acc[i][4], acc[i][5], acc[i][6], acc[i][7]));
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Segmentation families, one file each, after the shared helpers they use
+// ---------------------------------------------------------------------------------------
+
+#include "segconv.cuh"
+#include "seglinear.cuh"
+#include "classifier.cuh"

@@ -32,8 +32,19 @@ from pyspk.cuda.tier import ComputeCapability, PtxTier
 ROOT = Path(__file__).resolve().parent.parent
 PTX = ROOT / "ptx"
 ENTRIES = {
+    "spk_segdense_classifier_b1": ("u64",) * 8,
+    "spk_segdense_classifier_b32": ("u64",) * 8,
+    "spk_segdense_conv1_b1": ("u64",) * 6,
+    "spk_segdense_conv1_b32": ("u64",) * 6,
+    "spk_segdense_conv2_b1": ("u64",) * 6,
+    "spk_segdense_conv2_b32": ("u64",) * 6,
     "spk_segdense_embed_b1": ("u64",) * 8,
     "spk_segdense_embed_b32": ("u64",) * 8,
+    "spk_segdense_linear0_b1": ("u64",) * 8,
+    "spk_segdense_linear0_b32": ("u64",) * 8,
+    "spk_segdense_linear1_b1": ("u64",) * 8,
+    "spk_segdense_linear1_b1_tf32": ("u64",) * 8,
+    "spk_segdense_linear1_b32": ("u64",) * 8,
     "spk_segdense_pack": ("u64",) * 4 + ("u32",) * 3,
     "spk_segdense_reduce_e18": ("u64",) * 6 + ("u32",),
     "spk_segdense_reduce_e34": ("u64",) * 6 + ("u32",),
@@ -97,7 +108,12 @@ def test_manifest_lists_both_tiers_with_the_same_entries() -> None:
     assert set(sm75.cubins) == {"sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_120"}
     assert set(sm80.cubins) == {"sm_80", "sm_86", "sm_89", "sm_90", "sm_120"}
     assert sm80.cubins["sm_90"].file == "cubin/segdense.sm80.sm_90.cubin"
-    assert set(module.sources) == {"segdense.cu"}
+    assert set(module.sources) == {
+        "segdense.cu",
+        "segconv.cuh",
+        "seglinear.cuh",
+        "classifier.cuh",
+    }
 
 
 def test_manifest_records_toolchain_and_flags() -> None:

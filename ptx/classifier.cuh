@@ -1,0 +1,401 @@
+// classifier kernels of the segdense module (included by segdense.cu)
+//
+// Segmentation linear2: y = log_softmax(x @ w + bias) per row over the 7 classes,
+// log_softmax(v) = v - max - ln(sum(exp(v - max))). x [m, 128], w [128, 7] and bias [7]
+// as the caller holds them (no packing), y [m, 7], m = batch * 589. Grid
+// (ceil(m / ROWS), 1, 1): block b owns rows [ROWS b, ROWS b + ROWS); rows >= m of the
+// last block are neither read nor written. FP32 SIMT, no atomics, fixed orders.
+//
+// Lanes: a row is shared by LANES consecutive lanes; lane j of the row takes the float4
+// columns j, j + LANES, j + 2 LANES, ... of x (a warp's load touches whole 32-byte
+// sectors), so its k-slice is the groups g = j + LANES i of four consecutive k, and the
+// w rows of one group are 28 consecutive floats (seven aligned float4). The bias is
+// added to the finished dot product; the log-softmax uses the IEEE expf/logf.
+//
+// Batch 1 (8 rows x 8 lanes, 64 threads): latency bound. Each lane loads its 16 x and
+// the 112 w values of its slice straight into registers, all loads in flight at once.
+// Order: lane j accumulates, by sequential fma from zero, its k ascending; an xor
+// butterfly (4, 2, 1) adds the eight slice sums, so every lane of the row holds the
+// same logits and evaluates the log-softmax; lane c stores class c.
+//
+// Batch 32 (128 rows, 256 threads; lane j of a row group takes rows r and r + 64, 4
+// lanes per row): compensated and issue bound. Each row gets an offset o = 1.5 * 2^E,
+// 2^E the smallest power of two >= 2 B, B = sum_k |x_k| * max|w| (E clamped to
+// [-100, 125]), so the running sum t = o + partial stays in the binade [2^E, 2^(E+1))
+// and each product is one step
+//     t' = fma(x, w, t)          x w + t rounded onto t's fixed grid
+//     q  = t' - t                exact (Sterbenz: t', t within a factor 2)
+//     r += fma(x, w, -q)         the rounding error x w + t - t', rounded once
+// Only the error terms round: the dot is (t - o) + r within u |dot| + ~(128 u)^2 B, the
+// Dot2 bound with sum |x_k| max|w| in place of sum |x_k w_k| (about twice it for
+// realistic operands). Dot2's TwoSum form costs 10 FP32 operations per product, this
+// one 4: the 16 SMs that hold two of the 148 blocks set the kernel's time.
+// Order (for a bit-exact emulation): sum |x| per lane as four component chains over
+// its float4 (i ascending), added (c0 + c1) + (c2 + c3), then the xor-1 and xor-2
+// partners' sums added; t, r per lane over i ascending, component e ascending. The four
+// lanes share o, so their t - o (multiples of one grid, below 2^E) add exactly. A
+// reduce-scatter leaves lane (h, l) = (j >> 1, j & 1) classes 4 h + 2 l and 4 h + 2 l +
+// 1 (class 7 is padding, -inf): each sum adds the xor-2 partner's value to its own,
+// then the xor-1 partner's; dot = s + r, logit = dot + bias. Max and the sum of the
+// lane's two exps are xor butterflies (1, 2), so the four lanes agree bit for bit.
+// Warp 0 copies w into shared memory unchanged (and finds max|w|) while x is in
+// flight; a thread's two rows share each w read.
+
+namespace spk {
+namespace cls {
+
+constexpr u32 K = 128;
+constexpr u32 N = 7;
+constexpr u32 ITEM_ROWS = 589;
+constexpr u32 F4 = K / 4;  // float4 per x row
+
+__device__ __forceinline__ float lane4(float4 v, u32 e) {
+    return e == 0 ? v.x : e == 1 ? v.y : e == 2 ? v.z : v.w;
+}
+
+__device__ __forceinline__ bool buffers_ok(const float* x, u64 x_len, const float* w,
+                                           u64 w_len, u64 bias_len, u64 y_len, u32 m) {
+    return x_len == u64(m) * K && w_len == K * N && bias_len == N && y_len == u64(m) * N &&
+           aligned16(x) && aligned16(w);
+}
+
+// Log-softmax of one row's logits z[0..6], held by every lane of the row.
+__device__ __forceinline__ void log_softmax7(const float (&z)[N], float (&out)[N]) {
+    float top = z[0];
+#pragma unroll
+    for (u32 c = 1; c < N; ++c) {
+        top = fmaxf(top, z[c]);
+    }
+    float sum = 0.0f;
+#pragma unroll
+    for (u32 c = 0; c < N; ++c) {
+        sum += expf(z[c] - top);
+    }
+    const float lse = logf(sum);
+#pragma unroll
+    for (u32 c = 0; c < N; ++c) {
+        out[c] = (z[c] - top) - lse;
+    }
+}
+
+// A shared-memory float4 read. Plain C++ loads let NVVM split one of these into a
+// partly used v4 and a v2, marked with a `used_bytes_mask` pragma that the pinned PTX
+// ISA versions reject; volatile keeps the load whole and behind the barrier (ptxas
+// still schedules the ld.shared freely).
+__device__ __forceinline__ float4 lds4(const float* p) {
+    float4 v;
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(u32(__cvta_generic_to_shared(p))));
+    return v;
+}
+
+// 1.5 * 2^E for the smallest 2^E >= bound, E clamped to [-100, 125] (zero, inf and NaN
+// land on a clamp): the compensated sum's running offset, always finite and normal.
+__device__ __forceinline__ float offset_for(float bound) {
+    constexpr u32 LO = (127u - 100u) << 23;
+    constexpr u32 HI = (127u + 125u) << 23;
+    u32 p = (__float_as_uint(bound) + 0x007fffffu) & 0xff800000u;
+    p = min(max(p, LO), HI);
+    return __uint_as_float(p | 0x00400000u);
+}
+
+// One compensated product on the offset accumulator t (see the header).
+__device__ __forceinline__ void step(float& t, float& r, float x, float w) {
+    const float next = fmaf(x, w, t);
+    const float q = __fsub_rn(next, t);
+    r = __fadd_rn(r, fmaf(x, w, -q));
+    t = next;
+}
+
+// Batch 32 shapes.
+constexpr u32 B32_M = 32 * ITEM_ROWS;
+constexpr u32 B32_ROWS = 128;
+constexpr u32 B32_THREADS = 256;
+constexpr u32 B32_BLOCKS = (B32_M + B32_ROWS - 1) / B32_ROWS;
+constexpr u32 B32_LANES = 4;
+constexpr u32 B32_STEPS = F4 / B32_LANES;  // float4 per lane per row
+
+// Finishes one row on its four lanes: (s, r) per class (s exact multiples of the row's
+// grid, slot 7 zero) are reduce-scattered, then logits, log-softmax and the stores.
+__device__ __forceinline__ void b32_finish(const float (&s)[8], const float (&r)[8], u32 sub,
+                                           float bias0, float bias1, bool valid,
+                                           float* __restrict__ y_row) {
+    const bool h = (sub & 2) != 0;
+    const bool l = (sub & 1) != 0;
+    float s4[4], r4[4];
+#pragma unroll
+    for (u32 i = 0; i < 4; ++i) {
+        const float send_s = h ? s[i] : s[i + 4];
+        const float send_r = h ? r[i] : r[i + 4];
+        const float got_s = __shfl_xor_sync(0xffffffffu, send_s, 2);
+        const float got_r = __shfl_xor_sync(0xffffffffu, send_r, 2);
+        s4[i] = __fadd_rn(h ? s[i + 4] : s[i], got_s);
+        r4[i] = __fadd_rn(h ? r[i + 4] : r[i], got_r);
+    }
+    float z[2];
+#pragma unroll
+    for (u32 i = 0; i < 2; ++i) {
+        const float send_s = l ? s4[i] : s4[i + 2];
+        const float send_r = l ? r4[i] : r4[i + 2];
+        const float got_s = __shfl_xor_sync(0xffffffffu, send_s, 1);
+        const float got_r = __shfl_xor_sync(0xffffffffu, send_r, 1);
+        const float sum_s = __fadd_rn(l ? s4[i + 2] : s4[i], got_s);
+        const float sum_r = __fadd_rn(l ? r4[i + 2] : r4[i], got_r);
+        const float dot = __fadd_rn(sum_s, sum_r);
+        z[i] = __fadd_rn(dot, i == 0 ? bias0 : bias1);
+    }
+    const u32 c0 = sub * 2;  // = 4 h + 2 l
+    const bool pad = c0 + 1 == N;
+    if (pad) {
+        z[1] = -INFINITY;
+    }
+    float top = fmaxf(z[0], z[1]);
+    top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 1));
+    top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 2));
+    float sum = __fadd_rn(expf(z[0] - top), expf(z[1] - top));
+    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
+    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
+    const float lse = logf(sum);
+    if (valid) {
+        y_row[c0] = (z[0] - top) - lse;
+        if (!pad) {
+            y_row[c0 + 1] = (z[1] - top) - lse;
+        }
+    }
+}
+
+}  // namespace cls
+}  // namespace spk
+
+// Batch 1: m = 589, grid 74 x 64 threads, 8 rows per block, 8 lanes per row.
+extern "C" __global__ void __launch_bounds__(64)
+spk_segdense_classifier_b1(const float* __restrict__ x, u64 x_len, const float* __restrict__ w,
+                           u64 w_len, const float* __restrict__ bias, u64 bias_len,
+                           float* __restrict__ y, u64 y_len) {
+    using namespace spk;
+    using namespace spk::cls;
+    constexpr u32 M = ITEM_ROWS;
+    constexpr u32 ROWS = 8;
+    constexpr u32 LANES = 8;
+    constexpr u32 STEPS = F4 / LANES;  // float4 per lane
+    if (!buffers_ok(x, x_len, w, w_len, bias_len, y_len, M) ||
+        !launch_is((M + ROWS - 1) / ROWS, 1, 1, ROWS * LANES)) {
+        return;
+    }
+    const u32 j = threadIdx.x % LANES;
+    const u32 row = blockIdx.x * ROWS + threadIdx.x / LANES;
+    const bool valid = row < M;
+
+    float4 xv[STEPS];
+    float4 wv[STEPS][N];  // group g: w[4 g .. 4 g + 3][0 .. 6] as seven float4
+    float b[N];
+#pragma unroll
+    for (u32 i = 0; i < STEPS; ++i) {
+        const u32 g = j + LANES * i;
+        xv[i] = valid ? load4(x + row * K + 4 * g) : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (u32 v = 0; v < N; ++v) {
+            wv[i][v] = load4(w + g * 4 * N + 4 * v);
+        }
+    }
+#pragma unroll
+    for (u32 c = 0; c < N; ++c) {
+        b[c] = __ldg(bias + c);
+    }
+    loads_issued();
+
+    float acc[N];
+#pragma unroll
+    for (u32 c = 0; c < N; ++c) {
+        acc[c] = 0.0f;
+    }
+#pragma unroll
+    for (u32 i = 0; i < STEPS; ++i) {
+        const float wf[4 * N] = {
+            wv[i][0].x, wv[i][0].y, wv[i][0].z, wv[i][0].w, wv[i][1].x, wv[i][1].y,
+            wv[i][1].z, wv[i][1].w, wv[i][2].x, wv[i][2].y, wv[i][2].z, wv[i][2].w,
+            wv[i][3].x, wv[i][3].y, wv[i][3].z, wv[i][3].w, wv[i][4].x, wv[i][4].y,
+            wv[i][4].z, wv[i][4].w, wv[i][5].x, wv[i][5].y, wv[i][5].z, wv[i][5].w,
+            wv[i][6].x, wv[i][6].y, wv[i][6].z, wv[i][6].w};
+#pragma unroll
+        for (u32 e = 0; e < 4; ++e) {
+            const float xe = lane4(xv[i], e);
+#pragma unroll
+            for (u32 c = 0; c < N; ++c) {
+                acc[c] = fmaf(xe, wf[e * N + c], acc[c]);
+            }
+        }
+    }
+    float z[N];
+#pragma unroll
+    for (u32 c = 0; c < N; ++c) {
+        float s = acc[c];
+#pragma unroll
+        for (u32 lanes = LANES / 2; lanes > 0; lanes >>= 1) {
+            s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, lanes));
+        }
+        z[c] = __fadd_rn(s, b[c]);
+    }
+    float out[N];
+    log_softmax7(z, out);
+    if (valid) {
+#pragma unroll
+        for (u32 c = 0; c < N; ++c) {
+            if (j == c) {
+                y[row * N + c] = out[c];
+            }
+        }
+    }
+}
+
+// Batch 32: m = 18848, grid 148 x 256 threads, 128 rows per block, compensated.
+extern "C" __global__ void __launch_bounds__(256, 2)
+spk_segdense_classifier_b32(const float* __restrict__ x, u64 x_len,
+                            const float* __restrict__ w, u64 w_len,
+                            const float* __restrict__ bias, u64 bias_len,
+                            float* __restrict__ y, u64 y_len) {
+    using namespace spk;
+    using namespace spk::cls;
+    constexpr u32 M = B32_M;
+    constexpr u32 LANES = B32_LANES;
+    constexpr u32 STEPS = B32_STEPS;
+    constexpr u32 HALF = B32_ROWS / 2;
+    if (!buffers_ok(x, x_len, w, w_len, bias_len, y_len, M) ||
+        !launch_is(B32_BLOCKS, 1, 1, B32_THREADS)) {
+        return;
+    }
+    // w copied as it is: group g (k = 4 g .. 4 g + 3) is the 28 floats at 28 g, seven
+    // float4; the four lanes of a row (g = j + 4 i) read disjoint bank quadruples
+    __shared__ __align__(16) float ws[K * N];
+    __shared__ float w_max;
+
+    const u32 t = threadIdx.x;
+    const u32 lane = t % 32;
+    const u32 warp = t / 32;
+    const u32 sub = lane % LANES;
+    const u32 first = blockIdx.x * B32_ROWS + warp * 8;  // the warp's first row
+    const u32 row0 = first + lane / LANES;
+    const u32 row1 = row0 + HALF;
+    const bool valid0 = row0 < M;
+    const bool valid1 = row1 < M;
+
+    // every load is issued before the barrier; a row >= m reads row m - 1 instead
+    // (unpredicated loads at fixed offsets) and is computed but never stored
+    const float* x0p = x + u64(min(row0, M - 1)) * K + 4 * sub;
+    const float* x1p = x + u64(min(row1, M - 1)) * K + 4 * sub;
+    float4 x0[STEPS], x1[STEPS];
+#pragma unroll
+    for (u32 i = 0; i < STEPS; ++i) {
+        x0[i] = load4(x0p + 4 * LANES * i);
+        x1[i] = load4(x1p + 4 * LANES * i);
+    }
+    const u32 c0 = sub * 2;
+    const float bias0 = __ldg(bias + c0);
+    const float bias1 = c0 + 1 < N ? __ldg(bias + c0 + 1) : 0.0f;
+
+    // warp 0 stages w (lane g: group g, seven float4) and its largest magnitude while
+    // x is in flight
+    if (warp == 0) {
+        float4 wg[N];
+#pragma unroll
+        for (u32 v = 0; v < N; ++v) {
+            wg[v] = load4(w + lane * 4 * N + 4 * v);
+        }
+        float wm = 0.0f;
+#pragma unroll
+        for (u32 v = 0; v < N; ++v) {
+            store4(ws + lane * 4 * N + 4 * v, wg[v]);
+            wm = fmaxf(fmaxf(wm, fmaxf(fabsf(wg[v].x), fabsf(wg[v].y))),
+                       fmaxf(fabsf(wg[v].z), fabsf(wg[v].w)));
+        }
+#pragma unroll
+        for (u32 lanes = 16; lanes > 0; lanes >>= 1) {
+            wm = fmaxf(wm, __shfl_xor_sync(0xffffffffu, wm, lanes));
+        }
+        if (lane == 0) {
+            w_max = wm;
+        }
+    }
+    __syncthreads();
+    if (first >= M) {
+        return;  // warp-uniform, after the only barrier
+    }
+    const float wmax = w_max;
+    loads_issued();
+
+    // row offsets from sum |x| (fixed order, xor butterfly: the four lanes agree)
+    float a0[4], a1[4];
+#pragma unroll
+    for (u32 e = 0; e < 4; ++e) {
+        a0[e] = fabsf(lane4(x0[0], e));
+        a1[e] = fabsf(lane4(x1[0], e));
+    }
+#pragma unroll
+    for (u32 i = 1; i < STEPS; ++i) {
+#pragma unroll
+        for (u32 e = 0; e < 4; ++e) {
+            a0[e] = __fadd_rn(a0[e], fabsf(lane4(x0[i], e)));
+            a1[e] = __fadd_rn(a1[e], fabsf(lane4(x1[i], e)));
+        }
+    }
+    float sx0 = __fadd_rn(__fadd_rn(a0[0], a0[1]), __fadd_rn(a0[2], a0[3]));
+    float sx1 = __fadd_rn(__fadd_rn(a1[0], a1[1]), __fadd_rn(a1[2], a1[3]));
+#pragma unroll
+    for (u32 lanes = 1; lanes < LANES; lanes <<= 1) {
+        sx0 = __fadd_rn(sx0, __shfl_xor_sync(0xffffffffu, sx0, lanes));
+        sx1 = __fadd_rn(sx1, __shfl_xor_sync(0xffffffffu, sx1, lanes));
+    }
+    const float wmax2 = __fmul_rn(2.0f, wmax);
+    const float o0 = offset_for(__fmul_rn(sx0, wmax2));
+    const float o1 = offset_for(__fmul_rn(sx1, wmax2));
+
+    float t0[N], r0[N], t1[N], r1[N];
+#pragma unroll
+    for (u32 c = 0; c < N; ++c) {
+        t0[c] = o0;
+        t1[c] = o1;
+        r0[c] = 0.0f;
+        r1[c] = 0.0f;
+    }
+#pragma unroll
+    for (u32 i = 0; i < STEPS; ++i) {
+        const float* wg = ws + (sub + LANES * i) * 4 * N;
+        float4 wv[N];
+#pragma unroll
+        for (u32 v = 0; v < N; ++v) {
+            wv[v] = lds4(wg + 4 * v);
+        }
+        const float wf[4 * N] = {
+            wv[0].x, wv[0].y, wv[0].z, wv[0].w, wv[1].x, wv[1].y, wv[1].z, wv[1].w,
+            wv[2].x, wv[2].y, wv[2].z, wv[2].w, wv[3].x, wv[3].y, wv[3].z, wv[3].w,
+            wv[4].x, wv[4].y, wv[4].z, wv[4].w, wv[5].x, wv[5].y, wv[5].z, wv[5].w,
+            wv[6].x, wv[6].y, wv[6].z, wv[6].w};
+#pragma unroll
+        for (u32 e = 0; e < 4; ++e) {
+            const float xa = lane4(x0[i], e);
+            const float xb = lane4(x1[i], e);
+#pragma unroll
+            for (u32 c = 0; c < N; ++c) {
+                step(t0[c], r0[c], xa, wf[e * N + c]);
+                step(t1[c], r1[c], xb, wf[e * N + c]);
+            }
+        }
+    }
+
+    float s[8], r[8];
+#pragma unroll
+    for (u32 c = 0; c < N; ++c) {
+        s[c] = __fsub_rn(t0[c], o0);  // exact: t0 within a factor 2 of o0
+        r[c] = r0[c];
+    }
+    s[N] = 0.0f;
+    r[N] = 0.0f;
+    b32_finish(s, r, sub, bias0, bias1, valid0, y + u64(row0) * N);
+#pragma unroll
+    for (u32 c = 0; c < N; ++c) {
+        s[c] = __fsub_rn(t1[c], o1);
+        r[c] = r1[c];
+    }
+    b32_finish(s, r, sub, bias0, bias1, valid1, y + u64(row1) * N);
+}

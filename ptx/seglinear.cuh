@@ -1,0 +1,626 @@
+// seglinear kernels of the segdense module (included by segdense.cu)
+//
+// linear0 and linear1 of the segmentation head: y = LeakyReLU(x @ w + bias), x [m, k]
+// row-major, w [k, 128] row-major (unpacked), bias [128], y [m, 128], m = batch * 589,
+// k = 256 (linear0) or 128 (linear1). FP32 SIMT, one launch, no workspace.
+//
+// Batch 32: 64 x 128 tiles, 128 threads of 8 x 8 outputs, x and w staged in steps of 8 k
+// through double-buffered shared memory (one barrier per step). Each output is a
+// sequential fma chain along k from zero, then + bias, then LeakyReLU.
+//
+// Batch 1: 16 x 32 tiles, 128 threads. Warp s owns the k slice [s k/4, (s+1) k/4) of
+// the whole tile (each lane a 4 x 4 block over that slice), stages it in its own
+// shared-memory region with its own loads and only __syncwarp, so the four warps never
+// wait on each other until their partial tiles meet. Output = ((p0 + p1) + p2) + p3,
+// then + bias, then LeakyReLU; p_s is a sequential fma chain from zero over slice s.
+// linear1_b1 keeps a compensated (hi, lo) pair per slice instead (see `anchored_step`).
+
+namespace spk {
+namespace lin {
+
+constexpr u32 N = 128;           // output columns of both layers
+constexpr u32 ITEM_ROWS = 589;   // frames per 10 s chunk
+constexpr u32 THREADS = 128;
+
+// v if v >= 0 or v is NaN (both fail `v < 0`), else 0.01f v
+__device__ __forceinline__ float leaky(float v) { return v < 0.0f ? 0.01f * v : v; }
+
+__device__ __forceinline__ float4 bias_leaky4(float4 v, float4 b) {
+    return make_float4(leaky(v.x + b.x), leaky(v.y + b.y), leaky(v.z + b.z), leaky(v.w + b.w));
+}
+
+// Shared-memory operand reads go through one PTX load each, at 32-bit shared addresses
+// computed once. Left to itself, nvcc 13 may split float4 reads in unrolled loops into
+// overlapping partial loads marked with a `used_bytes_mask` pragma, which needs PTX ISA
+// 8.3: the pinned 6.3 / 7.0 headers would not assemble. The clobber keeps each read
+// after the stores and __syncwarp / __syncthreads before it. (A host build, for
+// emulation, reads through a byte pointer instead.)
+#ifdef __CUDA_ARCH__
+typedef u32 saddr;
+__device__ __forceinline__ saddr shared_address(const float* pointer) {
+    return u32(__cvta_generic_to_shared(pointer));
+}
+__device__ __forceinline__ float4 lds4(saddr address) {
+    float4 v;
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(address)
+                 : "memory");
+    return v;
+}
+#else
+typedef const char* saddr;
+inline saddr shared_address(const float* pointer) {
+    return reinterpret_cast<saddr>(pointer);
+}
+inline float4 lds4(saddr address) { return *reinterpret_cast<const float4*>(address); }
+#endif
+
+template <u32 M, u32 K>
+__device__ __forceinline__ bool buffers_ok(const float* x, u64 x_len, const float* w,
+                                           u64 w_len, const float* bias, u64 bias_len,
+                                           const float* y, u64 y_len) {
+    return x_len == u64(M) * K && w_len == u64(K) * N && bias_len == N &&
+           y_len == u64(M) * N && aligned16(x) && aligned16(w) && aligned16(bias) &&
+           aligned16(y);
+}
+
+// ---------------------------------------------------------------------------------------
+// Batch 32: grid (295, 1, 1) x 128 threads, block b owns rows [64 b, 64 b + 64)
+// ---------------------------------------------------------------------------------------
+
+constexpr u32 B32_M = 32 * ITEM_ROWS;  // 18848 = 294 * 64 + 32
+constexpr u32 B32_TILE = 64;
+constexpr u32 B32_STEP = 8;                  // k per shared-memory stage
+constexpr u32 B32_XSTRIDE = B32_TILE + 4;    // 4 x stride = 16 banks: the transposed x
+                                             // stores of the two k halves never collide
+
+template <u32 K>
+__device__ __forceinline__ void gemm_b32(const float* __restrict__ x, u64 x_len,
+                                         const float* __restrict__ w, u64 w_len,
+                                         const float* __restrict__ bias, u64 bias_len,
+                                         float* __restrict__ y, u64 y_len) {
+    constexpr u32 M = B32_M;
+    constexpr u32 STEP = B32_STEP;
+    constexpr u32 STAGES = K / STEP;
+    static_assert(K % STEP == 0 && STAGES >= 2, "whole steps, at least two");
+    if (!buffers_ok<M, K>(x, x_len, w, w_len, bias, bias_len, y, y_len) ||
+        !launch_is((M + B32_TILE - 1) / B32_TILE, 1, 1, THREADS)) {
+        return;
+    }
+    // buffer b: xs[kk][r] = x[row0 + r, k0 + kk] (transposed so a lane reads 4 rows as
+    // one float4), ws[kk][c] = w[k0 + kk, c]. One struct per buffer, so a single
+    // alternating offset moves every staging and operand pointer to the other buffer.
+    struct Buffer {
+        float xs[STEP][B32_XSTRIDE];
+        float ws[STEP][N];
+    };
+    __shared__ __align__(16) Buffer buffers[2];
+    constexpr u32 FLIP = sizeof(Buffer) / sizeof(float);
+
+    const u32 t = threadIdx.x;
+    const u32 row0 = blockIdx.x * B32_TILE;
+
+    // Staging: a lane pair reads one 32-byte x row segment (the k halves); each warp
+    // reads whole 512-byte w rows (k rows t / 32 and t / 32 + 4). Rows past m (last
+    // tile) re-read row m - 1: their products are computed and never stored. Running
+    // pointers keep the per-step address work to two 64-bit adds.
+    const u32 x_row = t >> 1;
+    const u32 x_half = (t & 1) * 4;
+    const float* x_next = x + min(row0 + x_row, M - 1) * K + x_half;
+    const float* w_next = w + (t >> 5) * N + (t & 31) * 4;
+    float* x_put = &buffers[0].xs[x_half][x_row];
+    float* w_put = &buffers[0].ws[t >> 5][(t & 31) * 4];
+    float4 next_x, next_w0, next_w1;
+    auto fetch = [&]() {
+        next_x = load4(x_next);
+        next_w0 = load4(w_next);
+        next_w1 = load4(w_next + 4 * N);
+        x_next += STEP;
+        w_next += STEP * N;
+    };
+    auto stash = [&](u32 offset) {
+        float* xp = x_put + offset;
+        xp[0 * B32_XSTRIDE] = next_x.x;
+        xp[1 * B32_XSTRIDE] = next_x.y;
+        xp[2 * B32_XSTRIDE] = next_x.z;
+        xp[3 * B32_XSTRIDE] = next_x.w;
+        float* wp = w_put + offset;
+        store4(wp, next_w0);
+        store4(wp + 4 * N, next_w1);
+    };
+
+    // Tile: rows 4 rg + {0..3} and 32 + 4 rg + {0..3}, columns 4 cg + {0..3} and
+    // 64 + 4 cg + {0..3}. A warp spans 4 row groups x 8 column groups, so each of its
+    // four float4 reads per k touches 64 or 128 distinct bytes: one wavefront each.
+    const u32 warp = t >> 5;
+    const u32 lane = t & 31;
+    const u32 rg = (warp >> 1) * 4 + (lane >> 3);
+    const u32 cg = (warp & 1) * 8 + (lane & 7);
+    const saddr x_get = shared_address(&buffers[0].xs[0][rg * 4]);
+    const saddr w_get = shared_address(&buffers[0].ws[0][cg * 4]);
+    float acc[8][8];
+#pragma unroll
+    for (u32 i = 0; i < 8; ++i) {
+#pragma unroll
+        for (u32 j = 0; j < 8; ++j) {
+            acc[i][j] = 0.0f;
+        }
+    }
+    auto compute = [&](u32 offset) {
+        const saddr xp = x_get + 4 * offset;
+        const saddr wp = w_get + 4 * offset;
+#pragma unroll
+        for (u32 kk = 0; kk < STEP; ++kk) {
+            const float4 a0 = lds4(xp + 4 * (kk * B32_XSTRIDE));
+            const float4 a1 = lds4(xp + 4 * (kk * B32_XSTRIDE + 32));
+            const float4 b0 = lds4(wp + 4 * (kk * N));
+            const float4 b1 = lds4(wp + 4 * (kk * N + 64));
+            const float a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+            const float b[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+            for (u32 i = 0; i < 8; ++i) {
+#pragma unroll
+                for (u32 j = 0; j < 8; ++j) {
+                    acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+                }
+            }
+        }
+    };
+
+    fetch();
+    stash(0);
+    __syncthreads();
+    u32 offset = 0;  // of the buffer being read: 0 or FLIP
+    for (u32 stage = 0; stage + 1 < STAGES; ++stage) {
+        // next step's loads fly during this step's products
+        fetch();
+        compute(offset);
+        // the other buffer's readers all passed the previous barrier
+        offset = FLIP - offset;
+        stash(offset);
+        __syncthreads();
+    }
+    compute(offset);
+
+    const float4 bias0 = load4(bias + cg * 4);
+    const float4 bias1 = load4(bias + 64 + cg * 4);
+#pragma unroll
+    for (u32 i = 0; i < 8; ++i) {
+        const u32 row = row0 + (i < 4 ? 0 : 32) + rg * 4 + (i & 3);
+        if (row < M) {
+            float* out = y + row * N + cg * 4;
+            store4(out, bias_leaky4(make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]),
+                                    bias0));
+            store4(out + 64, bias_leaky4(make_float4(acc[i][4], acc[i][5], acc[i][6],
+                                                     acc[i][7]),
+                                         bias1));
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Batch 1: grid (37, 4, 1) x 128 threads, block (bx, by) owns rows [16 bx, 16 bx + 16)
+// and columns [32 by, 32 by + 32); 589 = 36 * 16 + 13
+// ---------------------------------------------------------------------------------------
+
+constexpr u32 B1_ROWS = 16;
+constexpr u32 B1_COLS = 32;
+constexpr u32 B1_WARPS = THREADS / 32;
+
+// A warp's region holds xs[16][KS] then ws[KS][32] for its slice of KS = k / 4; after
+// the products it holds the warp's partial tile part[16][32] (and lo[16][32]).
+// xs keeps each x row k-contiguous but stores its float4 number q at slot q ^ (row & 3):
+// a row is a multiple of 32 banks long, and the swizzle puts the four rows one operand
+// read hits (rows rq + 4 i, rq = 0..3) on distinct bank quads.
+__device__ __forceinline__ u32 swz(u32 row) { return row & 3; }
+
+// 32 k (from k0) of the warp's tile in registers: x with 8 lanes per row, so lane
+// (rr, kl) = (lane / 8, lane % 8) holds rows rr + 4 j; w with 8 lanes per 32-column row,
+// lane (kr, c4) holds k rows kr + 4 j, columns 4 c4 + {0..3}. Rows past m (last tile)
+// re-read row m - 1, never stored.
+template <u32 K>
+struct Chunk {
+    static constexpr u32 SK = 32;
+    static constexpr u32 XN = B1_ROWS / 4;  // float4 of x per lane
+    static constexpr u32 WN = SK / 4;       // float4 of w per lane
+    float4 xv[XN];
+    float4 wv[WN];
+
+    __device__ __forceinline__ void fetch(const float* x, const float* w, u32 row0, u32 col0,
+                                          u32 k0, u32 lane) {
+        const u32 hi = lane >> 3;
+        const u32 lo = lane & 7;
+#pragma unroll
+        for (u32 j = 0; j < XN; ++j) {
+            const u32 row = min(row0 + hi + 4 * j, ITEM_ROWS - 1);
+            xv[j] = load4(x + row * K + k0 + lo * 4);
+        }
+#pragma unroll
+        for (u32 j = 0; j < WN; ++j) {
+            wv[j] = load4(w + (k0 + hi + 4 * j) * N + col0 + lo * 4);
+        }
+    }
+
+    // `kq` = float4 number, within the slice, of the chunk's first k. A quarter-warp
+    // stores one 128-byte row of xs or ws: no bank conflicts.
+    template <u32 KS>
+    __device__ __forceinline__ void stash(float* xs, float* ws, u32 kq, u32 lane) const {
+        const u32 hi = lane >> 3;
+        const u32 lo = lane & 7;
+        const u32 slot = (kq + lo) ^ swz(hi);
+#pragma unroll
+        for (u32 j = 0; j < XN; ++j) {
+            store4(xs + (hi + 4 * j) * KS + slot * 4, xv[j]);
+        }
+#pragma unroll
+        for (u32 j = 0; j < WN; ++j) {
+            store4(ws + (kq * 4 + hi + 4 * j) * B1_COLS + lo * 4, wv[j]);
+        }
+    }
+};
+
+// Operands of four k (float4 number q of the slice) for lane (rq, cq): a[i] = x of row
+// rq + 4 i over those k, b[kk] = w of k 4 q + kk over columns 4 cq + {0..3}.
+// `xs`, `ws`: shared addresses of the lane's row rq of xs and columns 4 cq of ws.
+template <u32 KS>
+__device__ __forceinline__ void operands(saddr xs, saddr ws, u32 q, u32 rq, float4 (&a)[4],
+                                         float4 (&b)[4]) {
+    const saddr xq = xs + 16 * (q ^ swz(rq));
+#pragma unroll
+    for (u32 i = 0; i < 4; ++i) {
+        a[i] = lds4(xq + 4 * (4 * i * KS));
+    }
+#pragma unroll
+    for (u32 kk = 0; kk < 4; ++kk) {
+        b[kk] = lds4(ws + 4 * ((q * 4 + kk) * B1_COLS));
+    }
+}
+
+__device__ __forceinline__ float lane_of(float4 v, u32 e) {
+    return e == 0 ? v.x : e == 1 ? v.y : e == 2 ? v.z : v.w;
+}
+
+template <u32 K>
+__device__ __forceinline__ bool b1_shape_ok(const float* x, u64 x_len, const float* w,
+                                            u64 w_len, const float* bias, u64 bias_len,
+                                            const float* y, u64 y_len) {
+    return buffers_ok<ITEM_ROWS, K>(x, x_len, w, w_len, bias, bias_len, y, y_len) &&
+           launch_is((ITEM_ROWS + B1_ROWS - 1) / B1_ROWS, N / B1_COLS, 1, THREADS);
+}
+
+// Writes the lane's 4 x 4 block (rows rq + 4 i, columns 4 cq + {0..3}) of a [16][32] tile
+__device__ __forceinline__ void put_block(float* part, u32 rq, u32 cq, const float (&v)[4][4]) {
+#pragma unroll
+    for (u32 i = 0; i < 4; ++i) {
+        store4(part + (rq + 4 * i) * B1_COLS + cq * 4,
+               make_float4(v[i][0], v[i][1], v[i][2], v[i][3]));
+    }
+}
+
+template <u32 K>
+__device__ __forceinline__ void gemm_b1(const float* __restrict__ x, u64 x_len,
+                                        const float* __restrict__ w, u64 w_len,
+                                        const float* __restrict__ bias, u64 bias_len,
+                                        float* __restrict__ y, u64 y_len) {
+    constexpr u32 KS = K / B1_WARPS;  // k per warp
+    constexpr u32 CHUNKS = KS / Chunk<K>::SK;
+    constexpr u32 REGION = (B1_ROWS + B1_COLS) * KS;
+    static_assert(KS % Chunk<K>::SK == 0 && B1_ROWS * B1_COLS <= REGION, "partials fit");
+    if (!b1_shape_ok<K>(x, x_len, w, w_len, bias, bias_len, y, y_len)) {
+        return;
+    }
+    __shared__ __align__(16) float smem[B1_WARPS * REGION];
+
+    const u32 warp = threadIdx.x >> 5;
+    const u32 lane = threadIdx.x & 31;
+    const u32 row0 = blockIdx.x * B1_ROWS;
+    const u32 col0 = blockIdx.y * B1_COLS;
+    float* xs = smem + warp * REGION;
+    float* ws = xs + B1_ROWS * KS;
+
+    // The whole slice in one memory round trip. (Computing a first chunk while later
+    // ones land does not pay: ptxas puts all but the first few loads on one scoreboard,
+    // so the first chunk's stores would wait for every load anyway.)
+    Chunk<K> chunk[CHUNKS];
+#pragma unroll
+    for (u32 c = 0; c < CHUNKS; ++c) {
+        chunk[c].fetch(x, w, row0, col0, warp * KS + c * Chunk<K>::SK, lane);
+    }
+    loads_issued();
+#pragma unroll
+    for (u32 c = 0; c < CHUNKS; ++c) {
+        chunk[c].template stash<KS>(xs, ws, c * Chunk<K>::SK / 4, lane);
+    }
+    __syncwarp();
+
+    const u32 rq = lane >> 3;
+    const u32 cq = lane & 7;
+    float acc[4][4];
+#pragma unroll
+    for (u32 i = 0; i < 4; ++i) {
+#pragma unroll
+        for (u32 j = 0; j < 4; ++j) {
+            acc[i][j] = 0.0f;
+        }
+    }
+    const saddr x_get = shared_address(xs + rq * KS);
+    const saddr w_get = shared_address(ws + cq * 4);
+#pragma unroll 4
+    for (u32 q = 0; q < KS / 4; ++q) {
+        float4 a[4], b[4];
+        operands<KS>(x_get, w_get, q, rq, a, b);
+#pragma unroll
+        for (u32 kk = 0; kk < 4; ++kk) {
+#pragma unroll
+            for (u32 i = 0; i < 4; ++i) {
+                const float av = lane_of(a[i], kk);
+                acc[i][0] = fmaf(av, b[kk].x, acc[i][0]);
+                acc[i][1] = fmaf(av, b[kk].y, acc[i][1]);
+                acc[i][2] = fmaf(av, b[kk].z, acc[i][2]);
+                acc[i][3] = fmaf(av, b[kk].w, acc[i][3]);
+            }
+        }
+    }
+    // the warp's own operands are dead: its region takes its partial tile
+    __syncwarp();
+    put_block(xs, rq, cq, acc);
+    __syncthreads();
+
+    // thread t: row t / 8, columns 4 (t % 8) + {0..3}
+    const u32 t = threadIdx.x;
+    const u32 offset = (t >> 3) * B1_COLS + (t & 7) * 4;
+    const saddr part = shared_address(smem + offset);
+    float4 sum = lds4(part);
+#pragma unroll
+    for (u32 s = 1; s < B1_WARPS; ++s) {
+        add4(sum, lds4(part + 4 * (s * REGION)));
+    }
+    const u32 row = row0 + (t >> 3);
+    if (row < ITEM_ROWS) {
+        const u32 col = col0 + (t & 7) * 4;
+        store4(y + row * N + col, bias_leaky4(sum, load4(bias + col)));
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// linear1 batch 1, compensated: the result is (nearly) the float64 value rounded once.
+//
+// Per slice (32 k) and output, take a power of two sigma >= 3 B, where B >= |every
+// partial sum| (and |every product|). The running value S starts at sigma; each term does
+//     s' = fma(a, b, S)    one rounding; S and s' stay within sigma +- B (+ 2^-18 sigma)
+//     z  = s' - S          exact (Sterbenz: s' and S within a factor 2 of each other)
+//     t  = fma(a, b, -z)   = S + a b - s', the rounding error of s' (itself rounded only
+//                          below 2^-48 sigma)
+//     lo += t,  S = s'
+// so hi = S - sigma is exact and hi + lo is the slice sum to about 2^-45 sigma: the
+// accuracy class of Dot2 (TwoProduct + TwoSum, ten operations a term) at four.
+// B = L1(x row over the slice) * max|w column over the slice| (the L1 side on the
+// activations, whose max is far above their mean). sigma = the power of two above
+// 3.25 B, between 3.25 B and 6.5 B. Where that is not a finite normal float (huge
+// operands, Inf, NaN) the lane falls back to Dot2 itself; where it is tiny, sigma is
+// raised to 2^-102, which only moves more of the sum into lo.
+// The four slice pairs, then the bias, are joined by TwoSum, the lo parts summed
+// apart, and the result rounded once.
+// ---------------------------------------------------------------------------------------
+
+constexpr float SIGMA_RATIO = 3.25f;  // > 3 with room for the 2^-18 drift of S
+constexpr int SIGMA_MIN_EXP = 25;     // 2^-102: ulp(sigma) / 2 is still normal
+constexpr int SIGMA_MAX_EXP = 254;
+
+__device__ __forceinline__ void two_sum(float a, float b, float& s, float& e) {
+    s = __fadd_rn(a, b);
+    const float bb = __fsub_rn(s, a);
+    const float aa = __fsub_rn(s, bb);
+    e = __fadd_rn(__fsub_rn(a, aa), __fsub_rn(b, bb));
+}
+
+__device__ __forceinline__ void anchored_step(float a, float b, float& hi, float& lo) {
+    const float s = fmaf(a, b, hi);
+    const float z = __fsub_rn(s, hi);
+    lo = __fadd_rn(lo, fmaf(a, b, -z));
+    hi = s;
+}
+
+__device__ __forceinline__ void dot2_step(float a, float b, float& hi, float& lo) {
+    const float p = __fmul_rn(a, b);
+    const float pe = fmaf(a, b, -p);
+    float s, e;
+    two_sum(hi, p, s, e);
+    lo = __fadd_rn(lo, __fadd_rn(e, pe));
+    hi = s;
+}
+
+__device__ __forceinline__ int biased_exponent(float v) {
+    return int(__float_as_uint(v) >> 23);  // v >= 0: no sign bit
+}
+
+template <bool ANCHORED, u32 KS>
+__device__ __forceinline__ void compensated_products(saddr x_get, saddr w_get, u32 rq,
+                                                     float (&hi)[4][4], float (&lo)[4][4]) {
+#pragma unroll 2
+    for (u32 q = 0; q < KS / 4; ++q) {
+        float4 a[4], b[4];
+        operands<KS>(x_get, w_get, q, rq, a, b);
+#pragma unroll
+        for (u32 kk = 0; kk < 4; ++kk) {
+#pragma unroll
+            for (u32 i = 0; i < 4; ++i) {
+                const float av = lane_of(a[i], kk);
+#pragma unroll
+                for (u32 j = 0; j < 4; ++j) {
+                    if (ANCHORED) {
+                        anchored_step(av, lane_of(b[kk], j), hi[i][j], lo[i][j]);
+                    } else {
+                        dot2_step(av, lane_of(b[kk], j), hi[i][j], lo[i][j]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+__device__ __forceinline__ void linear1_b1_compensated(const float* __restrict__ x, u64 x_len,
+                                                       const float* __restrict__ w, u64 w_len,
+                                                       const float* __restrict__ bias,
+                                                       u64 bias_len, float* __restrict__ y,
+                                                       u64 y_len) {
+    constexpr u32 K = 128;
+    constexpr u32 KS = K / B1_WARPS;  // 32: one chunk per warp
+    constexpr u32 REGION = (B1_ROWS + B1_COLS) * KS;
+    static_assert(2 * B1_ROWS * B1_COLS <= REGION, "hi and lo partials fit the region");
+    if (!b1_shape_ok<K>(x, x_len, w, w_len, bias, bias_len, y, y_len)) {
+        return;
+    }
+    __shared__ __align__(16) float smem[B1_WARPS * REGION];
+
+    const u32 warp = threadIdx.x >> 5;
+    const u32 lane = threadIdx.x & 31;
+    const u32 row0 = blockIdx.x * B1_ROWS;
+    const u32 col0 = blockIdx.y * B1_COLS;
+    float* xs = smem + warp * REGION;
+    float* ws = xs + B1_ROWS * KS;
+
+    // Lane (rq, cq) holds x rows rq + 4 j and w columns 4 cq + {0..3} of the slice:
+    // exactly the rows and columns of its own outputs, so its bounds need no exchange
+    // beyond the lanes that share them.
+    static_assert(KS == Chunk<K>::SK, "one chunk per slice");
+    Chunk<K> stage;
+    stage.fetch(x, w, row0, col0, warp * KS, lane);
+    loads_issued();
+    const u32 rq = lane >> 3;
+    const u32 cq = lane & 7;
+
+    float l1[4];  // SIGMA_RATIO * L1 of x rows rq + 4 i over the slice
+#pragma unroll
+    for (u32 i = 0; i < 4; ++i) {
+        const float4 v = stage.xv[i];
+        float m = (fabsf(v.x) + fabsf(v.y)) + (fabsf(v.z) + fabsf(v.w));
+#pragma unroll
+        for (u32 mask = 1; mask < 8; mask <<= 1) {
+            m += __shfl_xor_sync(0xffffffffu, m, mask);
+        }
+        l1[i] = m * SIGMA_RATIO;
+    }
+    float4 cm = make_float4(0.f, 0.f, 0.f, 0.f);  // max |w| of columns 4 cq + {0..3}
+#pragma unroll
+    for (u32 j = 0; j < Chunk<K>::WN; ++j) {
+        cm.x = fmaxf(cm.x, fabsf(stage.wv[j].x));
+        cm.y = fmaxf(cm.y, fabsf(stage.wv[j].y));
+        cm.z = fmaxf(cm.z, fabsf(stage.wv[j].z));
+        cm.w = fmaxf(cm.w, fabsf(stage.wv[j].w));
+    }
+#pragma unroll
+    for (u32 mask = 8; mask < 32; mask <<= 1) {
+        cm.x = fmaxf(cm.x, __shfl_xor_sync(0xffffffffu, cm.x, mask));
+        cm.y = fmaxf(cm.y, __shfl_xor_sync(0xffffffffu, cm.y, mask));
+        cm.z = fmaxf(cm.z, __shfl_xor_sync(0xffffffffu, cm.z, mask));
+        cm.w = fmaxf(cm.w, __shfl_xor_sync(0xffffffffu, cm.w, mask));
+    }
+    // biased exponent of sigma = that of the bound + 1 (the power of two above it)
+    int se[4][4];
+    int top = 0;
+#pragma unroll
+    for (u32 i = 0; i < 4; ++i) {
+#pragma unroll
+        for (u32 j = 0; j < 4; ++j) {
+            se[i][j] = biased_exponent(l1[i] * lane_of(cm, j)) + 1;
+            top = max(top, se[i][j]);
+        }
+    }
+
+    stage.template stash<KS>(xs, ws, 0, lane);
+    __syncwarp();
+    const saddr x_get = shared_address(xs + rq * KS);
+    const saddr w_get = shared_address(ws + cq * 4);
+
+    float hi[4][4], lo[4][4];
+    // (NaN / Inf bounds give exponent 256)
+    if (top <= SIGMA_MAX_EXP) {
+        float sigma[4][4];
+#pragma unroll
+        for (u32 i = 0; i < 4; ++i) {
+#pragma unroll
+            for (u32 j = 0; j < 4; ++j) {
+                sigma[i][j] = __int_as_float(max(se[i][j], SIGMA_MIN_EXP) << 23);
+                hi[i][j] = sigma[i][j];
+                lo[i][j] = 0.0f;
+            }
+        }
+        compensated_products<true, KS>(x_get, w_get, rq, hi, lo);
+#pragma unroll
+        for (u32 i = 0; i < 4; ++i) {
+#pragma unroll
+            for (u32 j = 0; j < 4; ++j) {
+                hi[i][j] = __fsub_rn(hi[i][j], sigma[i][j]);
+            }
+        }
+    } else {
+#pragma unroll
+        for (u32 i = 0; i < 4; ++i) {
+#pragma unroll
+            for (u32 j = 0; j < 4; ++j) {
+                hi[i][j] = 0.0f;
+                lo[i][j] = 0.0f;
+            }
+        }
+        compensated_products<false, KS>(x_get, w_get, rq, hi, lo);
+    }
+    __syncwarp();
+    put_block(xs, rq, cq, hi);
+    put_block(xs + B1_ROWS * B1_COLS, rq, cq, lo);
+    __syncthreads();
+
+    const u32 t = threadIdx.x;
+    const u32 offset = (t >> 3) * B1_COLS + (t & 7) * 4;
+    const u32 row = row0 + (t >> 3);
+    const u32 col = col0 + (t & 7) * 4;
+    const saddr part = shared_address(smem + offset);
+    float4 h[B1_WARPS], l[B1_WARPS];
+#pragma unroll
+    for (u32 s = 0; s < B1_WARPS; ++s) {
+        h[s] = lds4(part + 4 * (s * REGION));
+        l[s] = lds4(part + 4 * (s * REGION + B1_ROWS * B1_COLS));
+    }
+    const float4 b4 = load4(bias + col);
+    float out[4];
+#pragma unroll
+    for (u32 e = 0; e < 4; ++e) {
+        float sum = lane_of(h[0], e);
+        float err = lane_of(l[0], e);
+#pragma unroll
+        for (u32 s = 1; s < B1_WARPS; ++s) {
+            float r;
+            two_sum(sum, lane_of(h[s], e), sum, r);
+            err = __fadd_rn(err, __fadd_rn(r, lane_of(l[s], e)));
+        }
+        float r;
+        two_sum(sum, lane_of(b4, e), sum, r);
+        err = __fadd_rn(err, r);
+        out[e] = leaky(__fadd_rn(sum, err));
+    }
+    if (row < ITEM_ROWS) {
+        store4(y + row * N + col, make_float4(out[0], out[1], out[2], out[3]));
+    }
+}
+
+}  // namespace lin
+}  // namespace spk
+
+// Entries: every one checks its lengths, alignment and launch shape before writing.
+#define SPK_LINEAR_ENTRY(NAME, BODY, MIN_BLOCKS)                                          \
+    extern "C" __global__ void __launch_bounds__(spk::lin::THREADS, MIN_BLOCKS) NAME(     \
+        const float* __restrict__ x, u64 x_len, const float* __restrict__ w, u64 w_len,   \
+        const float* __restrict__ bias, u64 bias_len, float* __restrict__ y, u64 y_len) { \
+        BODY(x, x_len, w, w_len, bias, bias_len, y, y_len);                                \
+    }
+
+// batch 1: at most two blocks per SM ever, registers are free
+SPK_LINEAR_ENTRY(spk_segdense_linear0_b1, spk::lin::gemm_b1<256>, 1)
+SPK_LINEAR_ENTRY(spk_segdense_linear1_b1, spk::lin::linear1_b1_compensated, 1)
+SPK_LINEAR_ENTRY(spk_segdense_linear1_b1_tf32, spk::lin::gemm_b1<128>, 1)
+// batch 32: <= 128 registers, so four blocks fit an SM by registers
+SPK_LINEAR_ENTRY(spk_segdense_linear0_b32, spk::lin::gemm_b32<256>, 4)
+SPK_LINEAR_ENTRY(spk_segdense_linear1_b32, spk::lin::gemm_b32<128>, 4)
+
+#undef SPK_LINEAR_ENTRY
