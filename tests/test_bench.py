@@ -245,9 +245,9 @@ def test_accuracy_ok() -> None:
     assert not bench.accuracy_ok({"pyspk_rel_l2": float("nan"), "library_rel_l2": 1e-7})
 
 
-def test_relative_errors() -> None:
+def test_errors() -> None:
     exact = np.array([3.0, 4.0])
-    max_abs, rel = bench.relative_errors(np.array([3.0, 4.5], np.float32), exact)
+    max_abs, rel = bench.boundary.errors(np.array([3.0, 4.5], np.float32), exact)
     assert max_abs == pytest.approx(0.5)
     assert rel == pytest.approx(0.5 / 5.0)
 

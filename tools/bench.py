@@ -32,8 +32,7 @@ import statistics
 import sys
 import time
 import traceback
-import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +56,7 @@ from pyspk.cuda.math import CudaMath  # noqa: E402
 from pyspk.cuda.profiles import profile, profile_key  # noqa: E402
 from pyspk.cuda.tier import PtxTier, loadable_tier  # noqa: E402
 from pyspk.pins import TUPLES  # noqa: E402
+from tests.gpu import boundary  # noqa: E402
 
 GRAPH_ENQUEUES = 20
 ROUNDS = 50
@@ -67,7 +67,6 @@ HOST_CHUNK = 100
 HOST_SAMPLES = 20
 # about 0.5 ms at H200 clocks: far longer than the host needs to queue one round
 SPIN_CYCLES = 1_000_000
-LEAKY_SLOPE = 0.01
 
 MEASURED = "measured"
 NOT_BUILT = "not built"
@@ -522,59 +521,6 @@ def write_outputs(
 # -- measuring (torch and a GPU from here on) ------------------------------------------
 
 
-def relative_errors(y: Any, exact: Any) -> tuple[float, float]:
-    """(max-abs, relative-L2) of `y` against float64 `exact`, both flat."""
-    import numpy as np
-
-    difference = np.asarray(y, np.float64).reshape(-1) - exact
-    max_abs = float(np.max(np.abs(difference)))
-    return max_abs, float(np.linalg.norm(difference) / np.linalg.norm(exact))
-
-
-@contextlib.contextmanager
-def library_math(torch: Any, math_mode: CudaMath) -> Iterator[None]:
-    """The library's TF32 switches for `math_mode`, restored afterwards; torch's notice
-    that these switches are the legacy API is silenced meanwhile."""
-    allow = math_mode is CudaMath.TF32
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*TF32")
-        before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-        torch.backends.cuda.matmul.allow_tf32 = allow
-        torch.backends.cudnn.allow_tf32 = allow
-        try:
-            yield
-        finally:
-            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
-
-
-def library_call(torch: Any, site: Site, x: Any, w: Any, bias: Any) -> Callable[[], Any]:
-    """The library path of `site`: cuDNN conv, or cuBLAS with its epilogue."""
-    functional = torch.nn.functional
-    if site.is_conv():
-
-        def conv() -> Any:
-            return functional.conv1d(x, w)
-
-        return conv
-    if site in (Site.LINEAR0, Site.LINEAR1):
-
-        def leaky() -> Any:
-            return functional.leaky_relu(torch.addmm(bias, x, w), LEAKY_SLOPE)
-
-        return leaky
-    if site is Site.LINEAR2:
-
-        def classifier() -> Any:
-            return torch.log_softmax(torch.addmm(bias, x, w), -1)
-
-        return classifier
-
-    def embedding() -> Any:
-        return functional.linear(x, w, bias)
-
-    return embedding
-
-
 class Bench:
     """One stream shared by PyTorch and a `CudaRuntime` adopting it, the loaded module,
     and the operands and float64 truth of each (site, batch), made once."""
@@ -606,11 +552,9 @@ class Bench:
 
     def operands(self, site: Site, batch: int) -> dict[str, Any]:
         if (site, batch) not in self._operands:
-            from tests.gpu.boundary import operands
-
             self._operands.clear()  # rows of one (site, batch) run together
             self._truth.clear()
-            self._operands[site, batch] = operands(site, batch, self.args.seed)
+            self._operands[site, batch] = boundary.operands(site, batch, self.args.seed)
         return self._operands[site, batch]
 
     def truth(self, site: Site, batch: int) -> Any:
@@ -738,13 +682,13 @@ class _LibraryArm:
         # kept alive for the graph's lifetime
         self.tensors = {name: torch.from_numpy(value).to(device) for name, value in ops.items()}
         x, w, bias = self.tensors["x"], self.tensors["w"], self.tensors.get("bias")
-        call = library_call(torch, case.site, x, w, bias)
-        with library_math(torch, case.math):
+        call = boundary.library_call(torch, case.site, x, w, bias)
+        with boundary.library_math(torch, case.math):
             for _ in range(EAGER_WARMUP):
                 call()
             eager = call()
             torch.cuda.synchronize()
-            self.errors = relative_errors(
+            self.errors = boundary.errors(
                 eager.detach().cpu().numpy(), bench.truth(case.site, case.batch)
             )
             del eager
@@ -793,7 +737,7 @@ class _PyspkArm:
 
         runtime = self._runtime
         ops = bench.operands(case.site, case.batch)
-        self.oxide = _plan(runtime, bench.kernels, case, pin, ops)
+        self.oxide = boundary.plan_pin(runtime, bench.kernels, pin, ops)
         producer = self.oxide.producer
         self.x = self._keep(runtime.upload(ops["x"]))
         if len(self.x) != producer.input_len:
@@ -810,7 +754,7 @@ class _PyspkArm:
         poisoned = self._keep(runtime.upload(np.full(producer.output_len, np.nan, np.float32)))
         self.oxide.enqueue(self.x, poisoned)
         self.eager = runtime.download(poisoned)
-        self.errors = relative_errors(self.eager, bench.truth(case.site, case.batch))
+        self.errors = boundary.errors(self.eager, bench.truth(case.site, case.batch))
 
         def enqueue_all() -> None:
             for output in self.outputs:
@@ -862,27 +806,6 @@ class _PyspkArm:
         if self.oxide is not None:
             self.oxide.close()
             self.oxide = None
-
-
-def _plan(runtime: Any, kernels: Any, case: Case, pin: SegdensePin, ops: Mapping[str, Any]) -> Any:
-    """`pin` planned from freshly uploaded weights (the plan keeps its own packed copy)."""
-    from pyspk.candidate import DenseSite, DenseSpec, SegConvSite, SegConvSpec
-    from pyspk.candidate.segdense.producer import DenseOxide, SegConvOxide
-
-    uploads = [runtime.upload(ops["w"])]
-    try:
-        if case.site.is_conv():
-            spec = SegConvSpec(SegConvSite(case.site.value), case.batch, case.math)
-            return SegConvOxide.plan(runtime, kernels, spec, uploads[0], pin)
-        uploads.append(runtime.upload(ops["bias"]))
-        spec = DenseSpec(DenseSite(case.site.value), case.batch, case.math)
-        return DenseOxide.plan(runtime, kernels, spec, uploads[0], uploads[1], pin)
-    finally:
-        # the plan synchronized; quiet so a failed plan's own error is the one raised
-        with contextlib.suppress(Exception):
-            runtime.synchronize()
-            for buffer in uploads:
-                buffer.free()
 
 
 def _versions(torch: Any) -> dict[str, str]:

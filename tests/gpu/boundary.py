@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
+
 import numpy as np
 
 from pyspk import reference
@@ -50,6 +55,27 @@ def truth(site: Site, batch: int, ops: dict[str, np.ndarray]) -> tuple[np.ndarra
     return y.reshape(-1), scale.reshape(-1)
 
 
+def plan_pin(
+    runtime: CudaRuntime, kernels: LoadedKernels, pin: SegdensePin, ops: dict[str, np.ndarray]
+) -> DenseOxide | SegConvOxide:
+    """`pin` planned from freshly uploaded operands, freed once the plan holds its own
+    packed copy."""
+    entry = pin.entry()
+    site, batch = entry.site(), entry.batch()
+    uploads = [runtime.upload(ops["w"])]
+    try:
+        if site.is_conv():
+            spec = SegConvSpec(SegConvSite(site.value), batch, pin.math)
+            return SegConvOxide.plan(runtime, kernels, spec, uploads[0], pin)
+        uploads.append(runtime.upload(ops["bias"]))
+        spec = DenseSpec(DenseSite(site.value), batch, pin.math)
+        return DenseOxide.plan(runtime, kernels, spec, uploads[0], uploads[1], pin)
+    finally:
+        runtime.synchronize()
+        for buffer in uploads:
+            buffer.free()
+
+
 def plan(
     runtime: CudaRuntime,
     kernels: LoadedKernels,
@@ -57,17 +83,10 @@ def plan(
     math: CudaMath,
     ops: dict[str, np.ndarray],
 ) -> DenseOxide | SegConvOxide:
-    """A plan of `entry` forced on this device, from freshly uploaded operands."""
-    site, batch = entry.site(), entry.batch()
-    pin = SegdensePin.forced(entry, math, kernels.tier, runtime.device)
-    weight = runtime.upload(ops["w"])
-    if site.is_conv():
-        return SegConvOxide.plan(
-            runtime, kernels, SegConvSpec(SegConvSite(site.value), batch, math), weight, pin
-        )
-    bias = runtime.upload(ops["bias"])
-    spec = DenseSpec(DenseSite(site.value), batch, math)
-    return DenseOxide.plan(runtime, kernels, spec, weight, bias, pin)
+    """A plan of `entry` forced on this device."""
+    return plan_pin(
+        runtime, kernels, SegdensePin.forced(entry, math, kernels.tier, runtime.device), ops
+    )
 
 
 def run_eager(runtime: CudaRuntime, oxide: DenseOxide | SegConvOxide, x: np.ndarray) -> np.ndarray:
@@ -97,27 +116,49 @@ def error_bound(entry: Entry, exact: np.ndarray, scale: np.ndarray) -> np.ndarra
     return logit
 
 
-def library(torch, site: Site, batch: int, ops: dict[str, np.ndarray], tf32: bool) -> np.ndarray:
-    """The PyTorch library path of a boundary (cuDNN / cuBLAS and its epilogue), flat."""
+@contextlib.contextmanager
+def library_math(torch: Any, math: CudaMath) -> Iterator[None]:
+    """The library's TF32 switches for `math`, restored afterwards; torch's notice that
+    these switches are its legacy API is silenced meanwhile."""
+    allow = math is CudaMath.TF32
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*TF32")
+        before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = allow
+        try:
+            yield
+        finally:
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+def library_call(torch: Any, site: Site, x: Any, w: Any, bias: Any) -> Callable[[], Any]:
+    """The library path of `site` on torch tensors: cuDNN conv, or cuBLAS and its
+    epilogue."""
     functional = torch.nn.functional
-    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
-    try:
-        x, w = torch.from_numpy(ops["x"]).cuda(), torch.from_numpy(ops["w"]).cuda()
-        if site.is_conv():
-            y = functional.conv1d(x, w)
-        elif site is Site.EMBEDDING:
-            y = functional.linear(x, w, torch.from_numpy(ops["bias"]).cuda())
-        else:
-            affine = torch.addmm(torch.from_numpy(ops["bias"]).cuda(), x, w)
-            if site is Site.LINEAR2:
-                y = torch.log_softmax(affine, -1)
-            else:
-                y = functional.leaky_relu(affine, 0.01)
-        return y.cpu().numpy().reshape(-1)
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+    if site.is_conv():
+        return lambda: functional.conv1d(x, w)
+    if site in (Site.LINEAR0, Site.LINEAR1):
+        return lambda: functional.leaky_relu(torch.addmm(bias, x, w), reference.LEAKY_SLOPE)
+    if site is Site.LINEAR2:
+        return lambda: torch.log_softmax(torch.addmm(bias, x, w), -1)
+    return lambda: functional.linear(x, w, bias)
+
+
+def library(torch: Any, site: Site, ops: dict[str, np.ndarray], math: CudaMath) -> np.ndarray:
+    """One eager call of the library path on `ops`, flat."""
+    tensors = {name: torch.from_numpy(value).cuda() for name, value in ops.items()}
+    with library_math(torch, math):
+        y = library_call(torch, site, tensors["x"], tensors["w"], tensors.get("bias"))()
+    return y.cpu().numpy().reshape(-1)
+
+
+def errors(y: np.ndarray, exact: np.ndarray) -> tuple[float, float]:
+    """(max-abs, relative-L2) of `y` against float64 `exact`, both flat."""
+    difference = np.asarray(y, np.float64).reshape(-1) - exact
+    return float(np.max(np.abs(difference))), float(
+        np.linalg.norm(difference) / np.linalg.norm(exact)
+    )
 
 
 def relative_l2(y: np.ndarray, exact: np.ndarray) -> float:
-    return float(np.linalg.norm(y - exact) / np.linalg.norm(exact))
+    return errors(y, exact)[1]

@@ -76,7 +76,7 @@ def test_no_worse_than_twice_the_library(runtime, kernels, torch, entry: Entry) 
     oxide = plan(runtime, kernels, entry, CudaMath.FP32, ops)
     ours = run_eager(runtime, oxide, ops["x"])
     oxide.close()
-    theirs = library(torch, site, batch, ops, tf32=False)
+    theirs = library(torch, site, ops, CudaMath.FP32)
     assert relative_l2(ours, exact) <= 2 * relative_l2(theirs, exact)
 
 
