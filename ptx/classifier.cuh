@@ -19,7 +19,23 @@
 // same logits and evaluates the log-softmax; lane c stores class c.
 //
 // Batch 32 (128 rows, 256 threads; lane j of a row group takes rows r and r + 64, 4
-// lanes per row): compensated and issue bound. Each row gets an offset o = 1.5 * 2^E,
+// lanes per row): compensated, issue bound, two paths chosen by fp64_fast() (uniform).
+// FP64 path (GA100/GH100-class parts, where a DFMA costs the FP64 pipe 2 cycles per
+// warp, the same as two FP32 operations, and the 4-operation FP32 scheme below costs 4):
+// every product is formed exactly and summed in FP64. x enters as x * 2^-896 built from
+// its bits by three integer operations (exact for every finite x, zero and subnormals
+// included; an F2F would share the FP64 pipe at a quarter rate), w as w * 2^896 (exact,
+// finite for every finite float), staged in shared memory by threads 0..223 while x is
+// in flight; the DFMA of the two is x w + acc rounded once in FP64. Error: the 32-term
+// lane sums and the two cross-lane adds are within ~34 * 2^-53 * sum |x_k w_k| (no
+// overflow or underflow below FLT range: the scaled operands stay normal or exact
+// subnormals), and logit = RN_float(RN_double(dot + bias)), so |logit error| <=
+// u |z| + ~2^-47 sum |terms|: one rounding where the FP32 scheme had two.
+// Order (bit-exact emulation): per lane, acc[c] by sequential DFMA from zero over i
+// ascending, component e ascending; reduce-scatter as in the FP32 path below (lane (h,
+// l) ends with classes 4 h + 2 l, 4 h + 2 l + 1), each add in FP64.
+// FP32 path (Turing tier and the parts with slow FP64): each row gets an offset
+// o = 1.5 * 2^E,
 // 2^E the smallest power of two >= 2 B, B = sum_k |x_k| * max|w| (E clamped to
 // [-100, 125]), so the running sum t = o + partial stays in the binade [2^E, 2^(E+1))
 // and each product is one step
@@ -28,8 +44,8 @@
 //     r += fma(x, w, -q)         the rounding error x w + t - t', rounded once
 // Only the error terms round: the dot is (t - o) + r within u |dot| + ~(128 u)^2 B, the
 // Dot2 bound with sum |x_k| max|w| in place of sum |x_k w_k| (about twice it for
-// realistic operands). Dot2's TwoSum form costs 10 FP32 operations per product, this
-// one 4: the 16 SMs that hold two of the 148 blocks set the kernel's time.
+// realistic operands; a class column much smaller than max|w| gets a looser bound).
+// Dot2's TwoSum form costs 10 FP32 operations per product, this one 4.
 // Order (for a bit-exact emulation): sum |x| per lane as four component chains over
 // its float4 (i ascending), added (c0 + c1) + (c2 + c3), then the xor-1 and xor-2
 // partners' sums added; t, r per lane over i ascending, component e ascending. The four
@@ -40,6 +56,7 @@
 // lane's two exps are xor butterflies (1, 2), so the four lanes agree bit for bit.
 // Warp 0 copies w into shared memory unchanged (and finds max|w|) while x is in
 // flight; a thread's two rows share each w read.
+// Both paths: the 16 SMs that hold two of the 148 blocks set the kernel's time.
 
 namespace spk {
 namespace cls {
@@ -116,6 +133,73 @@ constexpr u32 B32_BLOCKS = (B32_M + B32_ROWS - 1) / B32_ROWS;
 constexpr u32 B32_LANES = 4;
 constexpr u32 B32_STEPS = F4 / B32_LANES;  // float4 per lane per row
 
+// The end of a row on its four lanes: lane (h, l) holds the logits of classes
+// 4 h + 2 l and 4 h + 2 l + 1 (class 7 is padding, -inf); max and the sum of the lane's
+// two exps are xor butterflies (1, 2), so the four lanes agree bit for bit.
+__device__ __forceinline__ void b32_store(float (&z)[2], u32 sub, bool valid,
+                                          float* __restrict__ y_row) {
+    const u32 c0 = sub * 2;  // = 4 h + 2 l
+    const bool pad = c0 + 1 == N;
+    if (pad) {
+        z[1] = -INFINITY;
+    }
+    float top = fmaxf(z[0], z[1]);
+    top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 1));
+    top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 2));
+    float sum = __fadd_rn(expf(z[0] - top), expf(z[1] - top));
+    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
+    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
+    const float lse = logf(sum);
+    if (valid) {
+        y_row[c0] = (z[0] - top) - lse;
+        if (!pad) {
+            y_row[c0 + 1] = (z[1] - top) - lse;
+        }
+    }
+}
+
+// x * 2^-896 as a double, exactly, for every finite x (zero and subnormals included):
+// the float's sign, exponent and fraction moved into the double's fields unbiased
+// (float exponent field e becomes double exponent field e; a subnormal float lands on
+// the double subnormal of the same scaled value). Three ALU operations instead of an
+// F2F, which shares the FP64 pipe at a quarter of the DFMA rate.
+__device__ __forceinline__ double scaled_f64(float f) {
+    const u32 b = __float_as_uint(f);
+    const u32 hi = u32(int(b) >> 3) & 0x8fffffffu;
+    return __hiloint2double(int(hi), int(b << 29));
+}
+
+// Shared-memory double pair read/write (volatile asm: see lds4).
+__device__ __forceinline__ void lds2d(const double* p, double& a, double& b) {
+    asm volatile("ld.shared.v2.f64 {%0, %1}, [%2];"
+                 : "=d"(a), "=d"(b)
+                 : "r"(u32(__cvta_generic_to_shared(p))));
+}
+
+// Finishes one row of the FP64 path on its four lanes: the slice sums (slot 7 zero) are
+// reduce-scattered like b32_finish (xor-2 partner's value added to the own, then the
+// xor-1 partner's), then logit = RN_float(dot + bias) with the sum in FP64.
+__device__ __forceinline__ void b32_finish64(const double (&s)[8], u32 sub, float bias0,
+                                             float bias1, bool valid,
+                                             float* __restrict__ y_row) {
+    const bool h = (sub & 2) != 0;
+    const bool l = (sub & 1) != 0;
+    double s4[4];
+#pragma unroll
+    for (u32 i = 0; i < 4; ++i) {
+        const double got = __shfl_xor_sync(0xffffffffu, h ? s[i] : s[i + 4], 2);
+        s4[i] = __dadd_rn(h ? s[i + 4] : s[i], got);
+    }
+    float z[2];
+#pragma unroll
+    for (u32 i = 0; i < 2; ++i) {
+        const double got = __shfl_xor_sync(0xffffffffu, l ? s4[i] : s4[i + 2], 1);
+        const double dot = __dadd_rn(l ? s4[i + 2] : s4[i], got);
+        z[i] = __double2float_rn(__dadd_rn(dot, double(i == 0 ? bias0 : bias1)));
+    }
+    b32_store(z, sub, valid, y_row);
+}
+
 // Finishes one row on its four lanes: (s, r) per class (s exact multiples of the row's
 // grid, slot 7 zero) are reduce-scattered, then logits, log-softmax and the stores.
 __device__ __forceinline__ void b32_finish(const float (&s)[8], const float (&r)[8], u32 sub,
@@ -145,24 +229,7 @@ __device__ __forceinline__ void b32_finish(const float (&s)[8], const float (&r)
         const float dot = __fadd_rn(sum_s, sum_r);
         z[i] = __fadd_rn(dot, i == 0 ? bias0 : bias1);
     }
-    const u32 c0 = sub * 2;  // = 4 h + 2 l
-    const bool pad = c0 + 1 == N;
-    if (pad) {
-        z[1] = -INFINITY;
-    }
-    float top = fmaxf(z[0], z[1]);
-    top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 1));
-    top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 2));
-    float sum = __fadd_rn(expf(z[0] - top), expf(z[1] - top));
-    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
-    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
-    const float lse = logf(sum);
-    if (valid) {
-        y_row[c0] = (z[0] - top) - lse;
-        if (!pad) {
-            y_row[c0 + 1] = (z[1] - top) - lse;
-        }
-    }
+    b32_store(z, sub, valid, y_row);
 }
 
 }  // namespace cls
@@ -267,8 +334,11 @@ spk_segdense_classifier_b32(const float* __restrict__ x, u64 x_len,
     }
     // w copied as it is: group g (k = 4 g .. 4 g + 3) is the 28 floats at 28 g, seven
     // float4; the four lanes of a row (g = j + 4 i) read disjoint bank quadruples
-    __shared__ __align__(16) float ws[K * N];
+    // FP64 path: w * 2^896 as doubles, same layout (group g: the 28 doubles at 28 g, 14
+    // double pairs). FP32 path: w as floats in the same storage.
+    __shared__ __align__(16) double wsd[K * N];
     __shared__ float w_max;
+    float* const ws = reinterpret_cast<float*>(wsd);
 
     const u32 t = threadIdx.x;
     const u32 lane = t % 32;
@@ -293,6 +363,52 @@ spk_segdense_classifier_b32(const float* __restrict__ x, u64 x_len,
     const u32 c0 = sub * 2;
     const float bias0 = __ldg(bias + c0);
     const float bias1 = c0 + 1 < N ? __ldg(bias + c0 + 1) : 0.0f;
+
+    if (fp64_fast()) {
+        // w * 2^896 (exact and finite for every finite w): a product with x * 2^-896 is
+        // x w exactly. Threads 0 .. 223 stage one float4 each.
+        if (t < K * N / 4) {
+            const float4 v = load4(w + 4 * t);
+            constexpr double UP = 0x1p896;
+            *reinterpret_cast<double2*>(wsd + 4 * t) =
+                make_double2(double(v.x) * UP, double(v.y) * UP);
+            *reinterpret_cast<double2*>(wsd + 4 * t + 2) =
+                make_double2(double(v.z) * UP, double(v.w) * UP);
+        }
+        __syncthreads();
+        if (first >= M) {
+            return;  // warp-uniform, after the only barrier
+        }
+        loads_issued();
+        double a0[8], a1[8];
+#pragma unroll
+        for (u32 c = 0; c < 8; ++c) {
+            a0[c] = 0.0;
+            a1[c] = 0.0;
+        }
+#pragma unroll
+        for (u32 i = 0; i < STEPS; ++i) {
+            const double* wg = wsd + (sub + LANES * i) * 4 * N;
+            double wf[4 * N];
+#pragma unroll
+            for (u32 v = 0; v < 2 * N; ++v) {
+                lds2d(wg + 2 * v, wf[2 * v], wf[2 * v + 1]);
+            }
+#pragma unroll
+            for (u32 e = 0; e < 4; ++e) {
+                const double xa = scaled_f64(lane4(x0[i], e));
+                const double xb = scaled_f64(lane4(x1[i], e));
+#pragma unroll
+                for (u32 c = 0; c < N; ++c) {
+                    a0[c] = fma(xa, wf[e * N + c], a0[c]);
+                    a1[c] = fma(xb, wf[e * N + c], a1[c]);
+                }
+            }
+        }
+        b32_finish64(a0, sub, bias0, bias1, valid0, y + u64(row0) * N);
+        b32_finish64(a1, sub, bias0, bias1, valid1, y + u64(row1) * N);
+        return;
+    }
 
     // warp 0 stages w (lane g: group g, seven float4) and its largest magnitude while
     // x is in flight

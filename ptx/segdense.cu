@@ -64,6 +64,19 @@ __device__ __forceinline__ void add4(float4& sum, float4 term) {
     sum.w += term.w;
 }
 
+// True where FP64 runs at half the FP32 rate (GA100, GH100, GB100: 64 warp slots per
+// SM); the consumer parts (48 slots) and Turing run FP64 at 1/32 .. 1/64 and take the
+// FP32 path. Uniform over the grid, so both paths may hold a barrier.
+__device__ __forceinline__ bool fp64_fast() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    u32 slots;
+    asm("mov.u32 %0, %%nwarpid;" : "=r"(slots));
+    return slots >= 64;
+#else
+    return false;
+#endif
+}
+
 }  // namespace spk
 
 // ---------------------------------------------------------------------------------------

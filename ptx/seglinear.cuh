@@ -13,7 +13,10 @@
 // shared-memory region with its own loads and only __syncwarp, so the four warps never
 // wait on each other until their partial tiles meet. Output = ((p0 + p1) + p2) + p3,
 // then + bias, then LeakyReLU; p_s is a sequential fma chain from zero over slice s.
-// linear1_b1 keeps a compensated (hi, lo) pair per slice instead (see `anchored_step`).
+// On the sm80 tier each warp's slice arrives by cp.async in groups of 16 k, and the
+// products of a group start as soon as it lands (the sm75 tier stages through registers).
+// linear1_b1 accumulates each slice in float64 on the sm80 tier (`linear1_b1_f64`) and
+// keeps a compensated float32 (hi, lo) pair per slice on the sm75 tier (`anchored_step`).
 
 namespace spk {
 namespace lin {
@@ -54,6 +57,46 @@ inline saddr shared_address(const float* pointer) {
     return reinterpret_cast<saddr>(pointer);
 }
 inline float4 lds4(saddr address) { return *reinterpret_cast<const float4*>(address); }
+#endif
+
+// Asynchronous 16-byte global -> shared copies (sm80 tier), in commit groups that a
+// warp waits on one at a time. The host build copies at once.
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+#define SPK_LIN_ASYNC 1
+#endif
+#ifdef __CUDA_ARCH__
+#if __CUDA_ARCH__ >= 800
+__device__ __forceinline__ void cp_async16(float* shared, const float* global) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
+                     u32(__cvta_generic_to_shared(shared))),
+                 "l"(global)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+#endif
+// A global load issued exactly here (ptxas sinks plain loads towards their first use,
+// which would put a whole round trip after the last barrier).
+__device__ __forceinline__ float4 ldg4_now(const float* p) {
+    float4 v;
+    asm volatile("ld.volatile.global.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "l"(p));
+    return v;
+}
+#else
+inline float4 ldg4_now(const float* p) { return *reinterpret_cast<const float4*>(p); }
+inline void cp_async16(float* shared, const float* global) {
+    std::memcpy(shared, global, 16);
+}
+inline void cp_async_commit() {}
+template <int N>
+inline void cp_async_wait() {}
 #endif
 
 template <u32 M, u32 K>
@@ -181,10 +224,11 @@ __device__ __forceinline__ void gemm_b32(const float* __restrict__ x, u64 x_len,
         stash(offset);
         __syncthreads();
     }
-    compute(offset);
-
+    // the epilogue's bias flies during the last step's products
     const float4 bias0 = load4(bias + cg * 4);
     const float4 bias1 = load4(bias + 64 + cg * 4);
+    compute(offset);
+
 #pragma unroll
     for (u32 i = 0; i < 8; ++i) {
         const u32 row = row0 + (i < 4 ? 0 : 32) + rg * 4 + (i & 3);
@@ -318,21 +362,8 @@ __device__ __forceinline__ void gemm_b1(const float* __restrict__ x, u64 x_len,
     const u32 col0 = blockIdx.y * B1_COLS;
     float* xs = smem + warp * REGION;
     float* ws = xs + B1_ROWS * KS;
-
-    // The whole slice in one memory round trip. (Computing a first chunk while later
-    // ones land does not pay: ptxas puts all but the first few loads on one scoreboard,
-    // so the first chunk's stores would wait for every load anyway.)
-    Chunk<K> chunk[CHUNKS];
-#pragma unroll
-    for (u32 c = 0; c < CHUNKS; ++c) {
-        chunk[c].fetch(x, w, row0, col0, warp * KS + c * Chunk<K>::SK, lane);
-    }
-    loads_issued();
-#pragma unroll
-    for (u32 c = 0; c < CHUNKS; ++c) {
-        chunk[c].template stash<KS>(xs, ws, c * Chunk<K>::SK / 4, lane);
-    }
-    __syncwarp();
+    // the epilogue's bias, fetched now so its round trip hides under the products
+    const float4 bias4 = ldg4_now(bias + col0 + (threadIdx.x & 7) * 4);
 
     const u32 rq = lane >> 3;
     const u32 cq = lane & 7;
@@ -346,22 +377,86 @@ __device__ __forceinline__ void gemm_b1(const float* __restrict__ x, u64 x_len,
     }
     const saddr x_get = shared_address(xs + rq * KS);
     const saddr w_get = shared_address(ws + cq * 4);
-#pragma unroll 4
-    for (u32 q = 0; q < KS / 4; ++q) {
-        float4 a[4], b[4];
-        operands<KS>(x_get, w_get, q, rq, a, b);
+    auto products = [&](u32 q0, u32 q1) {
 #pragma unroll
-        for (u32 kk = 0; kk < 4; ++kk) {
+        for (u32 q = q0; q < q1; ++q) {
+            float4 a[4], b[4];
+            operands<KS>(x_get, w_get, q, rq, a, b);
 #pragma unroll
-            for (u32 i = 0; i < 4; ++i) {
-                const float av = lane_of(a[i], kk);
-                acc[i][0] = fmaf(av, b[kk].x, acc[i][0]);
-                acc[i][1] = fmaf(av, b[kk].y, acc[i][1]);
-                acc[i][2] = fmaf(av, b[kk].z, acc[i][2]);
-                acc[i][3] = fmaf(av, b[kk].w, acc[i][3]);
+            for (u32 kk = 0; kk < 4; ++kk) {
+#pragma unroll
+                for (u32 i = 0; i < 4; ++i) {
+                    const float av = lane_of(a[i], kk);
+                    acc[i][0] = fmaf(av, b[kk].x, acc[i][0]);
+                    acc[i][1] = fmaf(av, b[kk].y, acc[i][1]);
+                    acc[i][2] = fmaf(av, b[kk].z, acc[i][2]);
+                    acc[i][3] = fmaf(av, b[kk].w, acc[i][3]);
+                }
             }
         }
+    };
+#ifdef SPK_LIN_ASYNC
+    // The slice lands in groups of 16 k (copies straight to shared memory, all in
+    // flight at once); the products of a group start as soon as it is in. Group g:
+    // lane (lane / 4, lane % 4) copies x rows lane / 4 + 8 j, float4 4 g + lane % 4
+    // (slot swizzled within the group's four), and w k rows 16 g + lane / 8 + 4 j,
+    // columns 4 (lane % 8) + {0..3}. Rows past m re-read row m - 1, never stored.
+    constexpr u32 GROUPS = KS / 16;
+    static_assert(GROUPS >= 2 && GROUPS <= 4, "wait_group immediates below");
+    {
+        const u32 xr = lane >> 2;
+        const u32 xq = lane & 3;
+        const u32 wr = lane >> 3;
+        const u32 wc = (lane & 7) * 4;
+        const float* xsrc[2];
+#pragma unroll
+        for (u32 j = 0; j < 2; ++j) {
+            xsrc[j] = x + min(row0 + xr + 8 * j, ITEM_ROWS - 1) * K + warp * KS + xq * 4;
+        }
+        const float* wsrc = w + (warp * KS + wr) * N + col0 + wc;
+#pragma unroll
+        for (u32 g = 0; g < GROUPS; ++g) {
+#pragma unroll
+            for (u32 j = 0; j < 2; ++j) {
+                const u32 row = xr + 8 * j;
+                cp_async16(xs + row * KS + ((4 * g + xq) ^ swz(row)) * 4, xsrc[j] + 16 * g);
+            }
+#pragma unroll
+            for (u32 j = 0; j < 4; ++j) {
+                const u32 kr = 16 * g + wr + 4 * j;
+                cp_async16(ws + kr * B1_COLS + wc, wsrc + (16 * g + 4 * j) * N);
+            }
+            cp_async_commit();
+        }
     }
+#pragma unroll
+    for (u32 g = 0; g < GROUPS; ++g) {
+        if (GROUPS - 1 - g == 3) cp_async_wait<3>();
+        if (GROUPS - 1 - g == 2) cp_async_wait<2>();
+        if (GROUPS - 1 - g == 1) cp_async_wait<1>();
+        if (GROUPS - 1 - g == 0) cp_async_wait<0>();
+        __syncwarp();
+        products(4 * g, 4 * g + 4);
+    }
+#else
+    // The whole slice in one memory round trip. (Computing a first chunk while later
+    // ones land does not pay: ptxas puts all but the first few loads on one scoreboard,
+    // so the first chunk's stores would wait for every load anyway.)
+    {
+        Chunk<K> chunk[CHUNKS];
+#pragma unroll
+        for (u32 c = 0; c < CHUNKS; ++c) {
+            chunk[c].fetch(x, w, row0, col0, warp * KS + c * Chunk<K>::SK, lane);
+        }
+        loads_issued();
+#pragma unroll
+        for (u32 c = 0; c < CHUNKS; ++c) {
+            chunk[c].template stash<KS>(xs, ws, c * Chunk<K>::SK / 4, lane);
+        }
+    }
+    __syncwarp();
+    products(0, KS / 4);
+#endif
     // the warp's own operands are dead: its region takes its partial tile
     __syncwarp();
     put_block(xs, rq, cq, acc);
@@ -379,7 +474,7 @@ __device__ __forceinline__ void gemm_b1(const float* __restrict__ x, u64 x_len,
     const u32 row = row0 + (t >> 3);
     if (row < ITEM_ROWS) {
         const u32 col = col0 + (t & 7) * 4;
-        store4(y + row * N + col, bias_leaky4(sum, load4(bias + col)));
+        store4(y + row * N + col, bias_leaky4(sum, bias4));
     }
 }
 
@@ -464,7 +559,7 @@ __device__ __forceinline__ void linear1_b1_compensated(const float* __restrict__
                                                        const float* __restrict__ w, u64 w_len,
                                                        const float* __restrict__ bias,
                                                        u64 bias_len, float* __restrict__ y,
-                                                       u64 y_len) {
+                                                       u64 y_len, float* smem) {
     constexpr u32 K = 128;
     constexpr u32 KS = K / B1_WARPS;  // 32: one chunk per warp
     constexpr u32 REGION = (B1_ROWS + B1_COLS) * KS;
@@ -472,7 +567,7 @@ __device__ __forceinline__ void linear1_b1_compensated(const float* __restrict__
     if (!b1_shape_ok<K>(x, x_len, w, w_len, bias, bias_len, y, y_len)) {
         return;
     }
-    __shared__ __align__(16) float smem[B1_WARPS * REGION];
+    // smem: B1_WARPS * REGION floats of the caller's shared memory
 
     const u32 warp = threadIdx.x >> 5;
     const u32 lane = threadIdx.x & 31;
@@ -604,6 +699,203 @@ __device__ __forceinline__ void linear1_b1_compensated(const float* __restrict__
     }
 }
 
+// ---------------------------------------------------------------------------------------
+// linear1 batch 1 in float64 accumulation (the default on the sm80 tier, where the FP64
+// pipe runs at half the FP32 rate on the data-centre parts the plans target).
+//
+// Every product of two floats is exact in float64, so each warp's slice sum is a
+// sequential float64 fma chain over its 32 k (relative error <= 32 * 2^-53 of the sum
+// of |terms|); the four slices and then the bias are added in float64 in a fixed order,
+// and the result is rounded to float once. That is the accuracy class of the
+// compensated float32 kernel above (2^-45 sigma) with no bounds, no fallback and a
+// quarter of the issue slots per term: one DFMA instead of four FP32 operations.
+// Operands are converted to float64 once, when staged: a warp's region holds
+// xd[16][32] and wd[32][32] doubles (12 KiB; the block uses exactly 48 KiB).
+// Lane (rq, cq) owns rows rq + 4 i and columns 2 cq + {0, 1} and 16 + 2 cq + {0, 1}:
+// its two w reads per k cover one 256-byte row contiguously across the warp.
+// xd keeps 16-byte slot s of row r at s ^ 2 (r & 3): the four rows one operand read
+// hits land on distinct bank quads.
+// ---------------------------------------------------------------------------------------
+
+#ifdef __CUDA_ARCH__
+typedef double2 dpair;
+__device__ __forceinline__ dpair make_dpair(double a, double b) { return make_double2(a, b); }
+__device__ __forceinline__ dpair ldsd2(saddr address) {
+    double2 v;
+    asm volatile("ld.shared.v2.f64 {%0, %1}, [%2];"
+                 : "=d"(v.x), "=d"(v.y)
+                 : "r"(address)
+                 : "memory");
+    return v;
+}
+__device__ __forceinline__ double dfma(double a, double b, double c) { return __fma_rn(a, b, c); }
+// (nvcc 13 splits some of these vector stores into scalar ones when left to itself)
+__device__ __forceinline__ void stsd2(double* p, double a, double b) {
+    asm volatile("st.shared.v2.f64 [%0], {%1, %2};" ::"r"(shared_address(
+                     reinterpret_cast<const float*>(p))),
+                 "d"(a), "d"(b)
+                 : "memory");
+}
+__device__ __forceinline__ void stg4(float* p, float4 v) {
+    asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v.x), "f"(v.y),
+                 "f"(v.z), "f"(v.w)
+                 : "memory");
+}
+#else
+inline void stsd2(double* p, double a, double b) { p[0] = a; p[1] = b; }
+inline void stg4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
+struct alignas(16) dpair { double x, y; };
+inline dpair make_dpair(double a, double b) { return {a, b}; }
+inline dpair ldsd2(saddr address) { return *reinterpret_cast<const dpair*>(address); }
+inline double dfma(double a, double b, double c) { return std::fma(a, b, c); }
+#endif
+
+__device__ __forceinline__ void stsd4(double* p, float4 v) {
+    stsd2(p, double(v.x), double(v.y));
+    stsd2(p + 2, double(v.z), double(v.w));
+}
+
+__device__ __forceinline__ void linear1_b1_f64(const float* __restrict__ x, u64 x_len,
+                                               const float* __restrict__ w, u64 w_len,
+                                               const float* __restrict__ bias, u64 bias_len,
+                                               float* __restrict__ y, u64 y_len,
+                                               double* dsm) {
+    constexpr u32 K = 128;
+    constexpr u32 KS = K / B1_WARPS;  // 32: one chunk per warp
+    constexpr u32 XD = B1_ROWS * KS;  // doubles of xd
+    constexpr u32 REGION = XD + KS * B1_COLS;
+    static_assert(KS == Chunk<K>::SK, "one chunk per slice");
+    static_assert(B1_ROWS * B1_COLS <= REGION, "partials fit");
+    if (!b1_shape_ok<K>(x, x_len, w, w_len, bias, bias_len, y, y_len)) {
+        return;
+    }
+    // dsm: B1_WARPS * REGION doubles of the caller's shared memory
+
+    const u32 warp = threadIdx.x >> 5;
+    const u32 lane = threadIdx.x & 31;
+    const u32 row0 = blockIdx.x * B1_ROWS;
+    const u32 col0 = blockIdx.y * B1_COLS;
+    double* xd = dsm + warp * REGION;
+    double* wd = xd + XD;
+
+    Chunk<K> stage;
+    stage.fetch(x, w, row0, col0, warp * KS, lane);
+    loads_issued();
+    const u32 t = threadIdx.x;
+    const float4 b4 = ldg4_now(bias + col0 + (t & 7) * 4);
+    {
+        // lane (hi, lo) holds x rows hi + 4 j, k 4 lo + {0..3}: slots 2 lo, 2 lo + 1
+        // (row & 3 = hi); and w k rows hi + 4 j, columns 4 lo + {0..3}
+        const u32 hi = lane >> 3;
+        const u32 lo = lane & 7;
+        const u32 sw = 2 * hi;
+#pragma unroll
+        for (u32 j = 0; j < Chunk<K>::XN; ++j) {
+            double* rowp = xd + (hi + 4 * j) * KS;
+            const float4 v = stage.xv[j];
+            stsd2(rowp + 2 * ((2 * lo) ^ sw), double(v.x), double(v.y));
+            stsd2(rowp + 2 * ((2 * lo + 1) ^ sw), double(v.z), double(v.w));
+        }
+#pragma unroll
+        for (u32 j = 0; j < Chunk<K>::WN; ++j) {
+            stsd4(wd + (hi + 4 * j) * B1_COLS + lo * 4, stage.wv[j]);
+        }
+    }
+    __syncwarp();
+
+    const u32 rq = lane >> 3;
+    const u32 cq = lane & 7;
+    const saddr x_get = shared_address(reinterpret_cast<const float*>(xd + rq * KS));
+    const saddr w_get = shared_address(reinterpret_cast<const float*>(wd + 2 * cq));
+    const u32 sw = 2 * rq;  // row & 3 = rq for every row rq + 4 i
+    double acc[4][4];
+#pragma unroll
+    for (u32 i = 0; i < 4; ++i) {
+#pragma unroll
+        for (u32 j = 0; j < 4; ++j) {
+            acc[i][j] = 0.0;
+        }
+    }
+#pragma unroll
+    for (u32 q = 0; q < KS / 4; ++q) {
+        dpair a[4][2], b[4][2];
+#pragma unroll
+        for (u32 i = 0; i < 4; ++i) {
+            a[i][0] = ldsd2(x_get + 8 * (4 * i * KS + 2 * ((2 * q) ^ sw)));
+            a[i][1] = ldsd2(x_get + 8 * (4 * i * KS + 2 * ((2 * q + 1) ^ sw)));
+        }
+#pragma unroll
+        for (u32 kk = 0; kk < 4; ++kk) {
+            b[kk][0] = ldsd2(w_get + 8 * ((4 * q + kk) * B1_COLS));
+            b[kk][1] = ldsd2(w_get + 8 * ((4 * q + kk) * B1_COLS + 16));
+        }
+#pragma unroll
+        for (u32 kk = 0; kk < 4; ++kk) {
+#pragma unroll
+            for (u32 i = 0; i < 4; ++i) {
+                const dpair ap = a[i][kk >> 1];
+                const double av = (kk & 1) ? ap.y : ap.x;
+                acc[i][0] = dfma(av, b[kk][0].x, acc[i][0]);
+                acc[i][1] = dfma(av, b[kk][0].y, acc[i][1]);
+                acc[i][2] = dfma(av, b[kk][1].x, acc[i][2]);
+                acc[i][3] = dfma(av, b[kk][1].y, acc[i][3]);
+            }
+        }
+    }
+    // the warp's operands are dead: its region takes its partial tile part[16][32]
+    __syncwarp();
+#pragma unroll
+    for (u32 i = 0; i < 4; ++i) {
+        double* rowp = xd + (rq + 4 * i) * B1_COLS;
+        stsd2(rowp + 2 * cq, acc[i][0], acc[i][1]);
+        stsd2(rowp + 16 + 2 * cq, acc[i][2], acc[i][3]);
+    }
+    __syncthreads();
+
+    // thread t: row t / 8, columns 4 (t % 8) + {0..3}
+    const u32 offset = (t >> 3) * B1_COLS + (t & 7) * 4;
+    const saddr part = shared_address(reinterpret_cast<const float*>(dsm + offset));
+    dpair h[B1_WARPS][2];
+#pragma unroll
+    for (u32 s = 0; s < B1_WARPS; ++s) {
+        h[s][0] = ldsd2(part + 8 * (s * REGION));
+        h[s][1] = ldsd2(part + 8 * (s * REGION + 2));
+    }
+    double sum[4] = {h[0][0].x, h[0][0].y, h[0][1].x, h[0][1].y};
+#pragma unroll
+    for (u32 s = 1; s < B1_WARPS; ++s) {
+        sum[0] += h[s][0].x;
+        sum[1] += h[s][0].y;
+        sum[2] += h[s][1].x;
+        sum[3] += h[s][1].y;
+    }
+    const u32 row = row0 + (t >> 3);
+    if (row < ITEM_ROWS) {
+        const float4 out = make_float4(
+            float(sum[0] + double(b4.x)), float(sum[1] + double(b4.y)),
+            float(sum[2] + double(b4.z)), float(sum[3] + double(b4.w)));
+        stg4(y + row * N + col0 + (t & 7) * 4,
+             make_float4(leaky(out.x), leaky(out.y), leaky(out.z), leaky(out.w)));
+    }
+}
+
+// linear1 batch 1: float64 accumulation where FP64 runs at half the FP32 rate, else the
+// compensated FP32 kernel (FP64 at 1/64 would make the consumer parts several times
+// slower). Both bodies share one static region, sized for the float64 one (48 KiB).
+__device__ __forceinline__ void linear1_b1(const float* __restrict__ x, u64 x_len,
+                                           const float* __restrict__ w, u64 w_len,
+                                           const float* __restrict__ bias, u64 bias_len,
+                                           float* __restrict__ y, u64 y_len) {
+    constexpr u32 KS = 128 / B1_WARPS;
+    __shared__ __align__(16) double storage[B1_WARPS * (B1_ROWS * KS + KS * B1_COLS)];
+    if (fp64_fast()) {
+        linear1_b1_f64(x, x_len, w, w_len, bias, bias_len, y, y_len, storage);
+    } else {
+        linear1_b1_compensated(x, x_len, w, w_len, bias, bias_len, y, y_len,
+                               reinterpret_cast<float*>(storage));
+    }
+}
+
 }  // namespace lin
 }  // namespace spk
 
@@ -617,7 +909,7 @@ __device__ __forceinline__ void linear1_b1_compensated(const float* __restrict__
 
 // batch 1: at most two blocks per SM ever, registers are free
 SPK_LINEAR_ENTRY(spk_segdense_linear0_b1, spk::lin::gemm_b1<256>, 1)
-SPK_LINEAR_ENTRY(spk_segdense_linear1_b1, spk::lin::linear1_b1_compensated, 1)
+SPK_LINEAR_ENTRY(spk_segdense_linear1_b1, spk::lin::linear1_b1, 1)
 SPK_LINEAR_ENTRY(spk_segdense_linear1_b1_tf32, spk::lin::gemm_b1<128>, 1)
 // batch 32: <= 128 registers, so four blocks fit an SM by registers
 SPK_LINEAR_ENTRY(spk_segdense_linear0_b32, spk::lin::gemm_b32<256>, 4)

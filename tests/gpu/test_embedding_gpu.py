@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pyspk.candidate import DenseSite, DenseSpec, DeviceUnsupported, GeometryInvalid
+from pyspk.candidate import DenseSite, DenseSpec, DeviceUnsupported, GeometryInvalid, Op
 from pyspk.candidate.segdense import Choice, Entry, SegdensePin, Site
 from pyspk.candidate.segdense.producer import DenseOxide
-from pyspk.cuda import BufferLengthError, CudaMath, PtxTier
+from pyspk.cuda import BufferLengthError, CudaMath, EventPhases, PtxTier
 from pyspk.cuda.kernels import KernelModule
 from pyspk.cuda.runtime import BufferLayoutError, CudaRuntime
 from tests.gpu.boundary import error_bound, operands, plan, run_eager, truth
@@ -120,3 +120,41 @@ def test_sm75_tier_runs_the_same_kernels(runtime) -> None:
             y = run_eager(low, oxide, ops["x"])
             assert np.all(np.abs(y - exact) <= error_bound(entry, exact, scale)), entry.name
             oxide.close()
+
+
+def test_event_phases_time_both_launches(runtime, kernels) -> None:
+    ops = operands(Site.EMBEDDING, 32, seed=19)
+    oxide = plan(runtime, kernels, Entry.EMBED_B32, CudaMath.FP32, ops)
+    x = runtime.upload(ops["x"])
+    out = runtime.alloc_zeros(oxide.producer.output_len)
+    plain = runtime.alloc_zeros(oxide.producer.output_len)
+    oxide.enqueue(x, plain)
+    phases = EventPhases(runtime)
+    for _ in range(3):
+        oxide.enqueue(x, out, phases)
+    elapsed = phases.elapsed_ms()
+    assert set(elapsed) == {Op.MAIN, Op.REDUCE}
+    assert all(0 < ms < 100 for ms in elapsed.values())
+    assert phases.elapsed_ms() == {}  # read once, then forgotten
+    assert np.array_equal(runtime.download(out), runtime.download(plain))
+    phases.close()
+    oxide.close()
+
+
+def test_caller_scratch_holds_the_partials(runtime, kernels) -> None:
+    ops = operands(Site.EMBEDDING, 32, seed=20)
+    own = plan(runtime, kernels, Entry.EMBED_B32, CudaMath.FP32, ops)
+    expected = run_eager(runtime, own, ops["x"])
+    pin = SegdensePin.forced(Entry.EMBED_B32, CudaMath.FP32, kernels.tier, runtime.device)
+    spec = DenseSpec(DenseSite.EMBEDDING, 32, CudaMath.FP32)
+    weight, bias = runtime.upload(ops["w"]), runtime.upload(ops["bias"])
+    needed = pin.splits() * own.producer.output_len
+    scratch = runtime.alloc_zeros(needed + 7)  # longer is fine: the plan uses a prefix
+    shared = DenseOxide.plan(runtime, kernels, spec, weight, bias, pin, scratch=scratch)
+    assert np.array_equal(run_eager(runtime, shared, ops["x"]), expected)
+    with pytest.raises(GeometryInvalid, match="scratch"):
+        DenseOxide.plan(
+            runtime, kernels, spec, weight, bias, pin, scratch=runtime.alloc_zeros(needed - 1)
+        )
+    own.close()
+    shared.close()
