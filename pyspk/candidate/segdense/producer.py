@@ -296,11 +296,10 @@ def _pack(
     return copy
 
 
-class DenseOxide:
-    """Segmentation linear0, linear1 and classifier, and embedding seg_1, with their
-    bias, LeakyReLU or log-softmax epilogues fused."""
+class _Oxide:
+    """What both candidates share: the pin the rule gives a spec, and a producer's
+    enqueue and close."""
 
-    COVERAGE: ClassVar[Coverage] = DENSE_COVERAGE
     SPECIAL_VALUES: ClassVar[SpecialValues] = SPECIAL_VALUES
 
     def __init__(self, producer: Producer) -> None:
@@ -310,9 +309,22 @@ class DenseOxide:
 
     @classmethod
     def implemented_pin(
-        cls, spec: DenseSpec, tier: PtxTier, device: DeviceAttributes
+        cls, spec: DenseSpec | SegConvSpec, tier: PtxTier, device: DeviceAttributes
     ) -> SegdensePin:
         return SegdensePin.select(Site.of(spec.site()), spec.batch(), spec.math(), tier, device)
+
+    def enqueue(self, x: object, output: object, phases: Phases = PASS_THROUGH) -> None:
+        self.producer.enqueue(x, output, phases)
+
+    def close(self) -> None:
+        self.producer.close()
+
+
+class DenseOxide(_Oxide):
+    """Segmentation linear0, linear1 and classifier, and embedding seg_1, with their
+    bias, LeakyReLU or log-softmax epilogues fused."""
+
+    COVERAGE: ClassVar[Coverage] = DENSE_COVERAGE
 
     @classmethod
     def plan(
@@ -328,29 +340,11 @@ class DenseOxide:
         pin.check(Site.of(spec.site()), spec.batch(), spec.math(), kernels.tier)
         return cls(Producer.plan(runtime, kernels, weight, bias, pin, scratch))
 
-    def enqueue(self, x: object, output: object, phases: Phases = PASS_THROUGH) -> None:
-        self.producer.enqueue(x, output, phases)
 
-    def close(self) -> None:
-        self.producer.close()
-
-
-class SegConvOxide:
+class SegConvOxide(_Oxide):
     """The two raw segmentation convolutions; the caller's pooling stage adds the bias."""
 
     COVERAGE: ClassVar[Coverage] = SEGCONV_COVERAGE
-    SPECIAL_VALUES: ClassVar[SpecialValues] = SPECIAL_VALUES
-
-    def __init__(self, producer: Producer) -> None:
-        self.producer = producer
-        # one call layer less on the hot path
-        self.enqueue = producer.enqueue  # type: ignore[method-assign]
-
-    @classmethod
-    def implemented_pin(
-        cls, spec: SegConvSpec, tier: PtxTier, device: DeviceAttributes
-    ) -> SegdensePin:
-        return SegdensePin.select(Site.of(spec.site()), spec.batch(), spec.math(), tier, device)
 
     @classmethod
     def plan(
@@ -363,9 +357,3 @@ class SegConvOxide:
     ) -> SegConvOxide:
         pin.check(Site.of(spec.site()), spec.batch(), spec.math(), kernels.tier)
         return cls(Producer.plan(runtime, kernels, weight, None, pin))
-
-    def enqueue(self, x: object, output: object, phases: Phases = PASS_THROUGH) -> None:
-        self.producer.enqueue(x, output, phases)
-
-    def close(self) -> None:
-        self.producer.close()
