@@ -257,8 +257,12 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
             const u32 w_at_hi = K::SWIZZLE ? w_at ^ 4 : w_at;
 #pragma unroll
             for (u32 s = 0; s < K::S; ++s) {
-                // uniform per warp: a group is whole warps
-                if (K::EXACT || stage * K::ROWS + s * K::GROUPS + g < K::CIN) {
+                // uniform per warp: a group is whole warps. A row that every stage has
+                // (folded per s) skips the test: no branch then keeps the row's shared
+                // loads behind the previous products or the barrier
+                const bool always =
+                    K::EXACT || (K::STAGES - 1) * K::ROWS + (s + 1) * K::GROUPS <= K::CIN;
+                if (always || stage * K::ROWS + s * K::GROUPS + g < K::CIN) {
                     const float* xt = smem + x_at + s * K::GROUPS * K::XCOLS;
                     const float4 xa = lds4(xt);
                     const float4 xb = lds4(xt + 4);

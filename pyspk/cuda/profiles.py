@@ -40,7 +40,9 @@ def _device(name: str, major: int, minor: int, sms: int, l2_mib: int) -> DeviceA
     )
 
 
-# published figures (SMs enabled on the product, L2 in MiB as the driver reports it)
+# published figures (SMs enabled on the product, L2 in MiB as the driver reports it);
+# the H200's agree with what DeviceAttributes.query read on one: 132 SMs, 232448 B
+# opt-in shared memory per block, 60 MiB of L2
 _FIGURES = (
     ("t4", _device("NVIDIA T4", 7, 5, 40, 4)),
     ("a10", _device("NVIDIA A10", 8, 6, 72, 6)),
@@ -53,7 +55,7 @@ _FIGURES = (
     ("rtx4060ti", _device("NVIDIA GeForce RTX 4060 Ti", 8, 9, 34, 32)),
     ("h100-sxm", _device("NVIDIA H100 SXM", 9, 0, 132, 50)),
     ("h100-pcie", _device("NVIDIA H100 PCIe", 9, 0, 114, 50)),
-    ("h200", _device("NVIDIA H200", 9, 0, 132, 50)),
+    ("h200", _device("NVIDIA H200", 9, 0, 132, 60)),
     ("b200", _device("NVIDIA B200", 10, 0, 148, 126)),
     ("rtx5060ti", _device("NVIDIA GeForce RTX 5060 Ti", 12, 0, 36, 32)),
     ("rtx5090", _device("NVIDIA GeForce RTX 5090", 12, 0, 170, 96)),
