@@ -77,6 +77,22 @@ __device__ __forceinline__ bool fp64_fast() {
 #endif
 }
 
+
+// acc[i][j] += a[i] b[j] over an 8 x 8 register tile, one fma each: the inner step of the
+// SIMT GEMMs, whose k order it leaves to the caller's loop.
+__device__ __forceinline__ void outer8x8(float (&acc)[8][8], float4 a0, float4 a1, float4 b0,
+                                         float4 b1) {
+    const float a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+    const float b[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+    for (u32 i = 0; i < 8; ++i) {
+#pragma unroll
+        for (u32 j = 0; j < 8; ++j) {
+            acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+        }
+    }
+}
+
 }  // namespace spk
 
 // ---------------------------------------------------------------------------------------
@@ -459,15 +475,7 @@ spk_segdense_embed_b32(const float* __restrict__ x, u64 x_len, const float* __re
             const float4 a1 = *reinterpret_cast<const float4*>(&xs[buffer][kk][48 + rg * 4]);
             const float4 b0 = *reinterpret_cast<const float4*>(&ws[buffer][kk][cg * 4]);
             const float4 b1 = *reinterpret_cast<const float4*>(&ws[buffer][kk][64 + cg * 4]);
-            const float a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-            const float b[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
-#pragma unroll
-            for (u32 i = 0; i < 8; ++i) {
-#pragma unroll
-                for (u32 j = 0; j < 8; ++j) {
-                    acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
-                }
-            }
+            spk::outer8x8(acc, a0, a1, b0, b1);
         }
         // the other buffer's readers finished before the previous barrier
         stash(buffer ^ 1);

@@ -199,15 +199,7 @@ __device__ __forceinline__ void gemm_b32(const float* __restrict__ x, u64 x_len,
             const float4 a1 = lds4(xp + 4 * (kk * B32_XSTRIDE + 32));
             const float4 b0 = lds4(wp + 4 * (kk * N));
             const float4 b1 = lds4(wp + 4 * (kk * N + 64));
-            const float a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-            const float b[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
-#pragma unroll
-            for (u32 i = 0; i < 8; ++i) {
-#pragma unroll
-                for (u32 j = 0; j < 8; ++j) {
-                    acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
-                }
-            }
+            outer8x8(acc, a0, a1, b0, b1);
         }
     };
 

@@ -55,7 +55,7 @@ from pyspk.cuda.errors import KernelMissingError  # noqa: E402
 from pyspk.cuda.math import CudaMath  # noqa: E402
 from pyspk.cuda.profiles import profile, profile_key  # noqa: E402
 from pyspk.cuda.tier import PtxTier, loadable_tier  # noqa: E402
-from pyspk.pins import TUPLES  # noqa: E402
+from pyspk.pins import TUPLES, device_json  # noqa: E402
 from tests.gpu import boundary  # noqa: E402
 
 GRAPH_ENQUEUES = 20
@@ -832,13 +832,7 @@ def _versions(torch: Any) -> dict[str, str]:
 
 
 def _device_meta(device: DeviceAttributes) -> dict[str, Any]:
-    return {
-        "name": device.name,
-        "capability": str(device.capability),
-        "multiprocessors": device.multiprocessors,
-        "shared_optin_bytes": device.shared_optin_bytes,
-        "l2_bytes": device.l2_bytes,
-    }
+    return {**device_json(device), "l2_bytes": device.l2_bytes}
 
 
 def planned_rows(
