@@ -57,13 +57,13 @@ from pyspk.cuda.profiles import profile, profile_key  # noqa: E402
 from pyspk.cuda.tier import PtxTier, loadable_tier  # noqa: E402
 from pyspk.pins import TUPLES, device_json  # noqa: E402
 from tests.gpu import boundary  # noqa: E402
+from tools import launch_cost  # noqa: E402
 
 GRAPH_ENQUEUES = 20
 ROUNDS = 50
 WARMUP_ROUNDS = 5
 EAGER_WARMUP = 3
 REPLAY_WARMUP = 2
-HOST_CHUNK = 100
 HOST_SAMPLES = 20
 # about 0.5 ms at H200 clocks: far longer than the host needs to queue one round
 SPIN_CYCLES = 1_000_000
@@ -558,18 +558,9 @@ class Bench:
         return self._operands[site, batch]
 
     def truth(self, site: Site, batch: int) -> Any:
-        """Float64 output, flat (the absolute sums of `boundary.truth` are not needed)."""
+        """Float64 output, flat."""
         if (site, batch) not in self._truth:
-            from pyspk import reference
-            from pyspk.candidate import DenseSite, SegConvSite
-
-            ops = self.operands(site, batch)
-            if site.is_conv():
-                y = reference.conv(SegConvSite(site.value), batch, ops["x"], ops["w"])
-            else:
-                dense = DenseSite(site.value)
-                y = reference.dense(dense, batch, ops["x"], ops["w"], ops["bias"])
-            self._truth[site, batch] = y.reshape(-1)
+            self._truth[site, batch] = boundary.truth(site, batch, self.operands(site, batch))[0]
         return self._truth[site, batch]
 
     def synchronize(self) -> None:
@@ -772,18 +763,8 @@ class _PyspkArm:
 
     def host_us(self) -> float:
         """Median microseconds to queue one eager enqueue."""
-        runtime, oxide, x, y = self._runtime, self.oxide, self.x, self.outputs[0]
-        for _ in range(HOST_CHUNK):
-            oxide.enqueue(x, y)
-        runtime.synchronize()
-        samples = []
-        for _ in range(self._samples):
-            start = time.perf_counter_ns()
-            for _ in range(HOST_CHUNK):
-                oxide.enqueue(x, y)
-            samples.append((time.perf_counter_ns() - start) / HOST_CHUNK / 1000)
-            runtime.synchronize()
-        return statistics.median(samples)
+        oxide, x, y = self.oxide, self.x, self.outputs[0]
+        return launch_cost.per_launch_us(self._runtime, lambda: oxide.enqueue(x, y), self._samples)
 
     def replay(self) -> None:
         self.graph.replay()
@@ -891,7 +872,7 @@ def run(args: argparse.Namespace, cases: Sequence[Case], forced: Sequence[Entry]
             "rounds": args.rounds,
             "warmup_rounds": args.warmup_rounds,
             "spin_cycles": args.spin_cycles if bench.sleep is not None else 0,
-            "host_chunk": HOST_CHUNK,
+            "host_chunk": launch_cost.CHUNK,
             "host_samples": args.host_samples,
             "seed": args.seed,
             "cudnn_benchmark": args.cudnn_benchmark,

@@ -32,18 +32,21 @@ CHUNK = 100
 SAMPLES = 200
 
 
-def _per_launch_us(runtime: CudaRuntime, launch: Callable[[], object]) -> float:
+def per_launch_us(
+    runtime: CudaRuntime, launch: Callable[[], object], samples: int = SAMPLES
+) -> float:
+    """Median microseconds to queue one `launch`, over `samples` chunks of CHUNK."""
     for _ in range(CHUNK):  # warm caches and bindings
         launch()
     runtime.synchronize()
-    samples = []
-    for _ in range(SAMPLES):
+    times = []
+    for _ in range(samples):
         start = time.perf_counter_ns()
         for _ in range(CHUNK):
             launch()
-        samples.append((time.perf_counter_ns() - start) / CHUNK / 1000)
+        times.append((time.perf_counter_ns() - start) / CHUNK / 1000)
         runtime.synchronize()
-    return statistics.median(samples)
+    return statistics.median(times)
 
 
 def main() -> int:
@@ -80,9 +83,9 @@ def main() -> int:
             return api.cuLaunchKernel(function, 128, 1, 1, 256, 1, 1, 0, stream, typed, 0)
 
         figures = {
-            "bare cuLaunchKernel, prepared void** params": _per_launch_us(runtime, bare_prepared),
-            "bare cuLaunchKernel, (values, types) params": _per_launch_us(runtime, bare_typed),
-            "DenseOxide.enqueue, pyspk buffers": _per_launch_us(
+            "bare cuLaunchKernel, prepared void** params": per_launch_us(runtime, bare_prepared),
+            "bare cuLaunchKernel, (values, types) params": per_launch_us(runtime, bare_typed),
+            "DenseOxide.enqueue, pyspk buffers": per_launch_us(
                 runtime, lambda: oxide.enqueue(x, y)
             ),
         }
@@ -92,7 +95,7 @@ def main() -> int:
             tx = torch.from_numpy(runtime.download(x)).cuda()
             ty = torch.zeros(3 * 256, device="cuda")
             torch.cuda.synchronize()
-            figures["DenseOxide.enqueue, PyTorch tensors"] = _per_launch_us(
+            figures["DenseOxide.enqueue, PyTorch tensors"] = per_launch_us(
                 runtime, lambda: oxide.enqueue(tx, ty)
             )
         except ImportError:
