@@ -18,8 +18,8 @@
 // butterfly (4, 2, 1) adds the eight slice sums, so every lane of the row holds the
 // same logits and evaluates the log-softmax; lane c stores class c.
 //
-// Batch 32 (128 rows, 256 threads; lane j of a row group takes rows r and r + 64, 4
-// lanes per row): compensated, issue bound, two paths chosen by fp64_fast() (uniform).
+// Batch 32 (144 rows, 256 threads; lane j of a row group takes rows r, r + 64 and, in
+// warps 0 and 1, r + 128, 4 lanes per row): compensated, issue bound, two paths chosen by fp64_fast() (uniform).
 // FP64 path (GA100/GH100-class parts, where a DFMA costs the FP64 pipe 2 cycles per
 // warp, the same as two FP32 operations, and the 4-operation FP32 scheme below costs 4):
 // every product is formed exactly and summed in FP64. x enters as x * 2^-896 built from
@@ -56,7 +56,6 @@
 // lane's two exps are xor butterflies (1, 2), so the four lanes agree bit for bit.
 // Warp 0 copies w into shared memory unchanged (and finds max|w|) while x is in
 // flight; a thread's two rows share each w read.
-// Both paths: the 16 SMs that hold two of the 148 blocks set the kernel's time.
 
 namespace spk {
 namespace cls {
@@ -129,7 +128,9 @@ __device__ __forceinline__ void step(float& t, float& r, float x, float w) {
 constexpr u32 B32_M = 32 * ITEM_ROWS;
 constexpr u32 B32_ROWS = 128;
 constexpr u32 B32_THREADS = 256;
-constexpr u32 B32_BLOCKS = (B32_M + B32_ROWS - 1) / B32_ROWS;
+constexpr u32 B32_BLOCKS = (B32_M + B32_ROWS - 1) / B32_ROWS;  // launched: 148
+constexpr u32 B32_WORK_ROWS = 144;  // rows of a working block: 131 of them cover m
+static_assert((B32_M + B32_WORK_ROWS - 1) / B32_WORK_ROWS <= B32_BLOCKS, "working blocks");
 constexpr u32 B32_LANES = 4;
 constexpr u32 B32_STEPS = F4 / B32_LANES;  // float4 per lane per row
 
@@ -316,8 +317,139 @@ spk_segdense_classifier_b1(const float* __restrict__ x, u64 x_len, const float* 
     }
 }
 
-// Batch 32: m = 18848, grid 148 x 256 threads, 128 rows per block, compensated.
-extern "C" __global__ void __launch_bounds__(256, 2)
+namespace spk {
+namespace cls {
+
+// The products and the end of R rows of one thread (rows[q], valid[q]; R = 2 or 3).
+// FP64 path: every product exact, summed in FP64 (see the header).
+template <u32 R>
+__device__ __forceinline__ void b32_rows_f64(const float4 (&xr)[3][B32_STEPS],
+                                             const double* wsd, u32 sub, float bias0,
+                                             float bias1, const u32 (&rows)[3],
+                                             float* __restrict__ y) {
+    double a[R][8];
+#pragma unroll
+    for (u32 q = 0; q < R; ++q) {
+#pragma unroll
+        for (u32 c = 0; c < 8; ++c) {
+            a[q][c] = 0.0;
+        }
+    }
+#pragma unroll
+    for (u32 i = 0; i < B32_STEPS; ++i) {
+        const double* wg = wsd + (sub + B32_LANES * i) * 4 * N;
+        double wf[4 * N];
+#pragma unroll
+        for (u32 v = 0; v < 2 * N; ++v) {
+            lds2d(wg + 2 * v, wf[2 * v], wf[2 * v + 1]);
+        }
+#pragma unroll
+        for (u32 e = 0; e < 4; ++e) {
+#pragma unroll
+            for (u32 q = 0; q < R; ++q) {
+                const double xq = scaled_f64(lane4(xr[q][i], e));
+#pragma unroll
+                for (u32 c = 0; c < N; ++c) {
+                    a[q][c] = fma(xq, wf[e * N + c], a[q][c]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (u32 q = 0; q < R; ++q) {
+        b32_finish64(a[q], sub, bias0, bias1, rows[q] < B32_M, y + u64(rows[q]) * N);
+    }
+}
+
+// FP32 path: the offset-compensated sum (see the header).
+template <u32 R>
+__device__ __forceinline__ void b32_rows_f32(const float4 (&xr)[3][B32_STEPS],
+                                             const float* ws, float wmax, u32 sub,
+                                             float bias0, float bias1, const u32 (&rows)[3],
+                                             float* __restrict__ y) {
+    // row offsets from sum |x| (fixed order, xor butterfly: the four lanes agree)
+    float o[R];
+#pragma unroll
+    for (u32 q = 0; q < R; ++q) {
+        float a[4];
+#pragma unroll
+        for (u32 e = 0; e < 4; ++e) {
+            a[e] = fabsf(lane4(xr[q][0], e));
+        }
+#pragma unroll
+        for (u32 i = 1; i < B32_STEPS; ++i) {
+#pragma unroll
+            for (u32 e = 0; e < 4; ++e) {
+                a[e] = __fadd_rn(a[e], fabsf(lane4(xr[q][i], e)));
+            }
+        }
+        float sx = __fadd_rn(__fadd_rn(a[0], a[1]), __fadd_rn(a[2], a[3]));
+#pragma unroll
+        for (u32 lanes = 1; lanes < B32_LANES; lanes <<= 1) {
+            sx = __fadd_rn(sx, __shfl_xor_sync(0xffffffffu, sx, lanes));
+        }
+        o[q] = offset_for(__fmul_rn(sx, __fmul_rn(2.0f, wmax)));
+    }
+
+    float t[R][N], r[R][N];
+#pragma unroll
+    for (u32 q = 0; q < R; ++q) {
+#pragma unroll
+        for (u32 c = 0; c < N; ++c) {
+            t[q][c] = o[q];
+            r[q][c] = 0.0f;
+        }
+    }
+#pragma unroll
+    for (u32 i = 0; i < B32_STEPS; ++i) {
+        const float* wg = ws + (sub + B32_LANES * i) * 4 * N;
+        float4 wv[N];
+#pragma unroll
+        for (u32 v = 0; v < N; ++v) {
+            wv[v] = lds4(wg + 4 * v);
+        }
+        const float wf[4 * N] = {
+            wv[0].x, wv[0].y, wv[0].z, wv[0].w, wv[1].x, wv[1].y, wv[1].z, wv[1].w,
+            wv[2].x, wv[2].y, wv[2].z, wv[2].w, wv[3].x, wv[3].y, wv[3].z, wv[3].w,
+            wv[4].x, wv[4].y, wv[4].z, wv[4].w, wv[5].x, wv[5].y, wv[5].z, wv[5].w,
+            wv[6].x, wv[6].y, wv[6].z, wv[6].w};
+#pragma unroll
+        for (u32 e = 0; e < 4; ++e) {
+#pragma unroll
+            for (u32 q = 0; q < R; ++q) {
+                const float xq = lane4(xr[q][i], e);
+#pragma unroll
+                for (u32 c = 0; c < N; ++c) {
+                    step(t[q][c], r[q][c], xq, wf[e * N + c]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (u32 q = 0; q < R; ++q) {
+        float sum[8], err[8];
+#pragma unroll
+        for (u32 c = 0; c < N; ++c) {
+            sum[c] = __fsub_rn(t[q][c], o[q]);  // exact: t within a factor 2 of o
+            err[c] = r[q][c];
+        }
+        sum[N] = 0.0f;
+        err[N] = 0.0f;
+        b32_finish(sum, err, sub, bias0, bias1, rows[q] < B32_M, y + u64(rows[q]) * N);
+    }
+}
+
+}  // namespace cls
+}  // namespace spk
+
+// Batch 32: m = 18848, grid 148 x 256 threads (the Config table's 128-row blocks),
+// compensated. Block b < 131 owns rows [144 b, 144 b + 144); blocks 131.. return at
+// once. A row group r (0..63, four lanes) takes rows r and r + 64, and in warps 0 and 1
+// (r < 16) also row r + 128. With 128 rows per block the 16 SMs that held two of the
+// 148 blocks set the kernel's time; 144 rows put one working block on each SM, which
+// may then take all the registers (at two blocks per SM, 128 each, the three-row
+// warps spill).
+extern "C" __global__ void __launch_bounds__(256, 1)
 spk_segdense_classifier_b32(const float* __restrict__ x, u64 x_len,
                             const float* __restrict__ w, u64 w_len,
                             const float* __restrict__ bias, u64 bias_len,
@@ -327,10 +459,13 @@ spk_segdense_classifier_b32(const float* __restrict__ x, u64 x_len,
     constexpr u32 M = B32_M;
     constexpr u32 LANES = B32_LANES;
     constexpr u32 STEPS = B32_STEPS;
-    constexpr u32 HALF = B32_ROWS / 2;
     if (!buffers_ok(x, x_len, w, w_len, bias_len, y_len, M) ||
         !launch_is(B32_BLOCKS, 1, 1, B32_THREADS)) {
         return;
+    }
+    const u32 block_row = blockIdx.x * B32_WORK_ROWS;
+    if (block_row >= M) {
+        return;  // block-uniform, before the barrier
     }
     // w copied as it is: group g (k = 4 g .. 4 g + 3) is the 28 floats at 28 g, seven
     // float4; the four lanes of a row (g = j + 4 i) read disjoint bank quadruples
@@ -344,21 +479,22 @@ spk_segdense_classifier_b32(const float* __restrict__ x, u64 x_len,
     const u32 lane = t % 32;
     const u32 warp = t / 32;
     const u32 sub = lane % LANES;
-    const u32 first = blockIdx.x * B32_ROWS + warp * 8;  // the warp's first row
-    const u32 row0 = first + lane / LANES;
-    const u32 row1 = row0 + HALF;
-    const bool valid0 = row0 < M;
-    const bool valid1 = row1 < M;
+    const u32 row = block_row + warp * 8 + lane / LANES;
+    const u32 rows[3] = {row, row + 64, row + 128};
+    const bool three = warp < 2;  // warp-uniform
 
     // every load is issued before the barrier; a row >= m reads row m - 1 instead
     // (unpredicated loads at fixed offsets) and is computed but never stored
-    const float* x0p = x + u64(min(row0, M - 1)) * K + 4 * sub;
-    const float* x1p = x + u64(min(row1, M - 1)) * K + 4 * sub;
-    float4 x0[STEPS], x1[STEPS];
+    float4 xr[3][STEPS];
 #pragma unroll
-    for (u32 i = 0; i < STEPS; ++i) {
-        x0[i] = load4(x0p + 4 * LANES * i);
-        x1[i] = load4(x1p + 4 * LANES * i);
+    for (u32 q = 0; q < 3; ++q) {
+        if (q < 2 || three) {
+            const float* xp = x + u64(min(rows[q], M - 1)) * K + 4 * sub;
+#pragma unroll
+            for (u32 i = 0; i < STEPS; ++i) {
+                xr[q][i] = load4(xp + 4 * LANES * i);
+            }
+        }
     }
     const u32 c0 = sub * 2;
     const float bias0 = __ldg(bias + c0);
@@ -376,37 +512,12 @@ spk_segdense_classifier_b32(const float* __restrict__ x, u64 x_len,
                 make_double2(double(v.z) * UP, double(v.w) * UP);
         }
         __syncthreads();
-        if (first >= M) {
-            return;  // warp-uniform, after the only barrier
-        }
         loads_issued();
-        double a0[8], a1[8];
-#pragma unroll
-        for (u32 c = 0; c < 8; ++c) {
-            a0[c] = 0.0;
-            a1[c] = 0.0;
+        if (three) {
+            b32_rows_f64<3>(xr, wsd, sub, bias0, bias1, rows, y);
+        } else {
+            b32_rows_f64<2>(xr, wsd, sub, bias0, bias1, rows, y);
         }
-#pragma unroll
-        for (u32 i = 0; i < STEPS; ++i) {
-            const double* wg = wsd + (sub + LANES * i) * 4 * N;
-            double wf[4 * N];
-#pragma unroll
-            for (u32 v = 0; v < 2 * N; ++v) {
-                lds2d(wg + 2 * v, wf[2 * v], wf[2 * v + 1]);
-            }
-#pragma unroll
-            for (u32 e = 0; e < 4; ++e) {
-                const double xa = scaled_f64(lane4(x0[i], e));
-                const double xb = scaled_f64(lane4(x1[i], e));
-#pragma unroll
-                for (u32 c = 0; c < N; ++c) {
-                    a0[c] = fma(xa, wf[e * N + c], a0[c]);
-                    a1[c] = fma(xb, wf[e * N + c], a1[c]);
-                }
-            }
-        }
-        b32_finish64(a0, sub, bias0, bias1, valid0, y + u64(row0) * N);
-        b32_finish64(a1, sub, bias0, bias1, valid1, y + u64(row1) * N);
         return;
     }
 
@@ -434,84 +545,11 @@ spk_segdense_classifier_b32(const float* __restrict__ x, u64 x_len,
         }
     }
     __syncthreads();
-    if (first >= M) {
-        return;  // warp-uniform, after the only barrier
-    }
     const float wmax = w_max;
     loads_issued();
-
-    // row offsets from sum |x| (fixed order, xor butterfly: the four lanes agree)
-    float a0[4], a1[4];
-#pragma unroll
-    for (u32 e = 0; e < 4; ++e) {
-        a0[e] = fabsf(lane4(x0[0], e));
-        a1[e] = fabsf(lane4(x1[0], e));
+    if (three) {
+        b32_rows_f32<3>(xr, ws, wmax, sub, bias0, bias1, rows, y);
+    } else {
+        b32_rows_f32<2>(xr, ws, wmax, sub, bias0, bias1, rows, y);
     }
-#pragma unroll
-    for (u32 i = 1; i < STEPS; ++i) {
-#pragma unroll
-        for (u32 e = 0; e < 4; ++e) {
-            a0[e] = __fadd_rn(a0[e], fabsf(lane4(x0[i], e)));
-            a1[e] = __fadd_rn(a1[e], fabsf(lane4(x1[i], e)));
-        }
-    }
-    float sx0 = __fadd_rn(__fadd_rn(a0[0], a0[1]), __fadd_rn(a0[2], a0[3]));
-    float sx1 = __fadd_rn(__fadd_rn(a1[0], a1[1]), __fadd_rn(a1[2], a1[3]));
-#pragma unroll
-    for (u32 lanes = 1; lanes < LANES; lanes <<= 1) {
-        sx0 = __fadd_rn(sx0, __shfl_xor_sync(0xffffffffu, sx0, lanes));
-        sx1 = __fadd_rn(sx1, __shfl_xor_sync(0xffffffffu, sx1, lanes));
-    }
-    const float wmax2 = __fmul_rn(2.0f, wmax);
-    const float o0 = offset_for(__fmul_rn(sx0, wmax2));
-    const float o1 = offset_for(__fmul_rn(sx1, wmax2));
-
-    float t0[N], r0[N], t1[N], r1[N];
-#pragma unroll
-    for (u32 c = 0; c < N; ++c) {
-        t0[c] = o0;
-        t1[c] = o1;
-        r0[c] = 0.0f;
-        r1[c] = 0.0f;
-    }
-#pragma unroll
-    for (u32 i = 0; i < STEPS; ++i) {
-        const float* wg = ws + (sub + LANES * i) * 4 * N;
-        float4 wv[N];
-#pragma unroll
-        for (u32 v = 0; v < N; ++v) {
-            wv[v] = lds4(wg + 4 * v);
-        }
-        const float wf[4 * N] = {
-            wv[0].x, wv[0].y, wv[0].z, wv[0].w, wv[1].x, wv[1].y, wv[1].z, wv[1].w,
-            wv[2].x, wv[2].y, wv[2].z, wv[2].w, wv[3].x, wv[3].y, wv[3].z, wv[3].w,
-            wv[4].x, wv[4].y, wv[4].z, wv[4].w, wv[5].x, wv[5].y, wv[5].z, wv[5].w,
-            wv[6].x, wv[6].y, wv[6].z, wv[6].w};
-#pragma unroll
-        for (u32 e = 0; e < 4; ++e) {
-            const float xa = lane4(x0[i], e);
-            const float xb = lane4(x1[i], e);
-#pragma unroll
-            for (u32 c = 0; c < N; ++c) {
-                step(t0[c], r0[c], xa, wf[e * N + c]);
-                step(t1[c], r1[c], xb, wf[e * N + c]);
-            }
-        }
-    }
-
-    float s[8], r[8];
-#pragma unroll
-    for (u32 c = 0; c < N; ++c) {
-        s[c] = __fsub_rn(t0[c], o0);  // exact: t0 within a factor 2 of o0
-        r[c] = r0[c];
-    }
-    s[N] = 0.0f;
-    r[N] = 0.0f;
-    b32_finish(s, r, sub, bias0, bias1, valid0, y + u64(row0) * N);
-#pragma unroll
-    for (u32 c = 0; c < N; ++c) {
-        s[c] = __fsub_rn(t1[c], o1);
-        r[c] = r1[c];
-    }
-    b32_finish(s, r, sub, bias0, bias1, valid1, y + u64(row1) * N);
 }
