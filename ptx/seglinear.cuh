@@ -122,9 +122,10 @@ __device__ __forceinline__ bool buffers_ok(const float* x, u64 x_len, const floa
 // Why 72 rows: the 295 blocks the Config table launches land two on most SMs of the H200
 // and three on 31 of them, so with one 64-row tile per block those 31 SMs did half as
 // much work again as the rest and set the kernel's time. 262 blocks of 72 rows cover
-// m = 18848 with at most two working blocks per SM: 36.2 -> 31.9 us per launch of
-// linear0_b32, 19.4 -> 17.8 us of linear1_b32 (same bits: each output's order is
-// unchanged). Placement only moves the time, never a result.
+// m = 18848 with at most two working blocks per SM: 37.5 -> 32.2 us per enqueue of
+// linear0_b32 and 19.7 -> 18.0 us of linear1_b32 in the benchmark of record, with the
+// same output bits (each output's order is unchanged). Placement only moves the time,
+// never a result.
 
 constexpr u32 B32_M = 32 * ITEM_ROWS;  // 18848 = 261 * 72 + 56
 constexpr u32 B32_LAUNCHED = (B32_M + 63) / 64;  // the Config table's grid: 64-row blocks
