@@ -177,58 +177,56 @@ __device__ __forceinline__ void lds2d(const double* p, double& a, double& b) {
                  : "r"(u32(__cvta_generic_to_shared(p))));
 }
 
-// Finishes one row of the FP64 path on its four lanes: the slice sums (slot 7 zero) are
-// reduce-scattered like b32_finish (xor-2 partner's value added to the own, then the
-// xor-1 partner's), then logit = RN_float(dot + bias) with the sum in FP64.
+__device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
+
+// The reduce-scatter of a row's four lanes: lane (h, l) = (sub >> 1, sub & 1) ends with
+// the row sums of slots 4 h + 2 l and 4 h + 2 l + 1 of v (slot 7 zero). Each sum adds
+// the xor-2 partner's value to the own, then the xor-1 partner's.
+template <class T>
+__device__ __forceinline__ void reduce_scatter(const T (&v)[8], u32 sub, T (&out)[2]) {
+    const bool h = (sub & 2) != 0;
+    const bool l = (sub & 1) != 0;
+    T v4[4];
+#pragma unroll
+    for (u32 i = 0; i < 4; ++i) {
+        const T got = __shfl_xor_sync(0xffffffffu, h ? v[i] : v[i + 4], 2);
+        v4[i] = add_rn(h ? v[i + 4] : v[i], got);
+    }
+#pragma unroll
+    for (u32 i = 0; i < 2; ++i) {
+        const T got = __shfl_xor_sync(0xffffffffu, l ? v4[i] : v4[i + 2], 1);
+        out[i] = add_rn(l ? v4[i + 2] : v4[i], got);
+    }
+}
+
+// Finishes one row of the FP64 path on its four lanes: the slice sums are
+// reduce-scattered, then logit = RN_float(dot + bias) with the sum in FP64.
 __device__ __forceinline__ void b32_finish64(const double (&s)[8], u32 sub, float bias0,
                                              float bias1, bool valid,
                                              float* __restrict__ y_row) {
-    const bool h = (sub & 2) != 0;
-    const bool l = (sub & 1) != 0;
-    double s4[4];
-#pragma unroll
-    for (u32 i = 0; i < 4; ++i) {
-        const double got = __shfl_xor_sync(0xffffffffu, h ? s[i] : s[i + 4], 2);
-        s4[i] = __dadd_rn(h ? s[i + 4] : s[i], got);
-    }
+    double dot[2];
+    reduce_scatter(s, sub, dot);
     float z[2];
 #pragma unroll
     for (u32 i = 0; i < 2; ++i) {
-        const double got = __shfl_xor_sync(0xffffffffu, l ? s4[i] : s4[i + 2], 1);
-        const double dot = __dadd_rn(l ? s4[i + 2] : s4[i], got);
-        z[i] = __double2float_rn(__dadd_rn(dot, double(i == 0 ? bias0 : bias1)));
+        z[i] = __double2float_rn(__dadd_rn(dot[i], double(i == 0 ? bias0 : bias1)));
     }
     b32_store(z, sub, valid, y_row);
 }
 
 // Finishes one row on its four lanes: (s, r) per class (s exact multiples of the row's
-// grid, slot 7 zero) are reduce-scattered, then logits, log-softmax and the stores.
+// grid) are reduce-scattered, then logits, log-softmax and the stores.
 __device__ __forceinline__ void b32_finish(const float (&s)[8], const float (&r)[8], u32 sub,
                                            float bias0, float bias1, bool valid,
                                            float* __restrict__ y_row) {
-    const bool h = (sub & 2) != 0;
-    const bool l = (sub & 1) != 0;
-    float s4[4], r4[4];
-#pragma unroll
-    for (u32 i = 0; i < 4; ++i) {
-        const float send_s = h ? s[i] : s[i + 4];
-        const float send_r = h ? r[i] : r[i + 4];
-        const float got_s = __shfl_xor_sync(0xffffffffu, send_s, 2);
-        const float got_r = __shfl_xor_sync(0xffffffffu, send_r, 2);
-        s4[i] = __fadd_rn(h ? s[i + 4] : s[i], got_s);
-        r4[i] = __fadd_rn(h ? r[i + 4] : r[i], got_r);
-    }
+    float sum_s[2], sum_r[2];
+    reduce_scatter(s, sub, sum_s);
+    reduce_scatter(r, sub, sum_r);
     float z[2];
 #pragma unroll
     for (u32 i = 0; i < 2; ++i) {
-        const float send_s = l ? s4[i] : s4[i + 2];
-        const float send_r = l ? r4[i] : r4[i + 2];
-        const float got_s = __shfl_xor_sync(0xffffffffu, send_s, 1);
-        const float got_r = __shfl_xor_sync(0xffffffffu, send_r, 1);
-        const float sum_s = __fadd_rn(l ? s4[i + 2] : s4[i], got_s);
-        const float sum_r = __fadd_rn(l ? r4[i + 2] : r4[i], got_r);
-        const float dot = __fadd_rn(sum_s, sum_r);
-        z[i] = __fadd_rn(dot, i == 0 ? bias0 : bias1);
+        z[i] = __fadd_rn(__fadd_rn(sum_s[i], sum_r[i]), i == 0 ? bias0 : bias1);
     }
     b32_store(z, sub, valid, y_row);
 }
