@@ -8,8 +8,9 @@
 // through double-buffered shared memory (one barrier per step). Each output is a
 // sequential fma chain along k from zero, then + bias, then LeakyReLU.
 //
-// Batch 1: 16 x 32 tiles, 128 threads. Warp s owns the k slice [s k/4, (s+1) k/4) of
-// the whole tile (each lane a 4 x 4 block over that slice), stages it in its own
+// Batch 1: 18 x 32 tiles, 128 threads (the compensated linear1 body: 16 x 32). Warp s
+// owns the k slice [s k/4, (s+1) k/4) of the whole tile (each lane a 4 x 4 block of the
+// first 16 rows over that slice, and two outputs of rows 16..17), stages it in its own
 // shared-memory region with its own loads and only __syncwarp, so the four warps never
 // wait on each other until their partial tiles meet. Output = ((p0 + p1) + p2) + p3,
 // then + bias, then LeakyReLU; p_s is a sequential fma chain from zero over slice s.
@@ -56,6 +57,14 @@ __device__ __forceinline__ float lds1(saddr address) {
     asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(address) : "memory");
     return v;
 }
+__device__ __forceinline__ float2 lds2(saddr address) {
+    float2 v;
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];"
+                 : "=f"(v.x), "=f"(v.y)
+                 : "r"(address)
+                 : "memory");
+    return v;
+}
 #else
 typedef const char* saddr;
 inline saddr shared_address(const float* pointer) {
@@ -63,6 +72,7 @@ inline saddr shared_address(const float* pointer) {
 }
 inline float4 lds4(saddr address) { return *reinterpret_cast<const float4*>(address); }
 inline float lds1(saddr address) { return *reinterpret_cast<const float*>(address); }
+inline float2 lds2(saddr address) { return *reinterpret_cast<const float2*>(address); }
 #endif
 
 // Asynchronous 16-byte global -> shared copies (sm80 tier), in commit groups that a
@@ -282,12 +292,35 @@ __device__ __forceinline__ void gemm_b32(const float* __restrict__ x, u64 x_len,
 }
 
 // ---------------------------------------------------------------------------------------
-// Batch 1: grid (37, 4, 1) x 128 threads, block (bx, by) owns rows [16 bx, 16 bx + 16)
-// and columns [32 by, 32 by + 32); 589 = 36 * 16 + 13
+// Batch 1: grid (37, 4, 1) x 128 threads. gemm_b1 and the float64 linear1: the first 132
+// blocks in launch order own 18 rows x 32 columns each (b1_work); the compensated
+// linear1: block (bx, by) owns rows [16 bx, 16 bx + 16) and columns [32 by, 32 by + 32)
 // ---------------------------------------------------------------------------------------
 
 constexpr u32 B1_ROWS = 16;
 constexpr u32 B1_COLS = 32;
+constexpr u32 B1_GRID_X = (ITEM_ROWS + B1_ROWS - 1) / B1_ROWS;  // 37
+
+// Grid use of gemm_b1 and of linear1's float64 body: the first B1_WORK blocks in launch
+// order (x fastest) each own B1_WORK_ROWS rows x 32 columns; the other 16 return at
+// once. The Config table's 37 x 4 blocks of 16 rows put two on 16 of the H200's 132
+// SMs, and a second block nearly doubles an SM's time (linear1_b1 with 16-row blocks,
+// medians over CUDA graphs of 20 launches: 3.41 us per launch on 132 blocks, 4.71 us on
+// 136). Working blocks picked by blockIdx.x alone would leave idle ones among the first
+// 132 dispatched and send working ones to SMs already busy: 5.66 us, against 3.93 us
+// in launch order.
+constexpr u32 B1_WORK_ROWS = 18;                                           // 16 + 2
+constexpr u32 B1_ROW_BLOCKS = (ITEM_ROWS + B1_WORK_ROWS - 1) / B1_WORK_ROWS;  // 33
+constexpr u32 B1_WORK = B1_ROW_BLOCKS * (N / B1_COLS);                        // 132
+constexpr u32 B1_EXTRA = B1_WORK_ROWS - B1_ROWS;  // rows past the 16-row tile
+
+// This block's first row and column, or false for a block with no work (uniform)
+__device__ __forceinline__ bool b1_work(u32& row0, u32& col0) {
+    const u32 work = blockIdx.y * B1_GRID_X + blockIdx.x;
+    row0 = work % B1_ROW_BLOCKS * B1_WORK_ROWS;
+    col0 = work / B1_ROW_BLOCKS * B1_COLS;
+    return work < B1_WORK;
+}
 constexpr u32 B1_WARPS = THREADS / 32;
 
 // A warp's region holds xs[16][KS] then ws[KS][32] for its slice of KS = k / 4; after
@@ -368,7 +401,7 @@ __device__ __forceinline__ bool b1_shape_ok(const float* x, u64 x_len, const flo
                                             u64 w_len, const float* bias, u64 bias_len,
                                             const float* y, u64 y_len) {
     return buffers_ok<ITEM_ROWS, K>(x, x_len, w, w_len, bias, bias_len, y, y_len) &&
-           launch_is((ITEM_ROWS + B1_ROWS - 1) / B1_ROWS, N / B1_COLS, 1, THREADS);
+           launch_is(B1_GRID_X, N / B1_COLS, 1, THREADS);
 }
 
 // Writes the lane's 4 x 4 block (rows rq + 4 i, columns 4 cq + {0..3}) of a [16][32] tile
@@ -380,6 +413,75 @@ __device__ __forceinline__ void put_block(float* part, u32 rq, u32 cq, const flo
     }
 }
 
+#ifdef __CUDA_ARCH__
+typedef double2 dpair;
+__device__ __forceinline__ dpair make_dpair(double a, double b) { return make_double2(a, b); }
+__device__ __forceinline__ dpair ldsd2(saddr address) {
+    double2 v;
+    asm volatile("ld.shared.v2.f64 {%0, %1}, [%2];"
+                 : "=d"(v.x), "=d"(v.y)
+                 : "r"(address)
+                 : "memory");
+    return v;
+}
+__device__ __forceinline__ double dfma(double a, double b, double c) { return __fma_rn(a, b, c); }
+// (nvcc 13 splits some of these vector stores into scalar ones when left to itself)
+__device__ __forceinline__ void stsd2(double* p, double a, double b) {
+    asm volatile("st.shared.v2.f64 [%0], {%1, %2};" ::"r"(shared_address(
+                     reinterpret_cast<const float*>(p))),
+                 "d"(a), "d"(b)
+                 : "memory");
+}
+__device__ __forceinline__ void stg4(float* p, float4 v) {
+    asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v.x), "f"(v.y),
+                 "f"(v.z), "f"(v.w)
+                 : "memory");
+}
+#else
+inline void stsd2(double* p, double a, double b) { p[0] = a; p[1] = b; }
+inline void stg4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
+struct alignas(16) dpair { double x, y; };
+inline dpair make_dpair(double a, double b) { return {a, b}; }
+inline dpair ldsd2(saddr address) { return *reinterpret_cast<const dpair*>(address); }
+inline double dfma(double a, double b, double c) { return std::fma(a, b, c); }
+#endif
+
+// Element-type dispatch for code shared by the float32 and float64 bodies
+__device__ __forceinline__ float2 lds_pair(saddr address, float) { return lds2(address); }
+__device__ __forceinline__ dpair lds_pair(saddr address, double) { return ldsd2(address); }
+__device__ __forceinline__ float fma_rn(float a, float b, float c) { return fmaf(a, b, c); }
+__device__ __forceinline__ double fma_rn(double a, double b, double c) { return dfma(a, b, c); }
+
+// Tile rows 16 and 17, kept out of shared memory (the 16-row operands fill it): lane
+// (e, c) = (lane / 16, lane % 16) holds x row 16 + e over the warp's slice of KS k and
+// sums columns 2 c, 2 c + 1 of it as sequential fma chains from zero, the order of the
+// tile's other outputs. Rows past m re-read row m - 1, never stored.
+template <u32 K, u32 KS>
+struct ExtraRows {
+    float4 xe[KS / 4];
+
+    __device__ __forceinline__ u32 col(u32 lane) const { return (lane & 15) * 2; }
+    __device__ __forceinline__ void fetch(const float* x, u32 row0, u32 k0, u32 lane) {
+        const float* row = x + min(row0 + B1_ROWS + (lane >> 4), ITEM_ROWS - 1) * K + k0;
+#pragma unroll
+        for (u32 j = 0; j < KS / 4; ++j) {
+            xe[j] = load4(row + 4 * j);
+        }
+    }
+    // `w_row0`: shared address of the slice's w row 0, columns 0.. in elements of T
+    template <class T>
+    __device__ __forceinline__ void products(saddr w_row0, u32 lane, T (&acc)[2]) const {
+        const saddr w_get = w_row0 + sizeof(T) * col(lane);
+#pragma unroll
+        for (u32 k = 0; k < KS; ++k) {
+            const auto b = lds_pair(w_get + sizeof(T) * (k * B1_COLS), T());
+            const T a = T(lane_of(xe[k / 4], k % 4));
+            acc[0] = fma_rn(a, b.x, acc[0]);
+            acc[1] = fma_rn(a, b.y, acc[1]);
+        }
+    }
+};
+
 template <u32 K>
 __device__ __forceinline__ void gemm_b1(const float* __restrict__ x, u64 x_len,
                                         const float* __restrict__ w, u64 w_len,
@@ -388,18 +490,21 @@ __device__ __forceinline__ void gemm_b1(const float* __restrict__ x, u64 x_len,
     constexpr u32 KS = K / B1_WARPS;  // k per warp
     constexpr u32 CHUNKS = KS / Chunk<K>::SK;
     constexpr u32 REGION = (B1_ROWS + B1_COLS) * KS;
-    static_assert(KS % Chunk<K>::SK == 0 && B1_ROWS * B1_COLS <= REGION, "partials fit");
-    if (!b1_shape_ok<K>(x, x_len, w, w_len, bias, bias_len, y, y_len)) {
+    static_assert(KS % Chunk<K>::SK == 0 && B1_WORK_ROWS * B1_COLS <= REGION,
+                  "partials fit");
+    u32 row0, col0;
+    if (!b1_shape_ok<K>(x, x_len, w, w_len, bias, bias_len, y, y_len) ||
+        !b1_work(row0, col0)) {
         return;
     }
     __shared__ __align__(16) float smem[B1_WARPS * REGION];
 
     const u32 warp = threadIdx.x >> 5;
     const u32 lane = threadIdx.x & 31;
-    const u32 row0 = blockIdx.x * B1_ROWS;
-    const u32 col0 = blockIdx.y * B1_COLS;
     float* xs = smem + warp * REGION;
     float* ws = xs + B1_ROWS * KS;
+    ExtraRows<K, KS> extra;
+    extra.fetch(x, row0, warp * KS, lane);
     // the epilogue's bias, fetched now so its round trip hides under the products
     const float4 bias4 = ldg4_now(bias + col0 + (threadIdx.x & 7) * 4);
 
@@ -495,24 +600,33 @@ __device__ __forceinline__ void gemm_b1(const float* __restrict__ x, u64 x_len,
     __syncwarp();
     products(0, KS / 4);
 #endif
-    // the warp's own operands are dead: its region takes its partial tile
+    float extra_acc[2] = {0.0f, 0.0f};
+    extra.products(shared_address(ws), lane, extra_acc);
+    // the warp's own operands are dead: its region takes its partial tile [18][32]
     __syncwarp();
     put_block(xs, rq, cq, acc);
+    *reinterpret_cast<float2*>(xs + (B1_ROWS + (lane >> 4)) * B1_COLS + extra.col(lane)) =
+        make_float2(extra_acc[0], extra_acc[1]);
     __syncthreads();
 
-    // thread t: row t / 8, columns 4 (t % 8) + {0..3}
+    // thread t: tile row t / 8, columns 4 (t % 8) + {0..3}; threads below 16 also
+    // row 16 + t / 8
     const u32 t = threadIdx.x;
-    const u32 offset = (t >> 3) * B1_COLS + (t & 7) * 4;
-    const saddr part = shared_address(smem + offset);
-    float4 sum = lds4(part);
+    auto finish = [&](u32 tile_row) {
+        const saddr part = shared_address(smem + tile_row * B1_COLS + (t & 7) * 4);
+        float4 sum = lds4(part);
 #pragma unroll
-    for (u32 s = 1; s < B1_WARPS; ++s) {
-        add4(sum, lds4(part + 4 * (s * REGION)));
-    }
-    const u32 row = row0 + (t >> 3);
-    if (row < ITEM_ROWS) {
-        const u32 col = col0 + (t & 7) * 4;
-        store4(y + row * N + col, bias_leaky4(sum, bias4));
+        for (u32 s = 1; s < B1_WARPS; ++s) {
+            add4(sum, lds4(part + 4 * (s * REGION)));
+        }
+        const u32 row = row0 + tile_row;
+        if (row < ITEM_ROWS) {
+            store4(y + row * N + col0 + (t & 7) * 4, bias_leaky4(sum, bias4));
+        }
+    };
+    finish(t >> 3);
+    if (t < B1_EXTRA * 8) {
+        finish(B1_ROWS + (t >> 3));
     }
 }
 
@@ -755,43 +869,12 @@ __device__ __forceinline__ void linear1_b1_compensated(const float* __restrict__
 // hits land on distinct bank quads.
 // ---------------------------------------------------------------------------------------
 
-#ifdef __CUDA_ARCH__
-typedef double2 dpair;
-__device__ __forceinline__ dpair make_dpair(double a, double b) { return make_double2(a, b); }
-__device__ __forceinline__ dpair ldsd2(saddr address) {
-    double2 v;
-    asm volatile("ld.shared.v2.f64 {%0, %1}, [%2];"
-                 : "=d"(v.x), "=d"(v.y)
-                 : "r"(address)
-                 : "memory");
-    return v;
-}
-__device__ __forceinline__ double dfma(double a, double b, double c) { return __fma_rn(a, b, c); }
-// (nvcc 13 splits some of these vector stores into scalar ones when left to itself)
-__device__ __forceinline__ void stsd2(double* p, double a, double b) {
-    asm volatile("st.shared.v2.f64 [%0], {%1, %2};" ::"r"(shared_address(
-                     reinterpret_cast<const float*>(p))),
-                 "d"(a), "d"(b)
-                 : "memory");
-}
-__device__ __forceinline__ void stg4(float* p, float4 v) {
-    asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v.x), "f"(v.y),
-                 "f"(v.z), "f"(v.w)
-                 : "memory");
-}
-#else
-inline void stsd2(double* p, double a, double b) { p[0] = a; p[1] = b; }
-inline void stg4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
-struct alignas(16) dpair { double x, y; };
-inline dpair make_dpair(double a, double b) { return {a, b}; }
-inline dpair ldsd2(saddr address) { return *reinterpret_cast<const dpair*>(address); }
-inline double dfma(double a, double b, double c) { return std::fma(a, b, c); }
-#endif
 
 __device__ __forceinline__ void stsd4(double* p, float4 v) {
     stsd2(p, double(v.x), double(v.y));
     stsd2(p + 2, double(v.z), double(v.w));
 }
+
 
 __device__ __forceinline__ void linear1_b1_f64(const float* __restrict__ x, u64 x_len,
                                                const float* __restrict__ w, u64 w_len,
@@ -803,21 +886,23 @@ __device__ __forceinline__ void linear1_b1_f64(const float* __restrict__ x, u64 
     constexpr u32 XD = B1_ROWS * KS;  // doubles of xd
     constexpr u32 REGION = XD + KS * B1_COLS;
     static_assert(KS == Chunk<K>::SK, "one chunk per slice");
-    static_assert(B1_ROWS * B1_COLS <= REGION, "partials fit");
-    if (!b1_shape_ok<K>(x, x_len, w, w_len, bias, bias_len, y, y_len)) {
+    static_assert(B1_WORK_ROWS * B1_COLS <= REGION, "the partial tile fits");
+    u32 row0, col0;
+    if (!b1_shape_ok<K>(x, x_len, w, w_len, bias, bias_len, y, y_len) ||
+        !b1_work(row0, col0)) {
         return;
     }
     // dsm: B1_WARPS * REGION doubles of the caller's shared memory
 
     const u32 warp = threadIdx.x >> 5;
     const u32 lane = threadIdx.x & 31;
-    const u32 row0 = blockIdx.x * B1_ROWS;
-    const u32 col0 = blockIdx.y * B1_COLS;
     double* xd = dsm + warp * REGION;
     double* wd = xd + XD;
 
     Chunk<K> stage;
     stage.fetch(x, w, row0, col0, warp * KS, lane);
+    ExtraRows<K, KS> extra;
+    extra.fetch(x, row0, warp * KS, lane);
     loads_issued();
     const u32 t = threadIdx.x;
     const float4 b4 = ldg4_now(bias + col0 + (t & 7) * 4);
@@ -880,7 +965,9 @@ __device__ __forceinline__ void linear1_b1_f64(const float* __restrict__ x, u64 
             }
         }
     }
-    // the warp's operands are dead: its region takes its partial tile part[16][32]
+    double extra_acc[2] = {0.0, 0.0};
+    extra.products(shared_address(reinterpret_cast<const float*>(wd)), lane, extra_acc);
+    // the warp's operands are dead: its region takes its partial tile part[18][32]
     __syncwarp();
 #pragma unroll
     for (u32 i = 0; i < 4; ++i) {
@@ -888,32 +975,41 @@ __device__ __forceinline__ void linear1_b1_f64(const float* __restrict__ x, u64 
         stsd2(rowp + 2 * cq, acc[i][0], acc[i][1]);
         stsd2(rowp + 16 + 2 * cq, acc[i][2], acc[i][3]);
     }
+    stsd2(xd + (B1_ROWS + (lane >> 4)) * B1_COLS + extra.col(lane), extra_acc[0],
+          extra_acc[1]);
     __syncthreads();
 
-    // thread t: row t / 8, columns 4 (t % 8) + {0..3}
-    const u32 offset = (t >> 3) * B1_COLS + (t & 7) * 4;
-    const saddr part = shared_address(reinterpret_cast<const float*>(dsm + offset));
-    dpair h[B1_WARPS][2];
+    // thread t: tile row t / 8, columns 4 (t % 8) + {0..3}; threads below 16 also
+    // row 16 + t / 8
+    auto finish = [&](u32 tile_row) {
+        const u32 offset = tile_row * B1_COLS + (t & 7) * 4;
+        const saddr part = shared_address(reinterpret_cast<const float*>(dsm + offset));
+        dpair h[B1_WARPS][2];
 #pragma unroll
-    for (u32 s = 0; s < B1_WARPS; ++s) {
-        h[s][0] = ldsd2(part + 8 * (s * REGION));
-        h[s][1] = ldsd2(part + 8 * (s * REGION + 2));
-    }
-    double sum[4] = {h[0][0].x, h[0][0].y, h[0][1].x, h[0][1].y};
+        for (u32 s = 0; s < B1_WARPS; ++s) {
+            h[s][0] = ldsd2(part + 8 * (s * REGION));
+            h[s][1] = ldsd2(part + 8 * (s * REGION + 2));
+        }
+        double sum[4] = {h[0][0].x, h[0][0].y, h[0][1].x, h[0][1].y};
 #pragma unroll
-    for (u32 s = 1; s < B1_WARPS; ++s) {
-        sum[0] += h[s][0].x;
-        sum[1] += h[s][0].y;
-        sum[2] += h[s][1].x;
-        sum[3] += h[s][1].y;
-    }
-    const u32 row = row0 + (t >> 3);
-    if (row < ITEM_ROWS) {
-        const float4 out = make_float4(
-            float(sum[0] + double(b4.x)), float(sum[1] + double(b4.y)),
-            float(sum[2] + double(b4.z)), float(sum[3] + double(b4.w)));
-        stg4(y + row * N + col0 + (t & 7) * 4,
-             make_float4(leaky(out.x), leaky(out.y), leaky(out.z), leaky(out.w)));
+        for (u32 s = 1; s < B1_WARPS; ++s) {
+            sum[0] += h[s][0].x;
+            sum[1] += h[s][0].y;
+            sum[2] += h[s][1].x;
+            sum[3] += h[s][1].y;
+        }
+        const u32 row = row0 + tile_row;
+        if (row < ITEM_ROWS) {
+            const float4 out = make_float4(
+                float(sum[0] + double(b4.x)), float(sum[1] + double(b4.y)),
+                float(sum[2] + double(b4.z)), float(sum[3] + double(b4.w)));
+            stg4(y + row * N + col0 + (t & 7) * 4,
+                 make_float4(leaky(out.x), leaky(out.y), leaky(out.z), leaky(out.w)));
+        }
+    };
+    finish(t >> 3);
+    if (t < B1_EXTRA * 8) {
+        finish(B1_ROWS + (t >> 3));
     }
 }
 
