@@ -304,11 +304,11 @@ constexpr u32 B1_GRID_X = (ITEM_ROWS + B1_ROWS - 1) / B1_ROWS;  // 37
 // Grid use of gemm_b1 and of linear1's float64 body: the first B1_WORK blocks in launch
 // order (x fastest) each own B1_WORK_ROWS rows x 32 columns; the other 16 return at
 // once. The Config table's 37 x 4 blocks of 16 rows put two on 16 of the H200's 132
-// SMs, and a second block nearly doubles an SM's time (linear1_b1 with 16-row blocks,
-// medians over CUDA graphs of 20 launches: 3.41 us per launch on 132 blocks, 4.71 us on
-// 136). Working blocks picked by blockIdx.x alone would leave idle ones among the first
-// 132 dispatched and send working ones to SMs already busy: 5.66 us, against 3.93 us
-// in launch order.
+// SMs, and a second block nearly doubles an SM's time (the 16-row linear1_b1 on a grid
+// of 132 blocks: 3.41 us per launch, of 136: 4.71 us; medians over CUDA graphs of 20
+// launches). Working blocks picked by blockIdx.x alone would leave idle ones among the
+// first 132 dispatched and send working ones to busy SMs (5.66 us). In the benchmark of
+// record: linear1_b1 4.85 -> 3.91 us, linear0_b1 3.64 -> 3.24 us per enqueue.
 constexpr u32 B1_WORK_ROWS = 18;                                           // 16 + 2
 constexpr u32 B1_ROW_BLOCKS = (ITEM_ROWS + B1_WORK_ROWS - 1) / B1_WORK_ROWS;  // 33
 constexpr u32 B1_WORK = B1_ROW_BLOCKS * (N / B1_COLS);                        // 132
