@@ -134,27 +134,49 @@ static_assert((B32_M + B32_WORK_ROWS - 1) / B32_WORK_ROWS <= B32_BLOCKS, "workin
 constexpr u32 B32_LANES = 4;
 constexpr u32 B32_STEPS = F4 / B32_LANES;  // float4 per lane per row
 
-// The end of a row on its four lanes: lane (h, l) holds the logits of classes
-// 4 h + 2 l and 4 h + 2 l + 1 (class 7 is padding, -inf); max and the sum of the lane's
-// two exps are xor butterflies (1, 2), so the four lanes agree bit for bit.
-__device__ __forceinline__ void b32_store(float (&z)[2], u32 sub, bool valid,
-                                          float* __restrict__ y_row) {
+// The ends of a thread's R rows, each on its four lanes: lane (h, l) holds the logits of
+// classes 4 h + 2 l and 4 h + 2 l + 1 (class 7 is padding, -inf); max and the sum of the
+// lane's two exps are xor butterflies (1, 2), so the four lanes agree bit for bit. The
+// rows advance step by step together, so their shuffle and exp/log latencies overlap;
+// each row's operations and their order are those of a row alone.
+template <u32 R>
+__device__ __forceinline__ void b32_store(float (&z)[R][2], u32 sub, const u32 (&rows)[3],
+                                          float* __restrict__ y) {
     const u32 c0 = sub * 2;  // = 4 h + 2 l
     const bool pad = c0 + 1 == N;
-    if (pad) {
-        z[1] = -INFINITY;
+    float top[R], sum[R];
+#pragma unroll
+    for (u32 q = 0; q < R; ++q) {
+        if (pad) {
+            z[q][1] = -INFINITY;
+        }
+        top[q] = fmaxf(z[q][0], z[q][1]);
     }
-    float top = fmaxf(z[0], z[1]);
-    top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 1));
-    top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 2));
-    float sum = __fadd_rn(expf(z[0] - top), expf(z[1] - top));
-    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
-    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
-    const float lse = logf(sum);
-    if (valid) {
-        y_row[c0] = (z[0] - top) - lse;
-        if (!pad) {
-            y_row[c0 + 1] = (z[1] - top) - lse;
+    // v[q] = op(v[q], the partner's v[q]) over the butterfly (1, 2) of each row's lanes
+    auto butterfly = [](float (&v)[R], auto op) {
+#pragma unroll
+        for (u32 lanes = 1; lanes < B32_LANES; lanes <<= 1) {
+#pragma unroll
+            for (u32 q = 0; q < R; ++q) {
+                v[q] = op(v[q], __shfl_xor_sync(0xffffffffu, v[q], lanes));
+            }
+        }
+    };
+    butterfly(top, [](float a, float b) { return fmaxf(a, b); });
+#pragma unroll
+    for (u32 q = 0; q < R; ++q) {
+        sum[q] = __fadd_rn(expf(z[q][0] - top[q]), expf(z[q][1] - top[q]));
+    }
+    butterfly(sum, [](float a, float b) { return __fadd_rn(a, b); });
+#pragma unroll
+    for (u32 q = 0; q < R; ++q) {
+        const float lse = logf(sum[q]);
+        if (rows[q] < B32_M) {
+            float* y_row = y + u64(rows[q]) * N;
+            y_row[c0] = (z[q][0] - top[q]) - lse;
+            if (!pad) {
+                y_row[c0 + 1] = (z[q][1] - top[q]) - lse;
+            }
         }
     }
 }
@@ -180,55 +202,69 @@ __device__ __forceinline__ void lds2d(const double* p, double& a, double& b) {
 __device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
 __device__ __forceinline__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
 
-// The reduce-scatter of a row's four lanes: lane (h, l) = (sub >> 1, sub & 1) ends with
-// the row sums of slots 4 h + 2 l and 4 h + 2 l + 1 of v (slot 7 zero). Each sum adds
-// the xor-2 partner's value to the own, then the xor-1 partner's.
-template <class T>
-__device__ __forceinline__ void reduce_scatter(const T (&v)[8], u32 sub, T (&out)[2]) {
+// The reduce-scatter of each of R rows over its four lanes: lane (h, l) = (sub >> 1,
+// sub & 1) ends with the row sums of slots 4 h + 2 l and 4 h + 2 l + 1 of v[q] (slot 7
+// zero). Each sum adds the xor-2 partner's value to the own, then the xor-1 partner's.
+template <class T, u32 R>
+__device__ __forceinline__ void reduce_scatter(const T (&v)[R][8], u32 sub, T (&out)[R][2]) {
     const bool h = (sub & 2) != 0;
     const bool l = (sub & 1) != 0;
-    T v4[4];
+    T v4[R][4];
 #pragma unroll
     for (u32 i = 0; i < 4; ++i) {
-        const T got = __shfl_xor_sync(0xffffffffu, h ? v[i] : v[i + 4], 2);
-        v4[i] = add_rn(h ? v[i + 4] : v[i], got);
+#pragma unroll
+        for (u32 q = 0; q < R; ++q) {
+            const T got = __shfl_xor_sync(0xffffffffu, h ? v[q][i] : v[q][i + 4], 2);
+            v4[q][i] = add_rn(h ? v[q][i + 4] : v[q][i], got);
+        }
     }
 #pragma unroll
     for (u32 i = 0; i < 2; ++i) {
-        const T got = __shfl_xor_sync(0xffffffffu, l ? v4[i] : v4[i + 2], 1);
-        out[i] = add_rn(l ? v4[i + 2] : v4[i], got);
+#pragma unroll
+        for (u32 q = 0; q < R; ++q) {
+            const T got = __shfl_xor_sync(0xffffffffu, l ? v4[q][i] : v4[q][i + 2], 1);
+            out[q][i] = add_rn(l ? v4[q][i + 2] : v4[q][i], got);
+        }
     }
 }
 
-// Finishes one row of the FP64 path on its four lanes: the slice sums are
+// Finishes R rows of the FP64 path on their four lanes: the slice sums are
 // reduce-scattered, then logit = RN_float(dot + bias) with the sum in FP64.
-__device__ __forceinline__ void b32_finish64(const double (&s)[8], u32 sub, float bias0,
-                                             float bias1, bool valid,
-                                             float* __restrict__ y_row) {
-    double dot[2];
+template <u32 R>
+__device__ __forceinline__ void b32_finish64(const double (&s)[R][8], u32 sub, float bias0,
+                                             float bias1, const u32 (&rows)[3],
+                                             float* __restrict__ y) {
+    double dot[R][2];
     reduce_scatter(s, sub, dot);
-    float z[2];
+    float z[R][2];
 #pragma unroll
-    for (u32 i = 0; i < 2; ++i) {
-        z[i] = __double2float_rn(__dadd_rn(dot[i], double(i == 0 ? bias0 : bias1)));
+    for (u32 q = 0; q < R; ++q) {
+#pragma unroll
+        for (u32 i = 0; i < 2; ++i) {
+            z[q][i] = __double2float_rn(__dadd_rn(dot[q][i], double(i == 0 ? bias0 : bias1)));
+        }
     }
-    b32_store(z, sub, valid, y_row);
+    b32_store(z, sub, rows, y);
 }
 
-// Finishes one row on its four lanes: (s, r) per class (s exact multiples of the row's
+// Finishes R rows on their four lanes: (s, r) per class (s exact multiples of the row's
 // grid) are reduce-scattered, then logits, log-softmax and the stores.
-__device__ __forceinline__ void b32_finish(const float (&s)[8], const float (&r)[8], u32 sub,
-                                           float bias0, float bias1, bool valid,
-                                           float* __restrict__ y_row) {
-    float sum_s[2], sum_r[2];
+template <u32 R>
+__device__ __forceinline__ void b32_finish(const float (&s)[R][8], const float (&r)[R][8],
+                                           u32 sub, float bias0, float bias1,
+                                           const u32 (&rows)[3], float* __restrict__ y) {
+    float sum_s[R][2], sum_r[R][2];
     reduce_scatter(s, sub, sum_s);
     reduce_scatter(r, sub, sum_r);
-    float z[2];
+    float z[R][2];
 #pragma unroll
-    for (u32 i = 0; i < 2; ++i) {
-        z[i] = __fadd_rn(__fadd_rn(sum_s[i], sum_r[i]), i == 0 ? bias0 : bias1);
+    for (u32 q = 0; q < R; ++q) {
+#pragma unroll
+        for (u32 i = 0; i < 2; ++i) {
+            z[q][i] = __fadd_rn(__fadd_rn(sum_s[q][i], sum_r[q][i]), i == 0 ? bias0 : bias1);
+        }
     }
-    b32_store(z, sub, valid, y_row);
+    b32_store(z, sub, rows, y);
 }
 
 }  // namespace cls
@@ -353,10 +389,7 @@ __device__ __forceinline__ void b32_rows_f64(const float4 (&xr)[3][B32_STEPS],
             }
         }
     }
-#pragma unroll
-    for (u32 q = 0; q < R; ++q) {
-        b32_finish64(a[q], sub, bias0, bias1, rows[q] < B32_M, y + u64(rows[q]) * N);
-    }
+    b32_finish64(a, sub, bias0, bias1, rows, y);
 }
 
 // FP32 path: the offset-compensated sum (see the header).
@@ -423,18 +456,18 @@ __device__ __forceinline__ void b32_rows_f32(const float4 (&xr)[3][B32_STEPS],
             }
         }
     }
+    float sum[R][8], err[R][8];
 #pragma unroll
     for (u32 q = 0; q < R; ++q) {
-        float sum[8], err[8];
 #pragma unroll
         for (u32 c = 0; c < N; ++c) {
-            sum[c] = __fsub_rn(t[q][c], o[q]);  // exact: t within a factor 2 of o
-            err[c] = r[q][c];
+            sum[q][c] = __fsub_rn(t[q][c], o[q]);  // exact: t within a factor 2 of o
+            err[q][c] = r[q][c];
         }
-        sum[N] = 0.0f;
-        err[N] = 0.0f;
-        b32_finish(sum, err, sub, bias0, bias1, rows[q] < B32_M, y + u64(rows[q]) * N);
+        sum[q][N] = 0.0f;
+        err[q][N] = 0.0f;
     }
+    b32_finish(sum, err, sub, bias0, bias1, rows, y);
 }
 
 }  // namespace cls
