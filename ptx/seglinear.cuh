@@ -307,8 +307,8 @@ constexpr u32 B1_GRID_X = (ITEM_ROWS + B1_ROWS - 1) / B1_ROWS;  // 37
 // SMs, and a second block nearly doubles an SM's time (the 16-row linear1_b1 on a grid
 // of 132 blocks: 3.41 us per launch, of 136: 4.71 us; medians over CUDA graphs of 20
 // launches). Working blocks picked by blockIdx.x alone would leave idle ones among the
-// first 132 dispatched and send working ones to busy SMs (5.66 us). In the benchmark of
-// record: linear1_b1 4.85 -> 3.91 us, linear0_b1 3.64 -> 3.24 us per enqueue.
+// first 132 dispatched and send working ones to busy SMs (5.66 us). In the benchmark run
+// that introduced it: linear1_b1 4.85 -> 3.91 us, linear0_b1 3.64 -> 3.24 us per enqueue.
 constexpr u32 B1_WORK_ROWS = 18;                                           // 16 + 2
 constexpr u32 B1_ROW_BLOCKS = (ITEM_ROWS + B1_WORK_ROWS - 1) / B1_WORK_ROWS;  // 33
 constexpr u32 B1_WORK = B1_ROW_BLOCKS * (N / B1_COLS);                        // 132
