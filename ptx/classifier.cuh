@@ -71,8 +71,8 @@ __device__ __forceinline__ float lane4(float4 v, u32 e) {
 
 __device__ __forceinline__ bool buffers_ok(const float* x, u64 x_len, const float* w,
                                            u64 w_len, u64 bias_len, u64 y_len, u32 m) {
-    return x_len == u64(m) * K && w_len == K * N && bias_len == N && y_len == u64(m) * N &&
-           aligned16(x) && aligned16(w);
+    return x_len == u64(m) * K & w_len == K * N & bias_len == N & y_len == u64(m) * N &
+           aligned16(x) & aligned16(w);
 }
 
 // Log-softmax of one row's logits z[0..6], held by every lane of the row.
@@ -281,7 +281,7 @@ spk_segdense_classifier_b1(const float* __restrict__ x, u64 x_len, const float* 
     constexpr u32 ROWS = 8;
     constexpr u32 LANES = 8;
     constexpr u32 STEPS = F4 / LANES;  // float4 per lane
-    if (!buffers_ok(x, x_len, w, w_len, bias_len, y_len, M) ||
+    if (!buffers_ok(x, x_len, w, w_len, bias_len, y_len, M) |
         !launch_is((M + ROWS - 1) / ROWS, 1, 1, ROWS * LANES)) {
         return;
     }
@@ -490,7 +490,7 @@ spk_segdense_classifier_b32(const float* __restrict__ x, u64 x_len,
     constexpr u32 M = B32_M;
     constexpr u32 LANES = B32_LANES;
     constexpr u32 STEPS = B32_STEPS;
-    if (!buffers_ok(x, x_len, w, w_len, bias_len, y_len, M) ||
+    if (!buffers_ok(x, x_len, w, w_len, bias_len, y_len, M) |
         !launch_is(B32_BLOCKS, 1, 1, B32_THREADS)) {
         return;
     }

@@ -31,9 +31,15 @@ namespace spk {
 
 // True when the launch is exactly grid (gx, gy, gz) of 1-D blocks of `bx` threads.
 // Every thread computes the same answer, so an early return never splits a barrier.
+//
+// The entry checks join their tests with & and |, never && and ||: short-circuit
+// operators give one branch per test, and ptxas then reads each test's parameters only
+// after the branch before it, a chain of constant-bank round trips ahead of the first
+// load. Joined, the parameters are read together and one EXIT follows (timing
+// harness, same output bits: linear1_b1 3.98 -> 3.87 us, linear1_b32 17.88 -> 17.58).
 __device__ __forceinline__ bool launch_is(u32 gx, u32 gy, u32 gz, u32 bx) {
-    return gridDim.x == gx && gridDim.y == gy && gridDim.z == gz && blockDim.x == bx &&
-           blockDim.y == 1 && blockDim.z == 1;
+    return gridDim.x == gx & gridDim.y == gy & gridDim.z == gz & blockDim.x == bx &
+           blockDim.y == 1 & blockDim.z == 1;
 }
 
 // float4 accesses fault on a misaligned address, which would poison the context.
@@ -107,11 +113,11 @@ __device__ __forceinline__ void outer8x8(float (&acc)[8][8], float4 a0, float4 a
 extern "C" __global__ void __launch_bounds__(1024)
 spk_segdense_pack(const float* __restrict__ src, u64 src_len, float* __restrict__ dst,
                   u64 dst_len, u32 d0, u32 d1, u32 d2) {
-    if (d2 == 0 || d0 > d2 || src_len != u64(d0) * d1 || dst_len != u64(d1) * d2) {
+    if (d2 == 0 | d0 > d2 | src_len != u64(d0) * d1 | dst_len != u64(d1) * d2) {
         return;
     }
     const u64 blocks = (dst_len + 1023) / 1024;
-    if (blocks > 0x7fffffffull || !spk::launch_is(u32(blocks), 1, 1, 1024)) {
+    if (blocks > 0x7fffffffull | !spk::launch_is(u32(blocks), 1, 1, 1024)) {
         return;
     }
 
@@ -149,8 +155,8 @@ constexpr u32 FLAT_MAX_SPLITS = 40;
 __device__ __forceinline__ bool reduce_buffers_ok(const float* partials, u64 p_len,
                                                   const float* bias, u64 bias_len,
                                                   const float* y, u64 y_len, u32 splits) {
-    return p_len == u64(splits) * EMBED_OUTPUTS && bias_len == EMBED_COLS &&
-           y_len == EMBED_OUTPUTS && aligned16(partials) && aligned16(bias) && aligned16(y);
+    return p_len == u64(splits) * EMBED_OUTPUTS & bias_len == EMBED_COLS &
+           y_len == EMBED_OUTPUTS & aligned16(partials) & aligned16(bias) & aligned16(y);
 }
 
 // Sums planes 0..splits-1 of four consecutive outputs at `offset` in plane order,
@@ -187,8 +193,8 @@ template <u32 SPLITS>
 __device__ __forceinline__ void reduce_fixed(const float* partials, u64 p_len,
                                              const float* bias, u64 bias_len, float* y,
                                              u64 y_len, u32 splits) {
-    if (splits != SPLITS ||
-        !reduce_buffers_ok(partials, p_len, bias, bias_len, y, y_len, splits) ||
+    if (splits != SPLITS |
+        !reduce_buffers_ok(partials, p_len, bias, bias_len, y, y_len, splits) |
         !launch_is(EMBED_OUTPUTS / 4 / 128, 1, 1, 128)) {
         return;
     }
@@ -216,8 +222,8 @@ spk_segdense_reduce_embed_flat(const float* __restrict__ partials, u64 p_len,
                                const float* __restrict__ bias, u64 bias_len,
                                float* __restrict__ y, u64 y_len, u32 splits) {
     using namespace spk;
-    if (splits < 1 || splits > FLAT_MAX_SPLITS ||
-        !reduce_buffers_ok(partials, p_len, bias, bias_len, y, y_len, splits) ||
+    if (splits < 1 | splits > FLAT_MAX_SPLITS |
+        !reduce_buffers_ok(partials, p_len, bias, bias_len, y, y_len, splits) |
         !launch_is(EMBED_OUTPUTS / 4 / 64, 1, 1, 64)) {
         return;
     }
@@ -237,8 +243,8 @@ spk_segdense_reduce_embed(const float* __restrict__ partials, u64 p_len,
     constexpr u32 WARPS = 8;
     constexpr u32 SPAN = 128;  // outputs per block
     constexpr u32 PER_WARP = EMBED_MAX_SPLITS / WARPS;
-    if (splits < 1 || splits > EMBED_MAX_SPLITS ||
-        !reduce_buffers_ok(partials, p_len, bias, bias_len, y, y_len, splits) ||
+    if (splits < 1 | splits > EMBED_MAX_SPLITS |
+        !reduce_buffers_ok(partials, p_len, bias, bias_len, y, y_len, splits) |
         !launch_is(EMBED_OUTPUTS / SPAN, 1, 1, WARPS * 32)) {
         return;
     }
@@ -301,9 +307,9 @@ spk_segdense_embed_b1(const float* __restrict__ x, u64 x_len, const float* __res
     constexpr u32 COLS = 2;  // per block
     constexpr u32 THREADS = 256;
     constexpr u32 STEPS = EMBED_K / 4 / THREADS;  // float4 per thread per row
-    if (x_len != ROWS * EMBED_K || w_len != u64(EMBED_COLS) * EMBED_K ||
-        bias_len != EMBED_COLS || y_len != ROWS * EMBED_COLS || !aligned16(x) ||
-        !aligned16(w) || !launch_is(EMBED_COLS / COLS, 1, 1, THREADS)) {
+    if (x_len != ROWS * EMBED_K | w_len != u64(EMBED_COLS) * EMBED_K |
+        bias_len != EMBED_COLS | y_len != ROWS * EMBED_COLS | !aligned16(x) |
+        !aligned16(w) | !launch_is(EMBED_COLS / COLS, 1, 1, THREADS)) {
         return;
     }
     __shared__ float warp_sums[THREADS / 32][ROWS * COLS];
@@ -396,10 +402,10 @@ spk_segdense_embed_b32(const float* __restrict__ x, u64 x_len, const float* __re
     constexpr u32 STEP = SPLIT_STEP;
     constexpr u32 TILE = SPLIT_TILE_COLS;
     const u32 splits = gridDim.z;
-    if (x_len != EMBED_ROWS * EMBED_K || w_len != u64(EMBED_K) * EMBED_COLS ||
-        bias_len != EMBED_COLS || splits < 1 || splits > EMBED_MAX_SPLITS ||
-        p_len != u64(splits) * EMBED_OUTPUTS || !aligned16(x) || !aligned16(w) ||
-        !aligned16(partials) || !launch_is(1, EMBED_COLS / TILE, splits, THREADS)) {
+    if (x_len != EMBED_ROWS * EMBED_K | w_len != u64(EMBED_K) * EMBED_COLS |
+        bias_len != EMBED_COLS | splits < 1 | splits > EMBED_MAX_SPLITS |
+        p_len != u64(splits) * EMBED_OUTPUTS | !aligned16(x) | !aligned16(w) |
+        !aligned16(partials) | !launch_is(1, EMBED_COLS / TILE, splits, THREADS)) {
         return;
     }
     __shared__ __align__(16) float xs[2][STEP][SPLIT_X_STRIDE];

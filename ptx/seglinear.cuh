@@ -119,8 +119,8 @@ template <u32 M, u32 K>
 __device__ __forceinline__ bool buffers_ok(const float* x, u64 x_len, const float* w,
                                            u64 w_len, const float* bias, u64 bias_len,
                                            const float* y, u64 y_len) {
-    return x_len == u64(M) * K && w_len == u64(K) * N && bias_len == N &&
-           y_len == u64(M) * N && aligned16(x) && aligned16(w) && aligned16(bias) &&
+    return x_len == u64(M) * K & w_len == u64(K) * N & bias_len == N &
+           y_len == u64(M) * N & aligned16(x) & aligned16(w) & aligned16(bias) &
            aligned16(y);
 }
 
@@ -153,7 +153,7 @@ __device__ __forceinline__ void gemm_b32(const float* __restrict__ x, u64 x_len,
     constexpr u32 STEP = B32_STEP;
     constexpr u32 STAGES = K / STEP;
     static_assert(K % STEP == 0 && STAGES >= 2, "whole steps, at least two");
-    if (!buffers_ok<M, K>(x, x_len, w, w_len, bias, bias_len, y, y_len) ||
+    if (!buffers_ok<M, K>(x, x_len, w, w_len, bias, bias_len, y, y_len) |
         !launch_is(B32_LAUNCHED, 1, 1, THREADS)) {
         return;
     }
@@ -400,7 +400,7 @@ template <u32 K>
 __device__ __forceinline__ bool b1_shape_ok(const float* x, u64 x_len, const float* w,
                                             u64 w_len, const float* bias, u64 bias_len,
                                             const float* y, u64 y_len) {
-    return buffers_ok<ITEM_ROWS, K>(x, x_len, w, w_len, bias, bias_len, y, y_len) &&
+    return buffers_ok<ITEM_ROWS, K>(x, x_len, w, w_len, bias, bias_len, y, y_len) &
            launch_is(B1_GRID_X, N / B1_COLS, 1, THREADS);
 }
 
@@ -493,7 +493,7 @@ __device__ __forceinline__ void gemm_b1(const float* __restrict__ x, u64 x_len,
     static_assert(KS % Chunk<K>::SK == 0 && B1_WORK_ROWS * B1_COLS <= REGION,
                   "partials fit");
     u32 row0, col0;
-    if (!b1_shape_ok<K>(x, x_len, w, w_len, bias, bias_len, y, y_len) ||
+    if (!b1_shape_ok<K>(x, x_len, w, w_len, bias, bias_len, y, y_len) |
         !b1_work(row0, col0)) {
         return;
     }
@@ -888,7 +888,7 @@ __device__ __forceinline__ void linear1_b1_f64(const float* __restrict__ x, u64 
     static_assert(KS == Chunk<K>::SK, "one chunk per slice");
     static_assert(B1_WORK_ROWS * B1_COLS <= REGION, "the partial tile fits");
     u32 row0, col0;
-    if (!b1_shape_ok<K>(x, x_len, w, w_len, bias, bias_len, y, y_len) ||
+    if (!b1_shape_ok<K>(x, x_len, w, w_len, bias, bias_len, y, y_len) |
         !b1_work(row0, col0)) {
         return;
     }
