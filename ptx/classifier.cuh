@@ -94,18 +94,6 @@ __device__ __forceinline__ void log_softmax7(const float (&z)[N], float (&out)[N
     }
 }
 
-// A shared-memory float4 read. Plain C++ loads let NVVM split one of these into a
-// partly used v4 and a v2, marked with a `used_bytes_mask` pragma that the pinned PTX
-// ISA versions reject; volatile keeps the load whole and behind the barrier (ptxas
-// still schedules the ld.shared freely).
-__device__ __forceinline__ float4 lds4(const float* p) {
-    float4 v;
-    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
-                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                 : "r"(u32(__cvta_generic_to_shared(p))));
-    return v;
-}
-
 // 1.5 * 2^E for the smallest 2^E >= bound, E clamped to [-100, 125] (zero, inf and NaN
 // land on a clamp): the compensated sum's running offset, always finite and normal.
 __device__ __forceinline__ float offset_for(float bound) {
@@ -192,7 +180,7 @@ __device__ __forceinline__ double scaled_f64(float f) {
     return __hiloint2double(int(hi), int(b << 29));
 }
 
-// Shared-memory double pair read/write (volatile asm: see lds4).
+// Shared-memory double pair read (volatile asm: see lds4 in segdense.cu).
 __device__ __forceinline__ void lds2d(const double* p, double& a, double& b) {
     asm volatile("ld.shared.v2.f64 {%0, %1}, [%2];"
                  : "=d"(a), "=d"(b)

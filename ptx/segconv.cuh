@@ -64,25 +64,6 @@ __host__ __device__ constexpr u32 remap(u32 c) {
     return c < OUT ? real_slot : zero_slot;
 }
 
-// A float4 shared-memory load issued as written. As a plain C++ load, NVVM may split
-// it and re-issue part of it near a later use, marking the rest with
-// `.pragma "used_bytes_mask"`, which needs PTX ISA 8.3 and so breaks the pinned
-// .version of both tiers. Volatile with a memory clobber, it also keeps its place
-// between the barriers and the stores that stage its data.
-__device__ __forceinline__ float4 lds4(const float* pointer) {
-    float4 value;
-#ifdef __CUDA_ARCH__
-    const u32 address = static_cast<u32>(__cvta_generic_to_shared(pointer));
-    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
-                 : "=f"(value.x), "=f"(value.y), "=f"(value.z), "=f"(value.w)
-                 : "r"(address)
-                 : "memory");
-#else
-    value = *reinterpret_cast<const float4*>(pointer);  // host compilation pass
-#endif
-    return value;
-}
-
 // An opaque copy: left alone, the compiler recomputes thread-index arithmetic from
 // %tid.x inside the stage loop instead of holding the result in a register.
 __device__ __forceinline__ u32 held(u32 value) {
@@ -435,31 +416,21 @@ using Conv2B32 = Shape<60, 1773, 32, 128, 1, 2, 72, false>;
 }  // namespace conv
 }  // namespace spk
 
+#define SPK_CONV_ENTRY(NAME, SHAPE, MIN_BLOCKS)                                           \
+    extern "C" __global__ void __launch_bounds__(SHAPE::THREADS, MIN_BLOCKS)              \
+        NAME(const float* __restrict__ x, u64 x_len, const float* __restrict__ w,          \
+             u64 w_len, float* __restrict__ y, u64 y_len) {                               \
+        spk::conv::run<SHAPE>(x, x_len, w, w_len, y, y_len);                               \
+    }
+
 // conv1 batch 1: grid 84 x 256 threads; four groups of two warps, 20 ci each.
-extern "C" __global__ void __launch_bounds__(256, 1)
-spk_segdense_conv1_b1(const float* __restrict__ x, u64 x_len, const float* __restrict__ w,
-                      u64 w_len, float* __restrict__ y, u64 y_len) {
-    spk::conv::run<spk::conv::Conv1B1>(x, x_len, w, w_len, y, y_len);
-}
-
+SPK_CONV_ENTRY(spk_segdense_conv1_b1, spk::conv::Conv1B1, 1)
 // conv1 batch 32: grid (42, 32) x 128 threads, one group; three blocks per SM.
-extern "C" __global__ void __launch_bounds__(128, 3)
-spk_segdense_conv1_b32(const float* __restrict__ x, u64 x_len, const float* __restrict__ w,
-                       u64 w_len, float* __restrict__ y, u64 y_len) {
-    spk::conv::run<spk::conv::Conv1B32>(x, x_len, w, w_len, y, y_len);
-}
-
+SPK_CONV_ENTRY(spk_segdense_conv1_b32, spk::conv::Conv1B32, 3)
 // conv2 batch 1: grid 56 x 256 threads; eight one-warp groups with 8 ci (groups 0..3)
 // or 7 (4..7): warps w and w + 4 share an SM sub-partition, 15 ci per pair.
-extern "C" __global__ void __launch_bounds__(256, 1)
-spk_segdense_conv2_b1(const float* __restrict__ x, u64 x_len, const float* __restrict__ w,
-                      u64 w_len, float* __restrict__ y, u64 y_len) {
-    spk::conv::run<spk::conv::Conv2B1>(x, x_len, w, w_len, y, y_len);
-}
-
+SPK_CONV_ENTRY(spk_segdense_conv2_b1, spk::conv::Conv2B1, 1)
 // conv2 batch 32: grid (14, 32) x 128 threads, one group; three blocks per SM.
-extern "C" __global__ void __launch_bounds__(128, 3)
-spk_segdense_conv2_b32(const float* __restrict__ x, u64 x_len, const float* __restrict__ w,
-                       u64 w_len, float* __restrict__ y, u64 y_len) {
-    spk::conv::run<spk::conv::Conv2B32>(x, x_len, w, w_len, y, y_len);
-}
+SPK_CONV_ENTRY(spk_segdense_conv2_b32, spk::conv::Conv2B32, 3)
+
+#undef SPK_CONV_ENTRY

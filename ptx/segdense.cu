@@ -55,6 +55,54 @@ __device__ __forceinline__ void store4(float* pointer, float4 value) {
     *reinterpret_cast<float4*>(pointer) = value;
 }
 
+// Shared-memory operand reads go through one PTX load each, at 32-bit shared addresses
+// computed once. Left to itself, nvcc 13 may split float4 reads in unrolled loops into
+// overlapping partial loads marked with a `used_bytes_mask` pragma, which needs PTX ISA
+// 8.3: the pinned 6.3 / 7.0 headers would not assemble. The clobber keeps each read
+// after the stores and __syncwarp / __syncthreads before it. (A host build, for
+// emulation, reads through a byte pointer instead.) Every kernel family reads shared
+// memory through these.
+#ifdef __CUDA_ARCH__
+typedef u32 saddr;
+__device__ __forceinline__ saddr shared_address(const float* pointer) {
+    return u32(__cvta_generic_to_shared(pointer));
+}
+__device__ __forceinline__ float4 lds4(saddr address) {
+    float4 v;
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(address)
+                 : "memory");
+    return v;
+}
+__device__ __forceinline__ float lds1(saddr address) {
+    float v;
+    asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(address) : "memory");
+    return v;
+}
+__device__ __forceinline__ float2 lds2(saddr address) {
+    float2 v;
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];"
+                 : "=f"(v.x), "=f"(v.y)
+                 : "r"(address)
+                 : "memory");
+    return v;
+}
+#else
+typedef const char* saddr;
+inline saddr shared_address(const float* pointer) {
+    return reinterpret_cast<saddr>(pointer);
+}
+inline float4 lds4(saddr address) { return *reinterpret_cast<const float4*>(address); }
+inline float lds1(saddr address) { return *reinterpret_cast<const float*>(address); }
+inline float2 lds2(saddr address) { return *reinterpret_cast<const float2*>(address); }
+#endif
+
+// The same read at a pointer, for code that keeps pointers rather than shared addresses
+__device__ __forceinline__ float4 lds4(const float* pointer) {
+    return lds4(shared_address(pointer));
+}
+
 // Placed between a thread's independent loads and the arithmetic that uses them.
 // Left alone, ptxas issues only a few loads ahead of their first use to save
 // registers, which turns one memory round trip into several; memory operations
