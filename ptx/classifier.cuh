@@ -180,13 +180,6 @@ __device__ __forceinline__ double scaled_f64(float f) {
     return __hiloint2double(int(hi), int(b << 29));
 }
 
-// Shared-memory double pair read (volatile asm: see lds4 in segdense.cu).
-__device__ __forceinline__ void lds2d(const double* p, double& a, double& b) {
-    asm volatile("ld.shared.v2.f64 {%0, %1}, [%2];"
-                 : "=d"(a), "=d"(b)
-                 : "r"(u32(__cvta_generic_to_shared(p))));
-}
-
 __device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
 __device__ __forceinline__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
 
@@ -363,7 +356,9 @@ __device__ __forceinline__ void b32_rows_f64(const float4 (&xr)[3][B32_STEPS],
         double wf[4 * N];
 #pragma unroll
         for (u32 v = 0; v < 2 * N; ++v) {
-            lds2d(wg + 2 * v, wf[2 * v], wf[2 * v + 1]);
+            const dpair pair = ldsd2(shared_address(wg + 2 * v));
+            wf[2 * v] = pair.x;
+            wf[2 * v + 1] = pair.y;
         }
 #pragma unroll
         for (u32 e = 0; e < 4; ++e) {

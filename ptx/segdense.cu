@@ -64,7 +64,7 @@ __device__ __forceinline__ void store4(float* pointer, float4 value) {
 // memory through these.
 #ifdef __CUDA_ARCH__
 typedef u32 saddr;
-__device__ __forceinline__ saddr shared_address(const float* pointer) {
+__device__ __forceinline__ saddr shared_address(const void* pointer) {
     return u32(__cvta_generic_to_shared(pointer));
 }
 __device__ __forceinline__ float4 lds4(saddr address) {
@@ -88,14 +88,27 @@ __device__ __forceinline__ float2 lds2(saddr address) {
                  : "memory");
     return v;
 }
+typedef double2 dpair;
+__device__ __forceinline__ dpair make_dpair(double a, double b) { return make_double2(a, b); }
+__device__ __forceinline__ dpair ldsd2(saddr address) {
+    double2 v;
+    asm volatile("ld.shared.v2.f64 {%0, %1}, [%2];"
+                 : "=d"(v.x), "=d"(v.y)
+                 : "r"(address)
+                 : "memory");
+    return v;
+}
 #else
 typedef const char* saddr;
-inline saddr shared_address(const float* pointer) {
+inline saddr shared_address(const void* pointer) {
     return reinterpret_cast<saddr>(pointer);
 }
 inline float4 lds4(saddr address) { return *reinterpret_cast<const float4*>(address); }
 inline float lds1(saddr address) { return *reinterpret_cast<const float*>(address); }
 inline float2 lds2(saddr address) { return *reinterpret_cast<const float2*>(address); }
+struct alignas(16) dpair { double x, y; };
+inline dpair make_dpair(double a, double b) { return {a, b}; }
+inline dpair ldsd2(saddr address) { return *reinterpret_cast<const dpair*>(address); }
 #endif
 
 // The same read at a pointer, for code that keeps pointers rather than shared addresses

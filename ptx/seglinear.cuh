@@ -372,21 +372,10 @@ __device__ __forceinline__ void put_block(float* part, u32 rq, u32 cq, const flo
 }
 
 #ifdef __CUDA_ARCH__
-typedef double2 dpair;
-__device__ __forceinline__ dpair make_dpair(double a, double b) { return make_double2(a, b); }
-__device__ __forceinline__ dpair ldsd2(saddr address) {
-    double2 v;
-    asm volatile("ld.shared.v2.f64 {%0, %1}, [%2];"
-                 : "=d"(v.x), "=d"(v.y)
-                 : "r"(address)
-                 : "memory");
-    return v;
-}
 __device__ __forceinline__ double dfma(double a, double b, double c) { return __fma_rn(a, b, c); }
 // (nvcc 13 splits some of these vector stores into scalar ones when left to itself)
 __device__ __forceinline__ void stsd2(double* p, double a, double b) {
-    asm volatile("st.shared.v2.f64 [%0], {%1, %2};" ::"r"(shared_address(
-                     reinterpret_cast<const float*>(p))),
+    asm volatile("st.shared.v2.f64 [%0], {%1, %2};" ::"r"(shared_address(p)),
                  "d"(a), "d"(b)
                  : "memory");
 }
@@ -398,9 +387,6 @@ __device__ __forceinline__ void stg4(float* p, float4 v) {
 #else
 inline void stsd2(double* p, double a, double b) { p[0] = a; p[1] = b; }
 inline void stg4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
-struct alignas(16) dpair { double x, y; };
-inline dpair make_dpair(double a, double b) { return {a, b}; }
-inline dpair ldsd2(saddr address) { return *reinterpret_cast<const dpair*>(address); }
 inline double dfma(double a, double b, double c) { return std::fma(a, b, c); }
 #endif
 
@@ -886,8 +872,8 @@ __device__ __forceinline__ void linear1_b1_f64(const float* __restrict__ x, u64 
 
     const u32 rq = lane >> 3;
     const u32 cq = lane & 7;
-    const saddr x_get = shared_address(reinterpret_cast<const float*>(xd + rq * KS));
-    const saddr w_get = shared_address(reinterpret_cast<const float*>(wd + 2 * cq));
+    const saddr x_get = shared_address(xd + rq * KS);
+    const saddr w_get = shared_address(wd + 2 * cq);
     const u32 sw = 2 * rq;  // row & 3 = rq for every row rq + 4 i
     double acc[4][4];
 #pragma unroll
@@ -924,7 +910,7 @@ __device__ __forceinline__ void linear1_b1_f64(const float* __restrict__ x, u64 
         }
     }
     double extra_acc[2] = {0.0, 0.0};
-    extra.products(shared_address(reinterpret_cast<const float*>(wd)), lane, extra_acc);
+    extra.products(shared_address(wd), lane, extra_acc);
     // the warp's operands are dead: its region takes its partial tile part[18][32]
     __syncwarp();
 #pragma unroll
@@ -941,7 +927,7 @@ __device__ __forceinline__ void linear1_b1_f64(const float* __restrict__ x, u64 
     // row 16 + t / 8
     auto finish = [&](u32 tile_row) {
         const u32 offset = tile_row * B1_COLS + (t & 7) * 4;
-        const saddr part = shared_address(reinterpret_cast<const float*>(dsm + offset));
+        const saddr part = shared_address(dsm + offset);
         dpair h[B1_WARPS][2];
 #pragma unroll
         for (u32 s = 0; s < B1_WARPS; ++s) {
