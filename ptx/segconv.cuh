@@ -216,13 +216,7 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
     };
 
     float acc[TILE_POS][TILE_CH];
-#pragma unroll
-    for (u32 p = 0; p < TILE_POS; ++p) {
-#pragma unroll
-        for (u32 c = 0; c < TILE_CH; ++c) {
-            acc[p][c] = 0.0f;
-        }
-    }
+    zero(acc);
 
     // This thread's part of a [rows][POS] tile in shared memory: rows 15 cg + c,
     // columns 4 pg .. 4 pg + 3 (one float4 per channel).
@@ -335,13 +329,7 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
                                                total.z + acc[2][c], total.w + acc[3][c]));
                     }
                 }
-#pragma unroll
-                for (u32 c = 0; c < TILE_CH; ++c) {
-#pragma unroll
-                    for (u32 p = 0; p < TILE_POS; ++p) {
-                        acc[p][c] = 0.0f;
-                    }
-                }
+                zero(acc);
             }
         }
         __syncthreads();

@@ -124,6 +124,18 @@ __device__ __forceinline__ void loads_issued() {
     asm volatile("fence.acq_rel.cta;" ::: "memory");
 }
 
+// Every element of a thread's 2-D register tile to zero
+template <class T, u32 M, u32 N>
+__device__ __forceinline__ void zero(T (&tile)[M][N]) {
+#pragma unroll
+    for (u32 i = 0; i < M; ++i) {
+#pragma unroll
+        for (u32 j = 0; j < N; ++j) {
+            tile[i][j] = T(0);
+        }
+    }
+}
+
 __device__ __forceinline__ void add4(float4& sum, float4 term) {
     sum.x += term.x;
     sum.y += term.y;
@@ -517,13 +529,7 @@ spk_segdense_embed_b32(const float* __restrict__ x, u64 x_len, const float* __re
     const u32 rg = t / 16;
     const u32 cg = t % 16;
     float acc[8][8];
-#pragma unroll
-    for (u32 i = 0; i < 8; ++i) {
-#pragma unroll
-        for (u32 j = 0; j < 8; ++j) {
-            acc[i][j] = 0.0f;
-        }
-    }
+    zero(acc);
 
     if (units > 0) {
         fetch(0);

@@ -455,13 +455,7 @@ __device__ __forceinline__ void gemm_b1(const float* __restrict__ x, u64 x_len,
     const u32 rq = lane >> 3;
     const u32 cq = lane & 7;
     float acc[4][4];
-#pragma unroll
-    for (u32 i = 0; i < 4; ++i) {
-#pragma unroll
-        for (u32 j = 0; j < 4; ++j) {
-            acc[i][j] = 0.0f;
-        }
-    }
+    zero(acc);
     const saddr x_get = shared_address(xs + rq * KS);
     const saddr w_get = shared_address(ws + cq * 4);
     auto products = [&](u32 q0, u32 q1) {
@@ -747,14 +741,8 @@ __device__ __forceinline__ void linear1_b1_compensated(const float* __restrict__
             }
         }
     } else {
-#pragma unroll
-        for (u32 i = 0; i < 4; ++i) {
-#pragma unroll
-            for (u32 j = 0; j < 4; ++j) {
-                hi[i][j] = 0.0f;
-                lo[i][j] = 0.0f;
-            }
-        }
+        zero(hi);
+        zero(lo);
         compensated_products<false, KS>(x_get, w_get, rq, hi, lo);
     }
     __syncwarp();
@@ -876,13 +864,7 @@ __device__ __forceinline__ void linear1_b1_f64(const float* __restrict__ x, u64 
     const saddr w_get = shared_address(wd + 2 * cq);
     const u32 sw = 2 * rq;  // row & 3 = rq for every row rq + 4 i
     double acc[4][4];
-#pragma unroll
-    for (u32 i = 0; i < 4; ++i) {
-#pragma unroll
-        for (u32 j = 0; j < 4; ++j) {
-            acc[i][j] = 0.0;
-        }
-    }
+    zero(acc);
 #pragma unroll
     for (u32 q = 0; q < KS / 4; ++q) {
         dpair a[4][2], b[4][2];
