@@ -111,6 +111,30 @@ inline dpair make_dpair(double a, double b) { return {a, b}; }
 inline dpair ldsd2(saddr address) { return *reinterpret_cast<const dpair*>(address); }
 #endif
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+// Asynchronous 16-byte global -> shared copies (sm80 tier) and their commit groups.
+__device__ __forceinline__ void cp_async16(float* shared, const float* global) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
+                     u32(__cvta_generic_to_shared(shared))),
+                 "l"(global)
+                 : "memory");
+}
+// The same copy that takes only the first `bytes` (0 or 16) from `global` and fills
+// the rest with zeros; with 0 it reads nothing.
+__device__ __forceinline__ void cp_async16_fill(saddr shared, const float* global, u32 bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared), "l"(global),
+                 "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+#endif
+
 // The same read at a pointer, for code that keeps pointers rather than shared addresses
 __device__ __forceinline__ float4 lds4(const float* pointer) {
     return lds4(shared_address(pointer));
@@ -570,5 +594,6 @@ spk_segdense_embed_b32(const float* __restrict__ x, u64 x_len, const float* __re
 // ---------------------------------------------------------------------------------------
 
 #include "segconv.cuh"
+#include "segconv_mma.cuh"
 #include "seglinear.cuh"
 #include "classifier.cuh"

@@ -33,27 +33,13 @@ __device__ __forceinline__ float4 bias_leaky4(float4 v, float4 b) {
     return make_float4(leaky(v.x + b.x), leaky(v.y + b.y), leaky(v.z + b.z), leaky(v.w + b.w));
 }
 
-// Asynchronous 16-byte global -> shared copies (sm80 tier), in commit groups that a
-// warp waits on one at a time. The host build copies at once.
+// Asynchronous 16-byte global -> shared copies (sm80 tier; the helpers are in
+// segdense.cu), in commit groups that a warp waits on one at a time. The host build
+// copies at once.
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 #define SPK_LIN_ASYNC 1
 #endif
 #ifdef __CUDA_ARCH__
-#if __CUDA_ARCH__ >= 800
-__device__ __forceinline__ void cp_async16(float* shared, const float* global) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
-                     u32(__cvta_generic_to_shared(shared))),
-                 "l"(global)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-#endif
 // A global load issued exactly here (ptxas sinks plain loads towards their first use,
 // which would put a whole round trip after the last barrier).
 __device__ __forceinline__ float4 ldg4_now(const float* p) {

@@ -12,7 +12,9 @@ import pytest
 from pyspk.candidate.segdense.packing import (
     f16_bits,
     half_scale,
+    pack_conv_mma,
     pack_half_columns,
+    round_tf32,
     selected_rows,
 )
 from pyspk.candidate.segdense.selection import (
@@ -514,3 +516,57 @@ def test_selected_rows_rejects_bad_shapes(
 ) -> None:
     with pytest.raises(ValueError, match=match):
         selected_rows(weight, n, count)
+
+
+# -- the tensor-core convolution pack ---------------------------------------------------
+
+
+def test_round_tf32_rounds_to_nearest_ties_away() -> None:
+    one = 1.0
+    step = 2.0**-10  # TF32 spacing in [1, 2)
+    values = np.array(
+        [one + step / 2, one + step / 2 - 2**-23, -(one + step / 2), one + 3 * step / 2, 0.0],
+        np.float32,
+    )
+    expected = np.array([one + step, one, -(one + step), one + 2 * step, 0.0], np.float32)
+    assert np.array_equal(round_tf32(values), expected)
+    assert np.all((_bits(round_tf32(np.random.default_rng(0).standard_normal(99))) & 0x1FFF) == 0)
+    assert np.isinf(round_tf32(np.float32(np.finfo(np.float32).max)))
+
+
+@pytest.mark.parametrize(("cin", "cin_pad"), [(80, 80), (60, 64)])
+def test_pack_conv_mma_places_each_weight_in_its_fragment(cin: int, cin_pad: int) -> None:
+    """Reading the packed planes back as mma.m16n8k8 A fragments (register e of lane l:
+    row l / 4 + 8 (e % 2), column l % 4 + 4 (e / 2)) gives the [64, cin_pad * 5] weight,
+    zero-padded, in TF32 plus its TF32 residual."""
+    rng = np.random.default_rng(5)
+    weight = rng.standard_normal((60, cin, 5)).astype(np.float32)
+    packed = pack_conv_mma(weight, cin, cin_pad, 2).reshape(2, -1, 4, 32, 4)
+    k_pad = cin_pad * 5
+    restored = np.zeros((2, 64, k_pad), np.float32)
+    for step in range(k_pad // 8):
+        for tile in range(4):
+            for lane in range(32):
+                for e in range(4):
+                    row = tile * 16 + lane // 4 + 8 * (e % 2)
+                    col = step * 8 + lane % 4 + 4 * (e // 2)
+                    restored[:, row, col] = packed[:, step, tile, lane, e]
+    full = np.zeros((64, k_pad), np.float32)
+    full[:60, : cin * 5] = weight.reshape(60, -1)
+    high = round_tf32(full)
+    assert np.array_equal(restored[0], high)
+    assert np.array_equal(restored[1], round_tf32(full - high))
+    # the split carries about 22 bits: the residual's own rounding error is below 2^-22
+    error = np.abs(full.astype(np.float64) - restored[0] - restored[1])
+    assert np.all(error <= 2.0**-22 * np.abs(full))
+    assert np.array_equal(pack_conv_mma(weight, cin, cin_pad, 1), packed[0].reshape(-1))
+
+
+def test_pack_conv_mma_refuses_bad_shapes() -> None:
+    weight = np.zeros((60, 80, 5), np.float32)
+    with pytest.raises(ValueError, match="cin_pad a multiple of 8"):
+        pack_conv_mma(weight, 80, 84, 1)
+    with pytest.raises(ValueError, match="1 or 2 planes"):
+        pack_conv_mma(weight, 80, 80, 3)
+    with pytest.raises(ValueError, match=r"expected \(60, 60, 5\)"):
+        pack_conv_mma(weight, 60, 64, 1)

@@ -11,7 +11,7 @@ import numpy as np
 
 from pyspk import reference
 from pyspk.candidate import DenseSite, DenseSpec, SegConvSite, SegConvSpec
-from pyspk.candidate.segdense import Entry, SegdensePin, Site
+from pyspk.candidate.segdense import Entry, Products, SegdensePin, Site
 from pyspk.candidate.segdense.producer import DenseOxide, SegConvOxide
 from pyspk.cuda import CudaMath
 from pyspk.cuda.kernels import LoadedKernels
@@ -114,6 +114,54 @@ def error_bound(entry: Entry, exact: np.ndarray, scale: np.ndarray) -> np.ndarra
         row_worst = logit.reshape(-1, 7).max(axis=1, keepdims=True)
         return (2 * row_worst + 16 * UNIT * (np.abs(exact.reshape(-1, 7)) + 1)).reshape(-1)
     return logit
+
+
+def tensor_bound(entry: Entry, scale: np.ndarray) -> np.ndarray:
+    """Per-output error a tensor-core entry may show against float64, from the bounds
+    stated in ptx/segconv_mma.cuh (u = 2^-24, s = ceil(k / 8) k-steps of the mma):
+
+    TF32 products (both operands rounded, ties away): each term errs by at most
+    (2^-11 + 2^-11 + 2^-22) |a b|, and each of the s chained mma truncates at most
+    9 * 2^-23 of the magnitudes it adds, so (2^-10 + 2^-22 + 18 s u) sum|terms|.
+    3xTF32: the dropped a_lo b_lo and split residuals cost 12 u |a b| per term, the three
+    mma of a k-step at most 36 u of its terms, and the s FP32 additions s u, so
+    (12 + 36 + s + 1) u sum|terms|. Both are worst cases; the slack 1.01 covers the
+    second-order terms dropped in deriving them."""
+    steps = -(-entry.site().dimensions()[2] // 8)
+    if entry.products() is Products.TF32:
+        factor = 2.0**-10 + 2.0**-22 + 18 * steps * UNIT
+    else:
+        factor = (12 + 36 + steps + 1) * UNIT
+    return 1.01 * factor * scale
+
+
+def assert_replay_bit_identical(
+    runtime: CudaRuntime, oxide: DenseOxide | SegConvOxide, x: np.ndarray
+) -> None:
+    """A captured graph of 20 enqueues into NaN-poisoned outputs, replayed twice, gives
+    the eager output's bits in every output."""
+    eager = run_eager(runtime, oxide, x).view(np.uint32)
+    x_buffer = runtime.upload(x)
+    poison = runtime.upload(np.full(oxide.producer.output_len, np.nan, np.float32))
+    outs = [runtime.alloc_zeros(oxide.producer.output_len) for _ in range(20)]
+
+    def enqueue_all() -> None:
+        for out in outs:
+            oxide.enqueue(x_buffer, out)
+
+    graph = runtime.capture(enqueue_all)
+    try:
+        for _ in range(2):
+            for out in outs:
+                runtime.copy(out, poison)
+            graph.replay()
+            runtime.synchronize()
+            for out in outs:
+                assert np.array_equal(runtime.download(out).view(np.uint32), eager)
+    finally:
+        graph.close()
+        for buffer in (x_buffer, poison, *outs):
+            buffer.free()
 
 
 @contextlib.contextmanager

@@ -12,6 +12,7 @@ from pyspk.candidate.segdense import Entry, Products, Site
 from pyspk.cuda import CudaMath, PtxTier
 from tests.gpu.boundary import (
     UNIT,
+    assert_replay_bit_identical,
     error_bound,
     library,
     operands,
@@ -85,24 +86,7 @@ def test_graph_replay_is_bit_identical(runtime, kernels, entry: Entry) -> None:
     ops = operands(entry.site(), entry.batch(), seed=23)
     math = CudaMath.FP32 if entry in FP32_SIMT else CudaMath.TF32
     oxide = plan(runtime, kernels, entry, math, ops)
-    eager = run_eager(runtime, oxide, ops["x"]).view(np.uint32)
-    x = runtime.upload(ops["x"])
-    poison = runtime.upload(np.full(oxide.producer.output_len, np.nan, np.float32))
-    outs = [runtime.alloc_zeros(oxide.producer.output_len) for _ in range(20)]
-
-    def enqueue_all() -> None:
-        for out in outs:
-            oxide.enqueue(x, out)
-
-    graph = runtime.capture(enqueue_all)
-    for _ in range(2):
-        for out in outs:
-            runtime.copy(out, poison)
-        graph.replay()
-        runtime.synchronize()
-        for out in outs:
-            assert np.array_equal(runtime.download(out).view(np.uint32), eager)
-    graph.close()
+    assert_replay_bit_identical(runtime, oxide, ops["x"])
     oxide.close()
 
 

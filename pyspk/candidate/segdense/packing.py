@@ -2,7 +2,8 @@
 
 Ports `f16_bits`, `round_up`, `half_scale`, `pack_half_columns` and `selected_rows`
 of reference/segdense.rs bit for bit, vectorised over whole arrays so a 256 x 5120
-embedding weight packs in milliseconds.
+embedding weight packs in milliseconds; `round_tf32` and `pack_conv_mma` emulate the
+device rounding and the `spk_segdense_pack_conv_mma` kernel, for its bit-for-bit test.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import numpy.typing as npt
 __all__ = [
     "f16_bits",
     "half_scale",
+    "pack_conv_mma",
     "pack_half_columns",
+    "round_tf32",
     "selected_rows",
 ]
 
@@ -211,3 +214,60 @@ def selected_rows(weight: npt.ArrayLike, n: int, count: int) -> np.ndarray:
     key = key ^ ((key >> 63) & np.int64(0x7FFF_FFFF_FFFF_FFFF))
     order = np.argsort(~key, kind="stable")
     return np.sort(order[:count]).astype(np.uint32)
+
+
+def round_tf32(values: npt.ArrayLike) -> np.ndarray:
+    """float32 `values` rounded to TF32 (10 stored mantissa bits), ties away from zero,
+    as `cvt.rna.tf32.f32` rounds finite values: the low 13 bits come out zero, and a
+    carry past the largest finite value gives infinity."""
+    bits = _float32(values).view(_U32)
+    return ((bits + _U32(0x1000)) & _U32(0xFFFF_E000)).view(np.float32)
+
+
+# the m16n8k8 A fragment: four 16-channel tiles x 32 lanes x 4 registers per k-step
+_MMA_TILES, _MMA_LANES, _MMA_REGISTERS = 4, 32, 4
+_CONV_OUT, _CONV_TAPS = 60, 5
+
+
+def pack_conv_mma(weight: npt.ArrayLike, cin: int, cin_pad: int, planes: int) -> np.ndarray:
+    """Packs conv weights `[60, cin, 5]` as spk_segdense_pack_conv_mma does.
+
+    Returns `planes` planes of `[cin_pad * 5 / 8][4][32][4]` float32 (k-step, 16-channel
+    tile, lane, register): register e of lane l in tile m of step s holds channel
+    `16 m + l // 4 + 8 (e % 2)` at reduction index `k = 8 s + l % 4 + 4 (e // 2)`,
+    `k = ci * 5 + tap`, zero past channel 60 and input channel `cin`. Plane 0 holds
+    `round_tf32(w)`, plane 1 (when `planes == 2`) `round_tf32(w - round_tf32(w))`.
+    """
+    if not 1 <= cin <= cin_pad or cin_pad % 8:
+        raise ValueError(
+            f"pack_conv_mma needs 1 <= cin <= cin_pad, cin_pad a multiple of 8; "
+            f"got cin={cin}, cin_pad={cin_pad}"
+        )
+    if planes not in (1, 2):
+        raise ValueError(f"pack_conv_mma packs 1 or 2 planes, got {planes}")
+    array = np.asarray(weight, dtype=np.float32)
+    if array.ndim == 3 and array.shape != (_CONV_OUT, cin, _CONV_TAPS):
+        raise ValueError(f"pack_conv_mma weight has shape {array.shape}, expected (60, {cin}, 5)")
+    matrix = _weight_matrix(
+        array.reshape(_CONV_OUT, -1) if array.ndim == 3 else array,
+        _CONV_OUT,
+        cin * _CONV_TAPS,
+        "pack_conv_mma",
+    )
+    padded = np.zeros((_MMA_TILES * 16, cin_pad * _CONV_TAPS), np.float32)
+    padded[:_CONV_OUT, : cin * _CONV_TAPS] = matrix
+    steps = cin_pad * _CONV_TAPS // 8
+    step, tile, lane, register = np.meshgrid(
+        np.arange(steps),
+        np.arange(_MMA_TILES),
+        np.arange(_MMA_LANES),
+        np.arange(_MMA_REGISTERS),
+        indexing="ij",
+    )
+    channel = tile * 16 + lane // 4 + 8 * (register % 2)
+    k = step * 8 + lane % 4 + 4 * (register // 2)
+    values = padded[channel, k].reshape(-1)
+    high = round_tf32(values)
+    if planes == 1:
+        return high
+    return np.concatenate([high, round_tf32(values - high)])

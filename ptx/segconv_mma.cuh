@@ -1,0 +1,415 @@
+// Tensor-core convolutions of the segdense module (included by segdense.cu): the weight
+// pack `spk_segdense_pack_conv_mma` and the batch-32 entries conv{1,2}_b32_{tc,x3}.
+// sm80 tier only; the sm75 tier exports the same names as trapping stubs.
+//
+// Implicit GEMM: y[b][o][p] = sum_k A[o][k] B[k][p], k = ci * 5 + tap, A the weight
+// (60 output channels padded to 64, CIN input channels padded to CIN_PAD), B[k][p] =
+// x[b][ci][p + tap]. Products on mma.sync.m16n8k8 TF32 with FP32 accumulation: the
+// output channels are the fragment rows (four 16-channel tiles), positions the columns.
+//
+// Grid (ceil(P / 128), 32) as the Config table gives it: block (x, y) owns positions
+// [128 x, 128 x + 128) of item y and all 64 channels. Its warps split that tile WARPS_M
+// ways over the channel tiles and WARPS_N ways over the positions.
+//
+// Staging: a stage is 8 input channels (40 k, five k-steps of 8), three stages deep in
+// a cp.async ring with one commit group per stage, empty or not, so that waiting for
+// all but the newest group always means "the stage about to be read has landed".
+//   x: 8 rows of 136 floats at a pitch of 144. L = 1 (mod 4) and CIN L = 0 (mod 4), so
+//      the row of channel ci starts ci mod 4 floats past a 16-byte boundary in every
+//      item and block; row r of a stage is copied from that boundary in 16-byte pieces
+//      and read at column p + tap + r % 4. The pitch (16 mod 32 banks) keeps the two
+//      channels a k-quad spans in disjoint banks: B reads are conflict-free.
+//   w: the packed fragments of the stage's 5 k-steps, 2560 floats per TF32 plane.
+// Pieces wholly past the input's end, and channels past CIN, are zero-filled; a window
+// that runs past its row's end reads the next row, which reaches only positions >= P,
+// never stored.
+//
+// Epilogue: the accumulators go to shared memory as [64][136] (pitch 8 mod 32 banks:
+// each half-warp's float2 stores hit 32 distinct banks) and leave in rows, consecutive
+// threads storing consecutive positions.
+//
+// Numerics. tc: each operand rounded to TF32 (cvt.rna, ties away; the pack rounds A the
+// same way), products accumulated in FP32 by the tensor core along k.
+// x3: a = a_hi + a_lo + e_a with a_hi = tf32(a), a_lo = tf32(a - a_hi), |e_a| <= 2^-22 |a|,
+// likewise b. Per k-step of 8 terms, a fresh FP32 fragment P takes a_lo b_hi, then
+// a_hi b_lo, then a_hi b_hi (small terms first, from zero, so the tensor core's
+// truncating alignment does not bias the running sum), and the running accumulator
+// adds P with one rounded FP32 addition. Dropping a_lo b_lo and the residuals e costs at
+// most 3 * 2^-22 |a b| per term; each of the three mma truncates at most 2^-23 per
+// addend of its chain (|P| <= (1 + 2^-10) sum|a b| over its 8 terms); the k / 8
+// accumulator additions round once each. Hence for every output
+//     |y - exact| <= (12 + 2 * 9 * 2 + k / 8 + 1) u sum_k |a_k b_k|,   u = 2^-24,
+// which the GPU tests check (FP32 SIMT summation of k terms: (k + 2) u).
+
+namespace spk {
+namespace tconv {
+
+constexpr u32 OUT = 60;          // output channels
+constexpr u32 PADDED = 64;       // channels of the packed weight: four 16-row tiles
+constexpr u32 TAPS = 5;
+constexpr u32 POS = 128;         // positions per block
+constexpr u32 STAGE_CI = 8;      // input channels per stage
+constexpr u32 KSTEPS = STAGE_CI * TAPS / 8;      // k-steps of 8 per stage
+constexpr u32 STEP_FLOATS = 4 * 32 * 4;          // one k-step: 4 tiles x 32 lanes x 4
+constexpr u32 W_STAGE = KSTEPS * STEP_FLOATS;    // 2560 floats per plane and stage
+constexpr u32 X_PITCH = POS + 16;
+constexpr u32 X_VECS = 34;                       // 16-byte pieces per staged row
+constexpr u32 X_STAGE = STAGE_CI * X_PITCH;
+constexpr u32 OUT_PITCH = POS + 8;
+constexpr u32 RING = 3;
+
+static_assert(X_VECS * 4 >= POS + TAPS - 1 + 3, "a row covers its shift and the halo");
+static_assert(X_VECS * 4 <= X_PITCH, "a row fits its pitch");
+
+template <u32 CIN_, u32 CIN_PAD_, u32 L_, u32 PLANES_, u32 THREADS_, u32 WARPS_M_, u32 CHUNK_>
+struct Shape {
+    static constexpr u32 CIN = CIN_, CIN_PAD = CIN_PAD_, L = L_, PLANES = PLANES_,
+                         THREADS = THREADS_, WARPS_M = WARPS_M_;
+    // k-steps summed into a fresh fragment from zero before one rounded FP32 addition
+    // to the accumulator; 0 chains every k-step's products into the accumulator
+    static constexpr u32 CHUNK = CHUNK_;
+    static constexpr u32 BATCH = 32;
+    static constexpr u32 P = L - 4;
+    static constexpr u32 BLOCKS = (P + POS - 1) / POS;
+    static constexpr u32 WARPS = THREADS / 32;
+    static constexpr u32 WARPS_N = WARPS / WARPS_M;
+    static constexpr u32 M_TILES = 4 / WARPS_M;             // 16-channel tiles per warp
+    static constexpr u32 N_TILES = POS / 8 / WARPS_N;       // 8-position tiles per warp
+    static constexpr u32 STAGES = CIN_PAD / STAGE_CI;
+    static constexpr u32 PLANE = CIN_PAD * TAPS * PADDED;   // packed floats per plane
+    static constexpr u32 STAGE = X_STAGE + PLANES * W_STAGE;
+    static constexpr u32 SHARED_FLOATS =
+        RING * STAGE > PADDED * OUT_PITCH ? RING * STAGE : PADDED * OUT_PITCH;
+    static constexpr u32 SHARED_BYTES = 4 * SHARED_FLOATS;  // the Config table's figure
+    static constexpr u32 X_COPIES = STAGE_CI * X_VECS;
+    static constexpr u32 W_COPIES = PLANES * W_STAGE / 4;
+
+    static_assert(L % 4 == 1 && CIN * L % 4 == 0, "row ci starts ci mod 4 past 16 bytes");
+    static_assert(CIN_PAD % STAGE_CI == 0 && CIN <= CIN_PAD, "whole stages");
+    static_assert(WARPS % WARPS_M == 0 && 4 % WARPS_M == 0 && POS % (8 * WARPS_N) == 0,
+                  "the warps tile the block's 64 x 128 outputs");
+    static_assert(W_COPIES % THREADS == 0, "every thread copies as many weight pieces");
+    static_assert(THREADS % POS == 0, "the epilogue stores whole rows of positions");
+    static_assert(STAGES >= RING - 1, "the prologue fills the ring");
+    static_assert(PLANES == 1 || CHUNK > 0, "3xTF32 sums its small products from zero");
+};
+
+}  // namespace tconv
+}  // namespace spk
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+
+namespace spk {
+namespace tconv {
+
+// `value` rounded to TF32 (ties away from zero), as the bits mma takes: the low 13 bits
+// are zero, so the bits are also that value as a float.
+__device__ __forceinline__ u32 tf32(float value) {
+    u32 bits;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(bits) : "f"(value));
+    return bits;
+}
+
+// d += a b over one m16n8k8 tile: a the 16 x 8 TF32 fragment, b the 8 x 8 one.
+__device__ __forceinline__ void mma_tf32(float (&d)[4], uint4 a, u32 b0, u32 b1) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint4 lds4u(saddr address) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(address)
+                 : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void sts2(saddr address, float a, float b) {
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(address), "f"(a), "f"(b) : "memory");
+}
+
+__device__ __forceinline__ u32 dynamic_shared_bytes() {
+    u32 bytes;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes));
+    return bytes;
+}
+
+template <class K>
+__device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
+                                    const float* __restrict__ w, u64 w_len,
+                                    float* __restrict__ y, u64 y_len) {
+    constexpr u64 X_LEN = u64(K::BATCH) * K::CIN * K::L;
+    if (x_len != X_LEN | w_len != u64(K::PLANES) * K::PLANE |
+        y_len != u64(K::BATCH) * OUT * K::P | !aligned16(x) | !aligned16(w) |
+        dynamic_shared_bytes() != K::SHARED_BYTES |
+        !launch_is(K::BLOCKS, K::BATCH, 1, K::THREADS)) {
+        return;
+    }
+    extern __shared__ __align__(16) float smem[];
+    const saddr base = shared_address(smem);
+
+    const u32 t = threadIdx.x;
+    const u32 lane = t % 32;
+    const u32 warp = t / 32;
+    const u32 pos0 = blockIdx.x * POS;
+    const u32 item = blockIdx.y * K::CIN * K::L;  // < 2^24: offsets fit 32 bits
+
+    // Staging copies of thread t: x pieces t + THREADS j (row r, piece v), w pieces
+    // t + THREADS j of the stage's contiguous planes.
+    auto load_stage = [&](u32 stage, u32 buffer) {
+        const saddr at = base + 4 * buffer * K::STAGE;
+        const u32 ci0 = stage * STAGE_CI;
+#pragma unroll
+        for (u32 j = 0; j < (K::X_COPIES + K::THREADS - 1) / K::THREADS; ++j) {
+            const u32 copy = t + j * K::THREADS;
+            if (K::X_COPIES % K::THREADS == 0 || copy < K::X_COPIES) {
+                const u32 r = copy / X_VECS;
+                const u32 v = copy % X_VECS;
+                const u32 source = item + (ci0 + r) * K::L + pos0 - r % 4 + 4 * v;
+                const bool real = ci0 + r < K::CIN & u64(source) + 4 <= X_LEN;
+                cp_async16_fill(at + 4 * (r * X_PITCH + 4 * v), x + (real ? source : 0),
+                                real ? 16 : 0);
+            }
+        }
+#pragma unroll
+        for (u32 j = 0; j < K::W_COPIES / K::THREADS; ++j) {
+            const u32 copy = t + j * K::THREADS;
+            const u32 plane = copy / (W_STAGE / 4);
+            const u32 piece = copy % (W_STAGE / 4);
+            cp_async16_fill(at + 4 * (X_STAGE + plane * W_STAGE + 4 * piece),
+                            w + plane * K::PLANE + stage * W_STAGE + 4 * piece, 16);
+        }
+        cp_async_commit();
+    };
+
+    // Compute role: warp (wm, wn) owns channel tiles wm M_TILES + i and position tiles
+    // wn N_TILES + j. B element (k, n) of lane (g = lane / 4, q = lane % 4) for k-step s
+    // is k = 8 s + q (b0) or 8 s + 4 + q (b1), n = g: x row ci = k / 5, column
+    // n + tap + ci % 4. Its byte offset within a stage:
+    const u32 wm = warp / K::WARPS_N;
+    const u32 wn = warp % K::WARPS_N;
+    const u32 q = lane % 4;
+    const u32 column = wn * K::N_TILES * 8 + lane / 4;
+    auto b_offset = [&](u32 s, u32 h) {
+        const u32 k = 8 * s + 4 * h + q;
+        const u32 ci = k / TAPS;
+        return 4 * (ci * X_PITCH + ci % 4 + k % TAPS + column);
+    };
+    const u32 a_offset = 4 * (X_STAGE + (wm * K::M_TILES * 32 + lane) * 4);
+
+    float acc[K::M_TILES][K::N_TILES][4];
+#pragma unroll
+    for (u32 i = 0; i < K::M_TILES; ++i) {
+#pragma unroll
+        for (u32 j = 0; j < K::N_TILES; ++j) {
+            acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+        }
+    }
+
+#pragma unroll
+    for (u32 stage = 0; stage < RING - 1; ++stage) {
+        load_stage(stage, stage);
+    }
+    u32 buffer = 0;
+#pragma unroll 1
+    for (u32 stage = 0; stage < K::STAGES; ++stage) {
+        cp_async_wait<RING - 2>();  // this thread's copies of `stage` have landed
+        __syncthreads();            // everyone's have, and the ring slot below is idle
+        const u32 next = stage + RING - 1;
+        const u32 next_buffer = buffer == 0 ? RING - 1 : buffer - 1;
+        if (next < K::STAGES) {
+            load_stage(next, next_buffer);
+        } else {
+            cp_async_commit();  // an empty group keeps the wait count meaning one stage
+        }
+
+        const saddr at = base + 4 * buffer * K::STAGE;
+        // k-steps in chunks of STEPS: each chunk's fragments first, then its products
+        constexpr u32 STEPS = K::CHUNK == 0 ? 1 : K::CHUNK;
+#pragma unroll
+        for (u32 s0 = 0; s0 < KSTEPS; s0 += STEPS) {
+            auto in_chunk = [&](u32 c) { return s0 + c < KSTEPS; };
+            uint4 a_hi[STEPS][K::M_TILES];
+            uint4 a_lo[STEPS][K::M_TILES];
+            u32 b_hi[STEPS][K::N_TILES][2];
+            u32 b_lo[STEPS][K::N_TILES][2];
+#pragma unroll
+            for (u32 c = 0; c < STEPS; ++c) {
+                if (in_chunk(c)) {
+                    const u32 s = s0 + c;
+#pragma unroll
+                    for (u32 i = 0; i < K::M_TILES; ++i) {
+                        const saddr a_at = at + a_offset + 4 * (s * STEP_FLOATS + i * 32 * 4);
+                        a_hi[c][i] = lds4u(a_at);
+                        if constexpr (K::PLANES == 2) {
+                            a_lo[c][i] = lds4u(a_at + 4 * W_STAGE);
+                        }
+                    }
+#pragma unroll
+                    for (u32 j = 0; j < K::N_TILES; ++j) {
+#pragma unroll
+                        for (u32 h = 0; h < 2; ++h) {
+                            const float b = lds1(at + b_offset(s, h) + 4 * 8 * j);
+                            b_hi[c][j][h] = tf32(b);
+                            if constexpr (K::PLANES == 2) {
+                                b_lo[c][j][h] = tf32(b - __uint_as_float(b_hi[c][j][h]));
+                            }
+                        }
+                    }
+                }
+            }
+#pragma unroll
+            for (u32 i = 0; i < K::M_TILES; ++i) {
+#pragma unroll
+                for (u32 j = 0; j < K::N_TILES; ++j) {
+                    if constexpr (K::CHUNK == 0) {
+#pragma unroll
+                        for (u32 c = 0; c < STEPS; ++c) {
+                            if (in_chunk(c)) {
+                                mma_tf32(acc[i][j], a_hi[c][i], b_hi[c][j][0], b_hi[c][j][1]);
+                            }
+                        }
+                    } else {
+                        float chunk[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                        for (u32 c = 0; c < STEPS; ++c) {
+                            if (in_chunk(c)) {
+                                if constexpr (K::PLANES == 2) {
+                                    mma_tf32(chunk, a_lo[c][i], b_hi[c][j][0], b_hi[c][j][1]);
+                                    mma_tf32(chunk, a_hi[c][i], b_lo[c][j][0], b_lo[c][j][1]);
+                                }
+                                mma_tf32(chunk, a_hi[c][i], b_hi[c][j][0], b_hi[c][j][1]);
+                            }
+                        }
+#pragma unroll
+                        for (u32 e = 0; e < 4; ++e) {
+                            acc[i][j][e] += chunk[e];
+                        }
+                    }
+                }
+            }
+        }
+        buffer = buffer == RING - 1 ? 0 : buffer + 1;
+    }
+    cp_async_wait<0>();  // only empty groups remain; the ring becomes the output tile
+    __syncthreads();
+
+    // Fragment (i, j): c0, c1 at channel 16 tile + g, positions 8 tile_n + 2 q + {0, 1};
+    // c2, c3 eight channels further.
+#pragma unroll
+    for (u32 i = 0; i < K::M_TILES; ++i) {
+#pragma unroll
+        for (u32 j = 0; j < K::N_TILES; ++j) {
+            const u32 channel = (wm * K::M_TILES + i) * 16 + lane / 4;
+            const u32 position = (wn * K::N_TILES + j) * 8 + 2 * q;
+            const saddr out = base + 4 * (channel * OUT_PITCH + position);
+            sts2(out, acc[i][j][0], acc[i][j][1]);
+            sts2(out + 4 * 8 * OUT_PITCH, acc[i][j][2], acc[i][j][3]);
+        }
+    }
+    __syncthreads();
+
+    constexpr u32 ROWS_AT_ONCE = K::THREADS / POS;
+    const u32 p = t % POS;
+    if (pos0 + p < K::P) {
+        float* const yo = y + (u64(blockIdx.y) * OUT + t / POS) * K::P + pos0 + p;
+        const saddr from = base + 4 * ((t / POS) * OUT_PITCH + p);
+#pragma unroll 4
+        for (u32 o = 0; o < OUT; o += ROWS_AT_ONCE) {
+            yo[o * K::P] = lds1(from + 4 * o * OUT_PITCH);
+        }
+    }
+}
+
+// The A fragments of conv weights [60, cin, 5] (k = ci * 5 + tap): `planes` planes of
+// [cin_pad * 5 / 8 k-steps][4 tiles][32 lanes][4 registers], register e of lane l in
+// tile m of step s holding channel 16 m + l / 4 + 8 (e % 2) and k = 8 s + l % 4 +
+// 4 (e / 2), as mma.m16n8k8 reads them; zero past channel 60 and input channel cin.
+// Plane 0 holds tf32(w), plane 1 (of two) tf32(w - tf32(w)).
+__device__ __forceinline__ void pack_conv_mma(const float* __restrict__ src, u64 src_len,
+                                              float* __restrict__ dst, u64 dst_len, u32 cin,
+                                              u32 cin_pad, u32 planes) {
+    const u64 plane_len = u64(cin_pad) * TAPS * PADDED;
+    const u64 blocks = (dst_len + 1023) / 1024;
+    if (cin > cin_pad | cin_pad % STAGE_CI != 0 | cin_pad > 1024 | planes - 1 > 1 |
+        src_len != u64(OUT) * cin * TAPS | dst_len != planes * plane_len |
+        blocks > 0x7fffffffull | !launch_is(u32(blocks), 1, 1, 1024)) {
+        return;
+    }
+    const u32 index = blockIdx.x * 1024 + threadIdx.x;
+    if (index >= dst_len) {
+        return;
+    }
+    const u32 plane = index / u32(plane_len);
+    const u32 rest = index % u32(plane_len);
+    const u32 step = rest / STEP_FLOATS;
+    const u32 tile = rest % STEP_FLOATS / 128;
+    const u32 lane = rest % 128 / 4;
+    const u32 e = rest % 4;
+    const u32 channel = tile * 16 + lane / 4 + 8 * (e % 2);
+    const u32 k = step * 8 + lane % 4 + 4 * (e / 2);
+    const u32 ci = k / TAPS;
+    const float value = channel < OUT & ci < cin ? src[channel * cin * TAPS + k] : 0.0f;
+    const u32 high = tf32(value);
+    dst[index] = __uint_as_float(plane == 0 ? high : tf32(value - __uint_as_float(high)));
+}
+
+}  // namespace tconv
+}  // namespace spk
+
+#define SPK_TCONV_BODY(SHAPE) spk::tconv::run<SHAPE>(x, x_len, w, w_len, y, y_len)
+#define SPK_PACK_CONV_MMA_BODY()                                                         \
+    spk::tconv::pack_conv_mma(src, src_len, dst, dst_len, d0, d1, d2)
+#else
+#define SPK_TCONV_BODY(SHAPE) SPK_TIER_STUB()
+#define SPK_PACK_CONV_MMA_BODY() SPK_TIER_STUB()
+#endif
+
+// Launch: one thread per dst element, blocks of 1024, grid ceil(dst_len / 1024);
+// d0 = cin, d1 = cin_pad, d2 = planes (1 or 2).
+extern "C" __global__ void __launch_bounds__(1024)
+spk_segdense_pack_conv_mma(const float* __restrict__ src, u64 src_len,
+                           float* __restrict__ dst, u64 dst_len, u32 d0, u32 d1, u32 d2) {
+    SPK_PACK_CONV_MMA_BODY();
+}
+
+namespace spk {
+namespace tconv {
+// tc: four warps of 64 channels x 32 positions, products chained in the accumulator.
+// x3: eight warps of 32 channels x 32 positions, a fresh fragment per k-step.
+// Measured on the H200 (CUDA graphs of 20 launches, medians, conv1 / conv2): both run at
+// about half the tensor pipe's peak (ncu: 52% / 48% of hmma cycles for conv1), which
+// the occupancy did not move: tc at 3 blocks per SM 60.4 / 19.5 us against 59.9 / 18.8
+// at 4; x3 at 2 blocks per SM (k-step loop rolled, 126 registers) 184.4 / 56.6 us
+// against 184.0 / 55.4 at 1. Warps of 64 channels x 16 positions for x3: 191.8 / 56.9.
+// A fresh fragment per k-step for tc: 69.2 / 22.4 us against 58.6 / 19.5, and no
+// systematic change of its error (rel-L2 against float64 equal to five digits over
+// four seeds); two k-steps per fresh fragment for x3: 190.4 / 57.4 us and rel-L2
+// 1.63e-7 / 1.55e-7 against 1.57e-7 / 1.43e-7.
+//                   CIN CIN_PAD   L  PLANES THREADS WARPS_M CHUNK
+using Conv1Tc = Shape<80, 80, 5325, 1, 128, 1, 0>;
+using Conv1X3 = Shape<80, 80, 5325, 2, 256, 2, 1>;
+using Conv2Tc = Shape<60, 64, 1773, 1, 128, 1, 0>;
+using Conv2X3 = Shape<60, 64, 1773, 2, 256, 2, 1>;
+}  // namespace tconv
+}  // namespace spk
+
+#define SPK_TCONV_ENTRY(NAME, SHAPE, MIN_BLOCKS)                                          \
+    extern "C" __global__ void __launch_bounds__(SHAPE::THREADS, MIN_BLOCKS)              \
+        NAME(const float* __restrict__ x, u64 x_len, const float* __restrict__ w,          \
+             u64 w_len, float* __restrict__ y, u64 y_len) {                               \
+        SPK_TCONV_BODY(SHAPE);                                                             \
+    }
+
+// tc: 128 registers, four blocks per SM; x3: 240 registers, one block per SM
+SPK_TCONV_ENTRY(spk_segdense_conv1_b32_tc, spk::tconv::Conv1Tc, 4)
+SPK_TCONV_ENTRY(spk_segdense_conv1_b32_x3, spk::tconv::Conv1X3, 1)
+SPK_TCONV_ENTRY(spk_segdense_conv2_b32_tc, spk::tconv::Conv2Tc, 4)
+SPK_TCONV_ENTRY(spk_segdense_conv2_b32_x3, spk::tconv::Conv2X3, 1)
+
+#undef SPK_TCONV_ENTRY
+#undef SPK_TCONV_BODY
+#undef SPK_PACK_CONV_MMA_BODY
