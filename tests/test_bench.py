@@ -222,6 +222,13 @@ def test_summarize() -> None:
     assert len(summary["fp32_accuracy_checked"]) == 11
     assert summary["not_built"] == ["seg_1:32:fp32", "seg_1:32:tf32"]
     assert summary["errors"] == ["conv2:32:tf32 CONV2_B32_TC"]
+    tensor = [row for row in measured if row["key"] not in H200_SIMT]
+    assert summary["tensor_error_ratios"] == {
+        row["key"]: pytest.approx(row["pyspk_rel_l2"] / row["library_rel_l2"]) for row in tensor
+    }
+    assert "outside the SIMT set, pyspk rel-L2 / the library's" in "\n".join(
+        bench.summary_lines(summary)
+    )
     # the forced rows (100x) stay out
     assert max(row["speedup"] for row in measured) < 100
     assert all(key in summary["measured"] for key in ("seg_1:1:fp32", "seg_1:1:tf32"))

@@ -281,6 +281,13 @@ def summarize(rows: Sequence[Mapping[str, Any]], simt: Sequence[str]) -> dict[st
         "simt_min_key": None if fastest_floor is None else fastest_floor["key"],
         "fp32_accuracy_checked": [row["key"] for row in fp32],
         "fp32_accuracy_failing": failing,
+        # the picks outside the SIMT set, which must be as exact as the library in
+        # their own math mode: pyspk rel-L2 over the library's
+        "tensor_error_ratios": {
+            row["key"]: row["pyspk_rel_l2"] / row["library_rel_l2"]
+            for row in measured
+            if row["key"] not in simt_set and row.get("library_rel_l2")
+        },
         "not_built": [row["key"] for row in picks if row["status"] == NOT_BUILT],
         "errors": [f"{row['key']} {row['entry']}" for row in rows if row["status"] == ERROR],
     }
@@ -371,6 +378,12 @@ def summary_lines(summary: Mapping[str, Any]) -> list[str]:
         f"- FP32 math, pyspk rel-L2 <= 2x the library's: {len(checked) - len(failing)}/"
         f"{len(checked)} measured tuples ({verdict if checked else 'none measured'})"
     )
+    ratios = summary.get("tensor_error_ratios", {})
+    if ratios:
+        lines.append(
+            "- outside the SIMT set, pyspk rel-L2 / the library's in the same math: "
+            + ", ".join(f"{key} {ratio:.7f}" for key, ratio in ratios.items())
+        )
     if summary["not_built"]:
         lines.append(
             f"- not built (library timed, excluded from the summaries): "
