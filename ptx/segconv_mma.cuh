@@ -102,22 +102,6 @@ struct Shape {
 namespace spk {
 namespace tconv {
 
-// `value` rounded to TF32 (ties away from zero), as the bits mma takes: the low 13 bits
-// are zero, so the bits are also that value as a float.
-__device__ __forceinline__ u32 tf32(float value) {
-    u32 bits;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(bits) : "f"(value));
-    return bits;
-}
-
-// d += a b over one m16n8k8 tile: a the 16 x 8 TF32 fragment, b the 8 x 8 one.
-__device__ __forceinline__ void mma_tf32(float (&d)[4], uint4 a, u32 b0, u32 b1) {
-    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
-}
-
 __device__ __forceinline__ uint4 lds4u(saddr address) {
     uint4 v;
     asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
@@ -253,9 +237,10 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
 #pragma unroll
                         for (u32 h = 0; h < 2; ++h) {
                             const float b = lds1(at + b_offset(s, h) + 4 * 8 * j);
-                            b_hi[c][j][h] = tf32(b);
                             if constexpr (K::PLANES == 2) {
-                                b_lo[c][j][h] = tf32(b - __uint_as_float(b_hi[c][j][h]));
+                                tf32_split(b, b_hi[c][j][h], b_lo[c][j][h]);
+                            } else {
+                                b_hi[c][j][h] = tf32(b);
                             }
                         }
                     }
@@ -278,10 +263,11 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
                         for (u32 c = 0; c < STEPS; ++c) {
                             if (in_chunk(c)) {
                                 if constexpr (K::PLANES == 2) {
-                                    mma_tf32(chunk, a_lo[c][i], b_hi[c][j][0], b_hi[c][j][1]);
-                                    mma_tf32(chunk, a_hi[c][i], b_lo[c][j][0], b_lo[c][j][1]);
+                                    mma_split(chunk, a_hi[c][i], a_lo[c][i], b_hi[c][j][0],
+                                              b_hi[c][j][1], b_lo[c][j][0], b_lo[c][j][1]);
+                                } else {
+                                    mma_tf32(chunk, a_hi[c][i], b_hi[c][j][0], b_hi[c][j][1]);
                                 }
-                                mma_tf32(chunk, a_hi[c][i], b_hi[c][j][0], b_hi[c][j][1]);
                             }
                         }
 #pragma unroll

@@ -133,6 +133,37 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
+// `value` rounded to TF32 (ties away from zero), as the bits mma takes: the low 13 bits
+// are zero, so the bits are also that value as a float.
+__device__ __forceinline__ u32 tf32(float value) {
+    u32 bits;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(bits) : "f"(value));
+    return bits;
+}
+
+// d += a b over one m16n8k8 tile: a the 16 x 8 TF32 fragment, b the 8 x 8 one.
+__device__ __forceinline__ void mma_tf32(float (&d)[4], uint4 a, u32 b0, u32 b1) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
+}
+
+// The TF32 value of `value` (`high`) and the TF32 value of its rounding residual (`low`,
+// exact in FP32): high + low carries about 22 significant bits.
+__device__ __forceinline__ void tf32_split(float value, u32& high, u32& low) {
+    high = tf32(value);
+    low = tf32(value - __uint_as_float(high));
+}
+
+// d += the three significant products of the 3xTF32 split, small ones first:
+// a_lo b_hi, a_hi b_lo, a_hi b_hi (a_lo b_lo is below FP32 resolution of the product).
+__device__ __forceinline__ void mma_split(float (&d)[4], uint4 a_hi, uint4 a_lo, u32 b_hi0,
+                                          u32 b_hi1, u32 b_lo0, u32 b_lo1) {
+    mma_tf32(d, a_lo, b_hi0, b_hi1);
+    mma_tf32(d, a_hi, b_lo0, b_lo1);
+    mma_tf32(d, a_hi, b_hi0, b_hi1);
+}
 #endif
 
 // The same read at a pointer, for code that keeps pointers rather than shared addresses
@@ -596,4 +627,5 @@ spk_segdense_embed_b32(const float* __restrict__ x, u64 x_len, const float* __re
 #include "segconv.cuh"
 #include "segconv_mma.cuh"
 #include "seglinear.cuh"
+#include "seggemm_mma.cuh"
 #include "classifier.cuh"

@@ -1,0 +1,405 @@
+// Tensor-core GEMMs of the segdense module (included by segdense.cu): the TF32 linears
+// (linear0_b1_tf32, linear1_b32_tf32, the Select entry linear0_b32_tf32) and the
+// split-K embeddings on FP32 weights (embed_b32_tf32, _tf32_k2, _tf32_e64, _x3).
+// sm80 tier only; the sm75 tier exports the same names as trapping stubs.
+//
+// y[m, n] = x[m, k] w[k, n]: x row-major, w row-major [k, n] (the linears' own layout;
+// the embedding's [n, k] weight packed to [k, n] at plan time). The products run on
+// mma.sync.m16n8k8 with FP32 accumulation; x rows are the fragment rows.
+//
+// Block tile BM x BN of output (x, y) = (rows, columns); split-K entries take slice z
+// of the reduction from blockIdx.z and write partial plane z, which the fixed-order
+// reduction kernels of segdense.cu add with the bias. The block's warps form KSPLIT
+// groups; in a group, warp (wr, wc) owns rows wr WM .. + WM and columns wc WN .. + WN.
+// A stage is KSPLIT k-steps of 8 (group g takes k-step g of every stage), STAGES deep in
+// a cp.async ring with one commit group per stage, empty or not.
+// Shared rows: x at KT + 4 floats, w at BN + 8, so each fragment read of a warp hits 32
+// distinct banks. x rows past m are zero-filled (copied from nowhere).
+//
+// Products (a = x, b = w): TF32 rounds both; HALF splits b into its TF32 value and
+// residual (2xTF32: only a's rounding remains, about 0.74x the TF32 error); SPLIT is
+// 3xTF32; SELECT is TF32 plus the 3xTF32 residuals of 16 selected k.
+// Order of each output: per group, the k-steps of its stages in order, each chained
+// into the accumulator (TF32; HALF: a b_lo, then a b_hi) or summed from zero in its own
+// fragment and then added in FP32 (SPLIT: a_lo b_hi, a_hi b_lo, a_hi b_hi); SELECT then
+// adds, per slot of 8 selected k, a_lo b_hi and a_hi b_lo in the accumulator; groups
+// 1.. KSPLIT-1 are added to group 0 in order; then + bias and LeakyReLU (linears) or the
+// partial store.
+//
+// Error bounds (u = 2^-24, s = the k-steps one accumulator chains, sum|terms| of the
+// output), checked by the GPU tests: TF32 (HALF and SELECT only lower the products'
+// part) (2^-10 + 2^-22 + 18 s u) sum|terms|, the chain counted twice for HALF; 3xTF32
+// (12 + 36 + s + 1) u sum|terms|; the k-split, bias, reduction and LeakyReLU add a
+// rounding each.
+//
+// Measured on the H200 (main kernel, CUDA graphs of 20 launches, medians): two k-steps
+// per group and stage over one, linear0_b1 3.80 / 4.20 us, linear1_b32 11.26 / 11.95,
+// Select 20.91 / 21.73, embed tf32 13.93 / 15.42, x3 10.28 / 12.55 (e64: 8.28 / 6.98,
+// so it keeps one). HALF for linear0_b1, 4.41 us against 3.80, for rel-L2 2.06e-4 against
+// 2.76e-4 (cuBLAS's TF32 path: equal to TF32's within 1e-4 of it, either side); HALF cost
+// linear1_b32 15.2 against 11.2 us and e64 8.2 against 7.0, more than their margin over
+// the library, so they keep TF32.
+
+namespace spk {
+namespace gemm {
+
+enum class Products { TF32, HALF, SPLIT, SELECT };
+enum class Out { LEAKY, PARTIAL };
+
+constexpr u32 SELECT_ROWS = 16;  // as the reference's SELECT_ROWS
+
+template <u32 M_, u32 N_, u32 K_, u32 BM_, u32 BN_, u32 WM_, u32 WN_, u32 KSPLIT_, u32 BKS_,
+          u32 STAGES_, Products PRODUCTS_, Out OUT_>
+struct Shape {
+    static constexpr u32 M = M_, N = N_, K = K_, BM = BM_, BN = BN_, WM = WM_, WN = WN_,
+                         KSPLIT = KSPLIT_, STAGES = STAGES_;
+    static constexpr u32 BKS = BKS_;  // k-steps of 8 per group and stage
+    static constexpr Products PRODUCTS = PRODUCTS_;
+    static constexpr Out OUT = OUT_;
+    static constexpr u32 MT = WM / 16, NT = WN / 8;
+    static constexpr u32 WARPS_N = BN / WN;
+    static constexpr u32 GROUP = BM / WM * WARPS_N * 32;  // threads per k-group
+    static constexpr u32 THREADS = GROUP * KSPLIT;
+    static constexpr u32 KT = 8 * BKS * KSPLIT;           // k per stage
+    static constexpr u32 STEPS = K / KT;                  // stages over the whole k
+    static constexpr u32 A_ROW = KT + 4, B_ROW = BN + 8;
+    static constexpr u32 A_STAGE = BM * A_ROW;
+    static constexpr u32 STAGE = A_STAGE + KT * B_ROW;
+    static constexpr u32 A_COPIES = BM * KT / 4, B_COPIES = KT * BN / 4;
+    static constexpr u32 RING = STAGES * STAGE;
+    static constexpr u32 RED = (KSPLIT - 1) * GROUP * MT * NT * 4;
+    static constexpr u32 SHARED = RING > RED ? RING : RED;  // floats, static
+    static constexpr u32 SELECT = PRODUCTS == Products::SELECT ? SELECT_ROWS : 0;
+    static constexpr u32 SLOTS = SELECT / 8 / KSPLIT;      // selected k-steps per group
+    static constexpr u32 GRID_X = (M + BM - 1) / BM, GRID_Y = N / BN;
+
+    static_assert(BM % WM == 0 && BN % WN == 0 && WM % 16 == 0 && WN % 8 == 0, "tiles");
+    static_assert(K % KT == 0 && N % BN == 0 && STAGES >= 2, "whole stages and tiles");
+    static_assert(A_ROW % 8 == 4, "conflict-free x fragments");
+    static_assert(B_ROW % 32 == 8 || B_ROW % 32 == 24, "conflict-free w fragments");
+    static_assert(SELECT % (8 * KSPLIT) == 0, "whole selected k-steps per group");
+    static_assert(SHARED * 4 <= 48 * 1024, "static shared memory");
+    static_assert(OUT == Out::LEAKY || (PRODUCTS != Products::SELECT && GRID_X == 1),
+                  "split-K tiles hold every row");
+};
+
+}  // namespace gemm
+}  // namespace spk
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+
+namespace spk {
+namespace gemm {
+
+// One tile of mma fragments per thread: a 16 x 8 x-fragment from shared row `row` of
+// the stage (rows g and g + 8, columns t and t + 4) rounded, or split, for the mma.
+template <class G>
+__device__ __forceinline__ void a_fragment(saddr at, uint4& hi, uint4& lo) {
+    const float v[4] = {lds1(at), lds1(at + 4 * 8 * G::A_ROW), lds1(at + 4 * 4),
+                        lds1(at + 4 * (8 * G::A_ROW + 4))};
+    u32 h[4], l[4];
+#pragma unroll
+    for (u32 e = 0; e < 4; ++e) {
+        if constexpr (G::PRODUCTS == Products::SPLIT) {
+            tf32_split(v[e], h[e], l[e]);
+        } else {
+            h[e] = tf32(v[e]);
+            l[e] = 0;
+        }
+    }
+    hi = make_uint4(h[0], h[1], h[2], h[3]);
+    lo = make_uint4(l[0], l[1], l[2], l[3]);
+}
+
+template <class G>
+__device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
+                                    const float* __restrict__ w, u64 w_len,
+                                    const float* __restrict__ bias, u64 bias_len,
+                                    float* __restrict__ y, u64 y_len) {
+    constexpr bool SPLIT_K = G::OUT == Out::PARTIAL;
+    const u32 splits = SPLIT_K ? gridDim.z : 1;
+    const u64 outputs = u64(G::M) * G::N;
+    if (x_len != u64(G::M) * G::K | w_len != u64(G::K) * G::N + G::SELECT |
+        bias_len != G::N | y_len != splits * outputs | splits < 1 |
+        splits > EMBED_MAX_SPLITS | !aligned16(x) | !aligned16(w) | !aligned16(y) |
+        !launch_is(G::GRID_X, G::GRID_Y, splits, G::THREADS)) {
+        return;
+    }
+    __shared__ __align__(16) float smem[G::SHARED];
+    const saddr base = shared_address(smem);
+
+    const u32 t = threadIdx.x;
+    const u32 lane = t % 32;
+    const u32 group = t / G::GROUP;
+    const u32 warp = t % G::GROUP / 32;
+    const u32 wr = warp / G::WARPS_N;
+    const u32 wc = warp % G::WARPS_N;
+    const u32 g = lane / 4;
+    const u32 q = lane % 4;
+    const u32 row0 = blockIdx.x * G::BM;
+    const u32 col0 = blockIdx.y * G::BN;
+    const u32 z = SPLIT_K ? blockIdx.z : 0;
+    // slice z: stages [z STEPS / splits, (z + 1) STEPS / splits)
+    const u32 first = z * G::STEPS / splits;
+    const u32 stages = (z + 1) * G::STEPS / splits - first;
+    const u32 k0 = first * G::KT;
+
+    // the bias is read now, its latency hidden behind the main loop
+    float2 bias2[G::NT];
+    if constexpr (!SPLIT_K) {
+#pragma unroll
+        for (u32 j = 0; j < G::NT; ++j) {
+            const u32 col = col0 + wc * G::WN + j * 8 + 2 * q;
+            bias2[j] = make_float2(__ldg(bias + col), __ldg(bias + col + 1));
+        }
+    }
+
+    auto issue = [&](u32 stage) {
+        const saddr at = base + 4 * (stage % G::STAGES) * G::STAGE;
+        const u32 k = k0 + stage * G::KT;
+#pragma unroll
+        for (u32 i = 0; i < (G::A_COPIES + G::THREADS - 1) / G::THREADS; ++i) {
+            const u32 copy = t + i * G::THREADS;
+            if (G::A_COPIES % G::THREADS == 0 || copy < G::A_COPIES) {
+                const u32 r = copy / (G::KT / 4);
+                const u32 v = copy % (G::KT / 4);
+                const bool real = row0 + r < G::M;
+                cp_async16_fill(at + 4 * (r * G::A_ROW + 4 * v),
+                                x + (real ? u64(row0 + r) * G::K + k + 4 * v : 0),
+                                real ? 16 : 0);
+            }
+        }
+#pragma unroll
+        for (u32 i = 0; i < (G::B_COPIES + G::THREADS - 1) / G::THREADS; ++i) {
+            const u32 copy = t + i * G::THREADS;
+            if (G::B_COPIES % G::THREADS == 0 || copy < G::B_COPIES) {
+                const u32 r = copy / (G::BN / 4);
+                const u32 v = copy % (G::BN / 4);
+                cp_async16_fill(at + 4 * (G::A_STAGE + r * G::B_ROW + 4 * v),
+                                w + u64(k + r) * G::N + col0 + 4 * v, 16);
+            }
+        }
+    };
+
+#pragma unroll
+    for (u32 s = 0; s < G::STAGES - 1; ++s) {
+        if (s < stages) {
+            issue(s);
+        }
+        cp_async_commit();
+    }
+
+    float acc[G::MT][G::NT][4];
+#pragma unroll
+    for (u32 i = 0; i < G::MT; ++i) {
+#pragma unroll
+        for (u32 j = 0; j < G::NT; ++j) {
+            acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+        }
+    }
+    // group g takes the stage's k-steps g BKS .. g BKS + BKS - 1
+    const u32 a_at = 4 * ((wr * G::WM + g) * G::A_ROW + group * 8 * G::BKS + q);
+    const u32 b_at = 4 * (G::A_STAGE + (group * 8 * G::BKS + q) * G::B_ROW + wc * G::WN + g);
+
+#pragma unroll 1
+    for (u32 stage = 0; stage < stages; ++stage) {
+        cp_async_wait<G::STAGES - 2>();
+        __syncthreads();
+        if (stage + G::STAGES - 1 < stages) {
+            issue(stage + G::STAGES - 1);
+        }
+        cp_async_commit();
+
+        const saddr stage_at = base + 4 * (stage % G::STAGES) * G::STAGE;
+#pragma unroll
+        for (u32 kk = 0; kk < G::BKS; ++kk) {
+            const saddr at = stage_at + 4 * 8 * kk;  // x columns 8 kk ..
+            uint4 a_hi[G::MT], a_lo[G::MT];
+#pragma unroll
+            for (u32 i = 0; i < G::MT; ++i) {
+                a_fragment<G>(at + a_at + 4 * i * 16 * G::A_ROW, a_hi[i], a_lo[i]);
+            }
+#pragma unroll
+            for (u32 j = 0; j < G::NT; ++j) {
+                const saddr b = stage_at + b_at + 4 * (8 * kk * G::B_ROW + j * 8);
+                const float b0 = lds1(b), b1 = lds1(b + 4 * 4 * G::B_ROW);
+                if constexpr (G::PRODUCTS == Products::SPLIT) {
+                    u32 h0, h1, l0, l1;
+                    tf32_split(b0, h0, l0);
+                    tf32_split(b1, h1, l1);
+#pragma unroll
+                    for (u32 i = 0; i < G::MT; ++i) {
+                        float chunk[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                        mma_split(chunk, a_hi[i], a_lo[i], h0, h1, l0, l1);
+#pragma unroll
+                        for (u32 e = 0; e < 4; ++e) {
+                            acc[i][j][e] += chunk[e];
+                        }
+                    }
+                } else if constexpr (G::PRODUCTS == Products::HALF) {
+                    u32 h0, h1, l0, l1;
+                    tf32_split(b0, h0, l0);
+                    tf32_split(b1, h1, l1);
+#pragma unroll
+                    for (u32 i = 0; i < G::MT; ++i) {
+                        mma_tf32(acc[i][j], a_hi[i], l0, l1);
+                        mma_tf32(acc[i][j], a_hi[i], h0, h1);
+                    }
+                } else {
+                    const u32 h0 = tf32(b0), h1 = tf32(b1);
+#pragma unroll
+                    for (u32 i = 0; i < G::MT; ++i) {
+                        mma_tf32(acc[i][j], a_hi[i], h0, h1);
+                    }
+                }
+            }
+        }
+    }
+
+    // Select: the residual products of the selected k, read from global memory once the
+    // main loop's registers are free. Slot s of group g holds the k listed at
+    // 8 (g SLOTS + s) + {q, q + 4}; an index past k reads k - 1 (a corrupt list only
+    // miscomputes).
+    if constexpr (G::SLOTS > 0) {
+#pragma unroll
+        for (u32 s = 0; s < G::SLOTS; ++s) {
+            const u32* listed = reinterpret_cast<const u32*>(w + u64(G::K) * G::N);
+            const u32 slot = group * G::SLOTS + s;
+            const u32 k_lo = min(__ldg(listed + 8 * slot + q), G::K - 1);
+            const u32 k_hi = min(__ldg(listed + 8 * slot + q + 4), G::K - 1);
+            uint4 x_hi[G::MT], x_lo[G::MT];
+#pragma unroll
+            for (u32 i = 0; i < G::MT; ++i) {
+                const u32 r = row0 + wr * G::WM + i * 16 + g;
+                const float v[4] = {
+                    r < G::M ? __ldg(x + u64(r) * G::K + k_lo) : 0.0f,
+                    r + 8 < G::M ? __ldg(x + u64(r + 8) * G::K + k_lo) : 0.0f,
+                    r < G::M ? __ldg(x + u64(r) * G::K + k_hi) : 0.0f,
+                    r + 8 < G::M ? __ldg(x + u64(r + 8) * G::K + k_hi) : 0.0f,
+                };
+                u32 h[4], l[4];
+#pragma unroll
+                for (u32 e = 0; e < 4; ++e) {
+                    tf32_split(v[e], h[e], l[e]);
+                }
+                x_hi[i] = make_uint4(h[0], h[1], h[2], h[3]);
+                x_lo[i] = make_uint4(l[0], l[1], l[2], l[3]);
+            }
+#pragma unroll
+            for (u32 j = 0; j < G::NT; ++j) {
+                const u32 col = col0 + wc * G::WN + j * 8 + g;
+                u32 h0, h1, l0, l1;
+                tf32_split(__ldg(w + k_lo * G::N + col), h0, l0);
+                tf32_split(__ldg(w + k_hi * G::N + col), h1, l1);
+#pragma unroll
+                for (u32 i = 0; i < G::MT; ++i) {
+                    mma_tf32(acc[i][j], x_lo[i], h0, h1);
+                    mma_tf32(acc[i][j], x_hi[i], l0, l1);
+                }
+            }
+        }
+    }
+
+    if constexpr (G::KSPLIT > 1) {
+        // groups 1.. leave their sums in shared memory, group 0 adds them in order
+        cp_async_wait<0>();
+        __syncthreads();
+        const saddr mine = base + 4 * ((group - 1) * G::GROUP + t % G::GROUP) * 4;
+        constexpr u32 PITCH = 4 * G::GROUP * 4;  // bytes between a thread's float4s
+        if (group > 0) {
+#pragma unroll
+            for (u32 i = 0; i < G::MT; ++i) {
+#pragma unroll
+                for (u32 j = 0; j < G::NT; ++j) {
+                    const float* a = acc[i][j];
+                    const saddr to = mine + (i * G::NT + j) * (G::KSPLIT - 1) * PITCH;
+                    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(to),
+                                 "f"(a[0]), "f"(a[1]), "f"(a[2]), "f"(a[3])
+                                 : "memory");
+                }
+            }
+        }
+        __syncthreads();
+        if (group > 0) {
+            return;
+        }
+#pragma unroll
+        for (u32 other = 1; other < G::KSPLIT; ++other) {
+            const saddr from = base + 4 * ((other - 1) * G::GROUP + t) * 4;
+#pragma unroll
+            for (u32 i = 0; i < G::MT; ++i) {
+#pragma unroll
+                for (u32 j = 0; j < G::NT; ++j) {
+                    const float4 v = lds4(from + (i * G::NT + j) * (G::KSPLIT - 1) * PITCH);
+                    acc[i][j][0] += v.x;
+                    acc[i][j][1] += v.y;
+                    acc[i][j][2] += v.z;
+                    acc[i][j][3] += v.w;
+                }
+            }
+        }
+    }
+
+    // c0, c1: row g, columns 2 q, 2 q + 1 of the fragment; c2, c3: row g + 8
+    float* const out = y + z * outputs;
+#pragma unroll
+    for (u32 i = 0; i < G::MT; ++i) {
+#pragma unroll
+        for (u32 j = 0; j < G::NT; ++j) {
+            const u32 col = col0 + wc * G::WN + j * 8 + 2 * q;
+#pragma unroll
+            for (u32 half = 0; half < 2; ++half) {
+                const u32 r = row0 + wr * G::WM + i * 16 + g + 8 * half;
+                float2 v = make_float2(acc[i][j][2 * half], acc[i][j][2 * half + 1]);
+                if constexpr (!SPLIT_K) {
+                    v = make_float2(lin::leaky(v.x + bias2[j].x), lin::leaky(v.y + bias2[j].y));
+                }
+                if (r < G::M) {
+                    *reinterpret_cast<float2*>(out + u64(r) * G::N + col) = v;
+                }
+            }
+        }
+    }
+}
+
+}  // namespace gemm
+}  // namespace spk
+
+#define SPK_GEMM_BODY(SHAPE) spk::gemm::run<SHAPE>(x, x_len, w, w_len, bias, bias_len, y, y_len)
+#else
+#define SPK_GEMM_BODY(SHAPE) SPK_TIER_STUB()
+#endif
+
+namespace spk {
+namespace gemm {
+using P = Products;
+//                  M      N    K     BM  BN   WM  WN KSPLIT BKS STAGES
+using Linear0B1 = Shape<589, 128, 256, 32, 32, 16, 32, 2, 2, 3, P::HALF, Out::LEAKY>;
+using Linear0B32 = Shape<18848, 128, 256, 64, 128, 32, 64, 1, 2, 3, P::SELECT, Out::LEAKY>;
+using Linear1B32 = Shape<18848, 128, 128, 64, 128, 32, 64, 1, 2, 3, P::TF32, Out::LEAKY>;
+using EmbedTf32 = Shape<96, 256, 5120, 96, 128, 32, 64, 1, 2, 2, P::TF32, Out::PARTIAL>;
+using EmbedTf32K2 = Shape<96, 256, 5120, 96, 128, 32, 64, 2, 1, 3, P::TF32, Out::PARTIAL>;
+using EmbedTf32E64 = Shape<96, 256, 5120, 96, 64, 32, 64, 2, 1, 3, P::TF32, Out::PARTIAL>;
+using EmbedX3 = Shape<96, 256, 5120, 96, 64, 32, 32, 1, 2, 3, P::SPLIT, Out::PARTIAL>;
+}  // namespace gemm
+}  // namespace spk
+
+#define SPK_GEMM_ENTRY(NAME, SHAPE, MIN_BLOCKS)                                           \
+    extern "C" __global__ void __launch_bounds__(SHAPE::THREADS, MIN_BLOCKS) NAME(         \
+        const float* __restrict__ x, u64 x_len, const float* __restrict__ w, u64 w_len,   \
+        const float* __restrict__ bias, u64 bias_len, float* __restrict__ y, u64 y_len) { \
+        SPK_GEMM_BODY(SHAPE);                                                              \
+    }
+
+SPK_GEMM_ENTRY(spk_segdense_linear0_b1_tf32, spk::gemm::Linear0B1, 1)
+// batch 32: 295 blocks, all resident at three per SM
+SPK_GEMM_ENTRY(spk_segdense_linear0_b32_tf32, spk::gemm::Linear0B32, 3)
+SPK_GEMM_ENTRY(spk_segdense_linear1_b32_tf32, spk::gemm::Linear1B32, 3)
+// split-K: the rule sizes the slices for two resident blocks per SM (k2: one)
+SPK_GEMM_ENTRY(spk_segdense_embed_b32_tf32, spk::gemm::EmbedTf32, 2)
+SPK_GEMM_ENTRY(spk_segdense_embed_b32_tf32_k2, spk::gemm::EmbedTf32K2, 1)
+SPK_GEMM_ENTRY(spk_segdense_embed_b32_tf32_e64, spk::gemm::EmbedTf32E64, 2)
+SPK_GEMM_ENTRY(spk_segdense_embed_b32_x3, spk::gemm::EmbedX3, 2)
+
+#undef SPK_GEMM_ENTRY
+#undef SPK_GEMM_BODY
