@@ -181,12 +181,15 @@ def test_graph_replay_is_bit_identical(runtime, kernels, entry: Entry) -> None:
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=_id)
 def test_no_less_exact_than_the_library(runtime, kernels, torch, entry: Entry) -> None:
-    """3xTF32 entries against the library in FP32 math: at most its error. TF32 entries
-    against the library in TF32 math, the same product type (both round each operand to
-    TF32; the convolutions' max-abs errors equal cuDNN's to all digits): the two rel-L2
-    differ only by summation order, measured on the H200 over seeds 0..3 for the
-    convolutions between -2.8e-5 and +6.6e-6 of their value, so a TF32 entry may exceed
-    the library's by 1e-5 of it and no more."""
+    """3xTF32 entries against the library in FP32 math, and Select and the split-weight
+    LINEAR0_B1_TF32 against it in TF32 math: at most its error. The other TF32 entries
+    share the library's product type (each operand rounded to TF32; the convolutions'
+    max-abs errors equal cuDNN's to all digits), so their rel-L2 differ from the
+    library's only by how the rounding errors of N outputs happen to sum: measured on
+    the H200 within 3e-5 (convolutions, N = 1e7), 7e-5 (linear0 at batch 1, N = 7.5e4)
+    and 2.4e-4 (embedding, N = 2.5e4) of it, either side, about 0.05 / sqrt(N). Such an
+    entry may exceed the library's error by 0.2 / sqrt(N) of it, four times that spread;
+    truncating instead of rounding an operand would exceed it by about 40%."""
     batch = entry.batch()
     ops = operands(entry.site(), batch, seed=36)
     exact, _ = truth(entry.site(), batch, ops)
@@ -194,7 +197,11 @@ def test_no_less_exact_than_the_library(runtime, kernels, torch, entry: Entry) -
     ours = relative_l2(run_eager(runtime, oxide, ops["x"]), exact)
     oxide.close()
     theirs = relative_l2(library(torch, entry.site(), ops, _math(entry)), exact)
-    allowed = theirs if entry.products() is Products.FP32 else theirs * (1 + 1e-5)
+    strict = entry.products() is Products.FP32 or entry in (
+        Entry.LINEAR0_B32_SELECT,
+        Entry.LINEAR0_B1_TF32,
+    )
+    allowed = theirs if strict else theirs * (1 + 0.2 / np.sqrt(exact.size))
     assert ours <= allowed, f"rel-L2 {ours:.7e} against the library's {theirs:.7e}"
 
 
