@@ -115,12 +115,6 @@ __device__ __forceinline__ void sts2(saddr address, float a, float b) {
     asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(address), "f"(a), "f"(b) : "memory");
 }
 
-__device__ __forceinline__ u32 dynamic_shared_bytes() {
-    u32 bytes;
-    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes));
-    return bytes;
-}
-
 template <class K>
 __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
                                     const float* __restrict__ w, u64 w_len,

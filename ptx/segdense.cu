@@ -55,6 +55,10 @@ __device__ __forceinline__ void store4(float* pointer, float4 value) {
     *reinterpret_cast<float4*>(pointer) = value;
 }
 
+__device__ __forceinline__ void store2(float* pointer, float2 value) {
+    *reinterpret_cast<float2*>(pointer) = value;
+}
+
 // Shared-memory operand reads go through one PTX load each, at 32-bit shared addresses
 // computed once. Left to itself, nvcc 13 may split float4 reads in unrolled loops into
 // overlapping partial loads marked with a `used_bytes_mask` pragma, which needs PTX ISA
@@ -147,6 +151,29 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], uint4 a, u32 b0, u32 b1)
         "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
+}
+
+// Bytes of dynamic shared memory this launch provides: a kernel that needs more than 48
+// KiB checks it, since a launch with less would overrun its tiles.
+__device__ __forceinline__ u32 dynamic_shared_bytes() {
+    u32 bytes;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes));
+    return bytes;
+}
+
+// d += a b over one m16n8k16 tile of FP16 pairs (low half first), FP32 accumulation.
+__device__ __forceinline__ void mma_f16(float (&d)[4], uint4 a, u32 b0, u32 b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
+}
+
+// (low, high) rounded to FP16, ties to even, as one pair word with `low` in bits 0..15.
+__device__ __forceinline__ u32 f16_pair(float low, float high) {
+    u32 bits;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(bits) : "f"(high), "f"(low));
+    return bits;
 }
 
 // The TF32 value of `value` (`high`) and the TF32 value of its rounding residual (`low`,

@@ -116,7 +116,9 @@ def error_bound(entry: Entry, exact: np.ndarray, scale: np.ndarray) -> np.ndarra
     return logit
 
 
-def tensor_bound(entry: Entry, exact: np.ndarray, scale: np.ndarray) -> np.ndarray:
+def tensor_bound(
+    entry: Entry, exact: np.ndarray, scale: np.ndarray, ops: dict[str, np.ndarray]
+) -> np.ndarray:
     """Per-output error a tensor-core entry may show against float64, from the bounds
     stated in ptx/segconv_mma.cuh and ptx/seggemm_mma.cuh (u = 2^-24; no accumulator
     chains more than s = ceil(k / 8) k-steps of the mma):
@@ -125,19 +127,26 @@ def tensor_bound(entry: Entry, exact: np.ndarray, scale: np.ndarray) -> np.ndarr
     (2^-11 + 2^-11 + 2^-22) |a b|, and each of the s chained mma truncates at most
     9 * 2^-23 of the magnitudes it adds, so (2^-10 + 2^-22 + 18 s u) sum|terms|; the
     Select rows, recomputed in 3xTF32, only lower it, and so does LINEAR0_B1_TF32's
-    split weight (2^-11 + 2^-22 + 36 s u, less while s < 455). 3xTF32: the dropped a_lo b_lo and
-    split residuals cost 12 u |a b| per term, the three mma of a k-step at most 36 u of
-    its terms, and the s FP32 additions s u, so (12 + 36 + s + 1) u sum|terms|. Both
-    then take one rounding per added k-split group, split-K plane (at most 128) and the
-    bias; LeakyReLU is 1-Lipschitz and rounds once more. Worst cases; the slack 1.01
-    covers the second-order terms dropped in deriving them."""
+    split weight (2^-11 + 2^-22 + 36 s u, less while s < 455). Scaled FP16 products round
+    each operand to 11 significant bits too, and below FP16's normal range by an absolute
+    2^-25 of the scaled value: 2^-38 (max|x_r| sum|w_c| + max|w_c| sum|x_r|) more.
+    3xTF32: the dropped a_lo b_lo and split residuals cost 12 u |a b| per term, the
+    three mma of a k-step at most 36 u of its terms, and the s FP32 additions s u, so
+    (12 + 36 + s + 1) u sum|terms|. All then take one rounding per added k-split group,
+    split-K plane (at most 128) and the bias; LeakyReLU is 1-Lipschitz and rounds once
+    more. Worst cases; the slack 1.01 covers the second-order terms dropped in deriving
+    them."""
     steps = -(-entry.site().dimensions()[2] // 8)
-    if entry.products() is Products.TF32:
-        factor = 2.0**-10 + 2.0**-22 + 18 * steps * UNIT
-    else:
+    if entry.products() is Products.FP32:
         factor = (12 + 36 + steps + 1) * UNIT
+    else:
+        factor = 2.0**-10 + 2.0**-22 + 18 * steps * UNIT
     factor += (EMBED_MAX_SPLITS + 4) * UNIT
     bound = 1.01 * factor * scale
+    if entry.products() is Products.FP16:
+        x, w = np.abs(ops["x"].astype(np.float64)), np.abs(ops["w"].astype(np.float64))
+        floor = np.outer(x.max(axis=1), w.sum(axis=1)) + np.outer(x.sum(axis=1), w.max(axis=1))
+        bound = bound + 2.0**-38 * floor.reshape(-1)
     if entry.site() in (Site.LINEAR0, Site.LINEAR1):
         bound = bound + UNIT * np.abs(exact)
     return bound

@@ -45,7 +45,7 @@ FLT_MAX = float(np.finfo(np.float32).max)
 
 
 def _math(entry: Entry) -> CudaMath:
-    return CudaMath.TF32 if entry.products() is Products.TF32 else CudaMath.FP32
+    return CudaMath.FP32 if entry.products() is Products.FP32 else CudaMath.TF32
 
 
 def _id(entry: Entry) -> str:
@@ -62,7 +62,7 @@ def _check(entry: Entry, ops: dict[str, np.ndarray], y: np.ndarray) -> None:
     exact, scale = truth(entry.site(), entry.batch(), ops)
     assert np.all(np.isfinite(y))
     error = np.abs(y.astype(np.float64) - exact)
-    allowed = tensor_bound(entry, exact, scale)
+    allowed = tensor_bound(entry, exact, scale, ops)
     worst = int(np.argmax(error / allowed))
     assert error[worst] <= allowed[worst], (
         f"output {worst}: error {error[worst]:.3e} over bound {allowed[worst]:.3e}"
@@ -123,7 +123,7 @@ def test_batch_items_match_their_own_references(runtime, kernels, entry: Entry) 
             one = {**ops, "x": ops["x"][item * rows : (item + 1) * rows]}
         exact, scale = truth(site, 1, one)
         error = np.abs(y[item].astype(np.float64) - exact)
-        assert np.all(error <= tensor_bound(entry, exact, scale)), f"item {item}"
+        assert np.all(error <= tensor_bound(entry, exact, scale, one)), f"item {item}"
 
 
 def _exact_float32(entry: Entry, ops: dict[str, np.ndarray]) -> np.ndarray:
@@ -340,8 +340,8 @@ _SANITIZED_RUN = textwrap.dedent(
         kernels = runtime.load_kernels(KernelModule.SEGDENSE)
         for name in sys.argv[1:]:
             entry = Entry[name]
-            tf32 = entry.products() is Products.TF32
-            math = CudaMath.TF32 if tf32 else CudaMath.FP32
+            fp32 = entry.products() is Products.FP32
+            math = CudaMath.FP32 if fp32 else CudaMath.TF32
             ops = operands(entry.site(), entry.batch(), seed=38)
             oxide = plan(runtime, kernels, entry, math, ops)  # packs run here
             run_eager(runtime, oxide, ops["x"])
