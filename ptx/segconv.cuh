@@ -405,11 +405,8 @@ using Conv2B32 = Shape<60, 1773, 32, 128, 1, 2, 72, false>;
 }  // namespace spk
 
 #define SPK_CONV_ENTRY(NAME, SHAPE, MIN_BLOCKS)                                           \
-    extern "C" __global__ void __launch_bounds__(SHAPE::THREADS, MIN_BLOCKS)              \
-        NAME(const float* __restrict__ x, u64 x_len, const float* __restrict__ w,          \
-             u64 w_len, float* __restrict__ y, u64 y_len) {                               \
-        spk::conv::run<SHAPE>(x, x_len, w, w_len, y, y_len);                               \
-    }
+    SPK_CONV_KERNEL(NAME, SHAPE::THREADS, MIN_BLOCKS,                                      \
+                    spk::conv::run<SHAPE>(x, x_len, w, w_len, y, y_len))
 
 // conv1 batch 1: grid 84 x 256 threads; four groups of two warps, 20 ci each.
 SPK_CONV_ENTRY(spk_segdense_conv1_b1, spk::conv::Conv1B1, 1)

@@ -102,19 +102,6 @@ struct Shape {
 namespace spk {
 namespace tconv {
 
-__device__ __forceinline__ uint4 lds4u(saddr address) {
-    uint4 v;
-    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "r"(address)
-                 : "memory");
-    return v;
-}
-
-__device__ __forceinline__ void sts2(saddr address, float a, float b) {
-    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(address), "f"(a), "f"(b) : "memory");
-}
-
 template <class K>
 __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
                                     const float* __restrict__ w, u64 w_len,
@@ -221,9 +208,9 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
 #pragma unroll
                     for (u32 i = 0; i < K::M_TILES; ++i) {
                         const saddr a_at = at + a_offset + 4 * (s * STEP_FLOATS + i * 32 * 4);
-                        a_hi[c][i] = lds4u(a_at);
+                        a_hi[c][i] = bits4(lds4(a_at));
                         if constexpr (K::PLANES == 2) {
-                            a_lo[c][i] = lds4u(a_at + 4 * W_STAGE);
+                            a_lo[c][i] = bits4(lds4(a_at + 4 * W_STAGE));
                         }
                     }
 #pragma unroll
@@ -378,11 +365,7 @@ using Conv2X3 = Shape<60, 64, 1773, 2, 256, 2, 1>;
 }  // namespace spk
 
 #define SPK_TCONV_ENTRY(NAME, SHAPE, MIN_BLOCKS)                                          \
-    extern "C" __global__ void __launch_bounds__(SHAPE::THREADS, MIN_BLOCKS)              \
-        NAME(const float* __restrict__ x, u64 x_len, const float* __restrict__ w,          \
-             u64 w_len, float* __restrict__ y, u64 y_len) {                               \
-        SPK_TCONV_BODY(SHAPE);                                                             \
-    }
+    SPK_CONV_KERNEL(NAME, SHAPE::THREADS, MIN_BLOCKS, SPK_TCONV_BODY(SHAPE))
 
 // tc: 128 registers, four blocks per SM; x3: 240 registers, one block per SM
 SPK_TCONV_ENTRY(spk_segdense_conv1_b32_tc, spk::tconv::Conv1Tc, 4)

@@ -17,6 +17,21 @@
 //
 // Layout: shared helpers first, then one section per kernel family.
 
+// An entry of the convolution signature (x, w, y) and one of the dense signature
+// (x, w, bias, y), each buffer a pointer and its length; BODY is a statement over them.
+#define SPK_CONV_KERNEL(NAME, THREADS, MIN_BLOCKS, BODY)                                  \
+    extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)                     \
+        NAME(const float* __restrict__ x, u64 x_len, const float* __restrict__ w,          \
+             u64 w_len, float* __restrict__ y, u64 y_len) {                               \
+        BODY;                                                                              \
+    }
+#define SPK_DENSE_KERNEL(NAME, THREADS, MIN_BLOCKS, BODY)                                 \
+    extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) NAME(                \
+        const float* __restrict__ x, u64 x_len, const float* __restrict__ w, u64 w_len,   \
+        const float* __restrict__ bias, u64 bias_len, float* __restrict__ y, u64 y_len) { \
+        BODY;                                                                              \
+    }
+
 // ---------------------------------------------------------------------------------------
 // Shared helpers
 // ---------------------------------------------------------------------------------------
@@ -192,6 +207,23 @@ __device__ __forceinline__ void mma_split(float (&d)[4], uint4 a_hi, uint4 a_lo,
     mma_tf32(d, a_hi, b_hi0, b_hi1);
 }
 #endif
+
+#ifdef __CUDA_ARCH__
+__device__ __forceinline__ void sts4(saddr address, float4 v) {
+    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(address), "f"(v.x), "f"(v.y),
+                 "f"(v.z), "f"(v.w)
+                 : "memory");
+}
+__device__ __forceinline__ void sts2(saddr address, float a, float b) {
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(address), "f"(a), "f"(b) : "memory");
+}
+#endif
+
+// The bits of four floats, as mma fragment registers take them
+__device__ __forceinline__ uint4 bits4(float4 v) {
+    return make_uint4(__float_as_uint(v.x), __float_as_uint(v.y), __float_as_uint(v.z),
+                      __float_as_uint(v.w));
+}
 
 // The same read at a pointer, for code that keeps pointers rather than shared addresses
 __device__ __forceinline__ float4 lds4(const float* pointer) {

@@ -313,10 +313,8 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
 #pragma unroll
                 for (u32 j = 0; j < G::NT; ++j) {
                     const float* a = acc[i][j];
-                    const saddr to = mine + (i * G::NT + j) * (G::KSPLIT - 1) * PITCH;
-                    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(to),
-                                 "f"(a[0]), "f"(a[1]), "f"(a[2]), "f"(a[3])
-                                 : "memory");
+                    sts4(mine + (i * G::NT + j) * (G::KSPLIT - 1) * PITCH,
+                         make_float4(a[0], a[1], a[2], a[3]));
                 }
             }
         }
@@ -386,11 +384,7 @@ using EmbedX3 = Shape<96, 256, 5120, 96, 64, 32, 32, 1, 2, 3, P::SPLIT, Out::PAR
 }  // namespace spk
 
 #define SPK_GEMM_ENTRY(NAME, SHAPE, MIN_BLOCKS)                                           \
-    extern "C" __global__ void __launch_bounds__(SHAPE::THREADS, MIN_BLOCKS) NAME(         \
-        const float* __restrict__ x, u64 x_len, const float* __restrict__ w, u64 w_len,   \
-        const float* __restrict__ bias, u64 bias_len, float* __restrict__ y, u64 y_len) { \
-        SPK_GEMM_BODY(SHAPE);                                                              \
-    }
+    SPK_DENSE_KERNEL(NAME, SHAPE::THREADS, MIN_BLOCKS, SPK_GEMM_BODY(SHAPE))
 
 SPK_GEMM_ENTRY(spk_segdense_linear0_b1_tf32, spk::gemm::Linear0B1, 1)
 // batch 32: 295 blocks, all resident at three per SM
@@ -534,9 +528,7 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
             if (quad < units * UNIT / 4) {
                 const u32 low = f16_pair(v[j].x * scale, v[j].y * scale);
                 const u32 high = f16_pair(v[j].z * scale, v[j].w * scale);
-                asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(to + 4 * 2 * quad),
-                             "r"(low), "r"(high)
-                             : "memory");
+                sts2(to + 4 * 2 * quad, __uint_as_float(low), __uint_as_float(high));
             }
         }
         if (part == 0) {
@@ -600,10 +592,7 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
 #pragma unroll
             for (u32 j = 0; j < 8; ++j) {
                 const float* v = acc[i][j];
-                asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(
-                                 red + 16 * GROUP * (i * 8 + j)),
-                             "f"(v[0]), "f"(v[1]), "f"(v[2]), "f"(v[3])
-                             : "memory");
+                sts4(red + 16 * GROUP * (i * 8 + j), make_float4(v[0], v[1], v[2], v[3]));
             }
         }
     }
@@ -641,11 +630,6 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
 #define SPK_HALF_BODY() SPK_TIER_STUB()
 #endif
 
-extern "C" __global__ void __launch_bounds__(spk::half::THREADS, 1)
-spk_segdense_embed_b32_f16(const float* __restrict__ x, u64 x_len, const float* __restrict__ w,
-                           u64 w_len, const float* __restrict__ bias, u64 bias_len,
-                           float* __restrict__ y, u64 y_len) {
-    SPK_HALF_BODY();
-}
+SPK_DENSE_KERNEL(spk_segdense_embed_b32_f16, spk::half::THREADS, 1, SPK_HALF_BODY())
 
 #undef SPK_HALF_BODY

@@ -947,11 +947,8 @@ __device__ __forceinline__ void linear1_b1(const float* __restrict__ x, u64 x_le
 
 // Entries: every one checks its lengths, alignment and launch shape before writing.
 #define SPK_LINEAR_ENTRY(NAME, BODY, MIN_BLOCKS)                                          \
-    extern "C" __global__ void __launch_bounds__(spk::lin::THREADS, MIN_BLOCKS) NAME(     \
-        const float* __restrict__ x, u64 x_len, const float* __restrict__ w, u64 w_len,   \
-        const float* __restrict__ bias, u64 bias_len, float* __restrict__ y, u64 y_len) { \
-        BODY(x, x_len, w, w_len, bias, bias_len, y, y_len);                                \
-    }
+    SPK_DENSE_KERNEL(NAME, spk::lin::THREADS, MIN_BLOCKS,                                  \
+                     BODY(x, x_len, w, w_len, bias, bias_len, y, y_len))
 
 // batch 1: at most two blocks per SM ever, registers are free
 SPK_LINEAR_ENTRY(spk_segdense_linear0_b1, spk::lin::gemm_b1<256>, 1)
