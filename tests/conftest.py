@@ -13,9 +13,9 @@ import pytest
 def gpu_absent_reason() -> str | None:
     """None when device 0 answers through the driver, else why not."""
     try:
-        from pyspk.cuda import driver
+        from pyspk.cuda.device import DeviceAttributes
 
-        driver.device_attributes(0)
+        DeviceAttributes.query(0)
     except Exception as error:  # any failure to reach a device means: no GPU here
         return f"no CUDA device: {error}"
     return None

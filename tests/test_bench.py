@@ -254,7 +254,7 @@ def test_accuracy_ok() -> None:
 
 def test_errors() -> None:
     exact = np.array([3.0, 4.0])
-    max_abs, rel = bench.boundary.errors(np.array([3.0, 4.5], np.float32), exact)
+    max_abs, rel = bench.testing.errors(np.array([3.0, 4.5], np.float32), exact)
     assert max_abs == pytest.approx(0.5)
     assert rel == pytest.approx(0.5 / 5.0)
 

@@ -366,7 +366,7 @@ def test_missing_binding_is_no_driver_error(monkeypatch: pytest.MonkeyPatch) -> 
     with pytest.raises(NoDriverError, match=r"pip install cuda-bindings"):
         driver.api()
     with pytest.raises(NoDriverError):
-        driver.device_attributes(0)
+        DeviceAttributes.query(0)
 
 
 def _install_binding(monkeypatch: pytest.MonkeyPatch, module: object) -> None:
@@ -437,7 +437,7 @@ def test_no_device_and_bad_ordinal(fake: FakeApi) -> None:
 
 
 def test_device_attributes(fake: FakeApi) -> None:
-    attributes = driver.device_attributes(1)
+    attributes = DeviceAttributes.query(1)
     assert attributes == DeviceAttributes(
         ComputeCapability(8, 9),
         multiprocessors=34,

@@ -7,8 +7,8 @@ eager warm-up; warm-up rounds, then interleaved timed rounds (library, pyspk) wi
 events around each replay, a spin kernel ahead of each round so the host never starves
 the GPU; medians per arm, per-enqueue microseconds, speedup = library / pyspk. Both arms'
 eager outputs are compared with float64 (`pyspk.reference`) on the same seeded inputs
-(`tests/gpu/boundary.operands`). Host cost: median over chunks of eager enqueues timed
-with perf_counter_ns, synchronized outside the timed region (as tools/launch_cost.py).
+(`pyspk.testing.operands`). Host cost: median over chunks of eager enqueues timed
+with perf_counter_ns, synchronized outside the timed region (`pyspk.testing.per_launch_us`).
 
     PYTHONPATH=. python3 tools/bench.py [--rounds 50] [--tuples seg_1:32:fp32 ...]
         [--force EMBED_B32 ...] [--tier sm75] [--out benchmarks]
@@ -38,26 +38,23 @@ from typing import Any
 
 import attrs
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # pyspk and tests.gpu.boundary from a plain checkout
-
-from pyspk.candidate.errors import PlanError  # noqa: E402
-from pyspk.candidate.segdense.selection import (  # noqa: E402
+from pyspk import testing
+from pyspk.candidate.errors import PlanError
+from pyspk.candidate.segdense.selection import (
     Entry,
     Products,
     Reduction,
     SegdensePin,
     Site,
 )
-from pyspk.cuda.device import DeviceAttributes  # noqa: E402
-from pyspk.cuda.errors import KernelMissingError  # noqa: E402
-from pyspk.cuda.math import CudaMath  # noqa: E402
-from pyspk.cuda.profiles import profile, profile_key  # noqa: E402
-from pyspk.cuda.tier import PtxTier, loadable_tier  # noqa: E402
-from pyspk.pins import TUPLES, device_json  # noqa: E402
-from tests.gpu import boundary  # noqa: E402
-from tools import launch_cost  # noqa: E402
+from pyspk.cuda.device import DeviceAttributes
+from pyspk.cuda.errors import KernelMissingError
+from pyspk.cuda.math import CudaMath
+from pyspk.cuda.profiles import profile, profile_key
+from pyspk.cuda.tier import PtxTier, loadable_tier
+from pyspk.pins import TUPLES, device_json
+
+ROOT = Path(__file__).resolve().parents[1]
 
 GRAPH_ENQUEUES = 20
 ROUNDS = 50
@@ -567,13 +564,13 @@ class Bench:
         if (site, batch) not in self._operands:
             self._operands.clear()  # rows of one (site, batch) run together
             self._truth.clear()
-            self._operands[site, batch] = boundary.operands(site, batch, self.args.seed)
+            self._operands[site, batch] = testing.operands(site, batch, self.args.seed)
         return self._operands[site, batch]
 
     def truth(self, site: Site, batch: int) -> Any:
         """Float64 output, flat."""
         if (site, batch) not in self._truth:
-            self._truth[site, batch] = boundary.truth(site, batch, self.operands(site, batch))[0]
+            self._truth[site, batch] = testing.truth(site, batch, self.operands(site, batch))[0]
         return self._truth[site, batch]
 
     def synchronize(self) -> None:
@@ -686,13 +683,13 @@ class _LibraryArm:
         # kept alive for the graph's lifetime
         self.tensors = {name: torch.from_numpy(value).to(device) for name, value in ops.items()}
         x, w, bias = self.tensors["x"], self.tensors["w"], self.tensors.get("bias")
-        call = boundary.library_call(torch, case.site, x, w, bias)
-        with boundary.library_math(torch, case.math):
+        call = testing.library_call(torch, case.site, x, w, bias)
+        with testing.library_math(torch, case.math):
             for _ in range(EAGER_WARMUP):
                 call()
             eager = call()
             torch.cuda.synchronize()
-            self.errors = boundary.errors(
+            self.errors = testing.errors(
                 eager.detach().cpu().numpy(), bench.truth(case.site, case.batch)
             )
             del eager
@@ -741,7 +738,7 @@ class _PyspkArm:
 
         runtime = self._runtime
         ops = bench.operands(case.site, case.batch)
-        self.oxide = boundary.plan_pin(runtime, bench.kernels, pin, ops)
+        self.oxide = testing.plan_pin(runtime, bench.kernels, pin, ops)
         producer = self.oxide.producer
         self.x = self._keep(runtime.upload(ops["x"]))
         if len(self.x) != producer.input_len:
@@ -758,7 +755,7 @@ class _PyspkArm:
         poisoned = self._keep(runtime.upload(np.full(producer.output_len, np.nan, np.float32)))
         self.oxide.enqueue(self.x, poisoned)
         self.eager = runtime.download(poisoned)
-        self.errors = boundary.errors(self.eager, bench.truth(case.site, case.batch))
+        self.errors = testing.errors(self.eager, bench.truth(case.site, case.batch))
 
         def enqueue_all() -> None:
             for output in self.outputs:
@@ -777,7 +774,7 @@ class _PyspkArm:
     def host_us(self) -> float:
         """Median microseconds to queue one eager enqueue."""
         oxide, x, y = self.oxide, self.x, self.outputs[0]
-        return launch_cost.per_launch_us(self._runtime, lambda: oxide.enqueue(x, y), self._samples)
+        return testing.per_launch_us(self._runtime, lambda: oxide.enqueue(x, y), self._samples)
 
     def replay(self) -> None:
         self.graph.replay()
@@ -885,7 +882,7 @@ def run(args: argparse.Namespace, cases: Sequence[Case], forced: Sequence[Entry]
             "rounds": args.rounds,
             "warmup_rounds": args.warmup_rounds,
             "spin_cycles": args.spin_cycles if bench.sleep is not None else 0,
-            "host_chunk": launch_cost.CHUNK,
+            "host_chunk": testing.CHUNK,
             "host_samples": args.host_samples,
             "seed": args.seed,
             "cudnn_benchmark": args.cudnn_benchmark,

@@ -407,8 +407,6 @@ def verify_artifacts(ptx_dir: Path = PTX_DIR) -> list[str]:
         return [f"{MANIFEST_NAME} cannot be read: {error}; run `python tools/kernels.py build`"]
     # the loader must accept what the tool wrote; its parse also vouches for the shape
     # of every field the checks below index
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
     from pyspk.cuda.errors import ArtifactError
     from pyspk.cuda.kernels import Manifest
 

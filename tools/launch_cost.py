@@ -14,9 +14,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
-import statistics
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -27,26 +24,7 @@ from pyspk.candidate.segdense.producer import DenseOxide
 from pyspk.cuda import CudaMath, driver
 from pyspk.cuda.kernels import KernelModule
 from pyspk.cuda.runtime import CudaRuntime
-
-CHUNK = 100
-SAMPLES = 200
-
-
-def per_launch_us(
-    runtime: CudaRuntime, launch: Callable[[], object], samples: int = SAMPLES
-) -> float:
-    """Median microseconds to queue one `launch`, over `samples` chunks of CHUNK."""
-    for _ in range(CHUNK):  # warm caches and bindings
-        launch()
-    runtime.synchronize()
-    times = []
-    for _ in range(samples):
-        start = time.perf_counter_ns()
-        for _ in range(CHUNK):
-            launch()
-        times.append((time.perf_counter_ns() - start) / CHUNK / 1000)
-        runtime.synchronize()
-    return statistics.median(times)
+from pyspk.testing import CHUNK, SAMPLES, per_launch_us
 
 
 def main() -> int:

@@ -27,7 +27,10 @@ class DeviceAttributes:
 
     @classmethod
     def query(cls, ordinal: int = 0) -> DeviceAttributes:
-        """Read the attributes of device `ordinal` through the driver."""
+        """Read the attributes of device `ordinal` through the driver (imported here, so
+        that this module stays importable without one)."""
         from pyspk.cuda import driver
 
-        return driver.device_attributes(ordinal)
+        properties = driver.device_properties(ordinal)
+        major, minor = properties.pop("capability")
+        return cls(ComputeCapability(major, minor), **properties)

@@ -13,9 +13,7 @@ import importlib
 import threading
 from typing import Any
 
-from pyspk.cuda.device import DeviceAttributes
 from pyspk.cuda.errors import DriverError, NoDeviceError, NoDriverError
-from pyspk.cuda.tier import ComputeCapability
 
 _INSTALL_BINDINGS = "install it with `pip install cuda-bindings`"
 _INSTALL_DRIVER = (
@@ -149,8 +147,9 @@ def device(ordinal: int) -> Any:
     return call("cuDeviceGet", ordinal)
 
 
-def device_attributes(ordinal: int = 0) -> DeviceAttributes:
-    """Read capability, multiprocessors, opt-in shared memory, L2 size and name of a device."""
+def device_properties(ordinal: int = 0) -> dict[str, Any]:
+    """Capability (major, minor), multiprocessors, opt-in shared memory per block, L2 size
+    and name of a device, as `DeviceAttributes.query` takes them."""
     dev = device(ordinal)
     attribute = api().CUdevice_attribute
 
@@ -162,16 +161,16 @@ def device_attributes(ordinal: int = 0) -> DeviceAttributes:
         name = raw.split(b"\0", 1)[0].decode("utf-8", "replace").strip()
     else:
         name = str(raw).split("\0", 1)[0].strip()
-    return DeviceAttributes(
-        capability=ComputeCapability(
+    return {
+        "capability": (
             read("CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR"),
             read("CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR"),
         ),
-        multiprocessors=read("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT"),
-        shared_optin_bytes=read("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"),
-        l2_bytes=read("CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE"),
-        name=name or f"CUDA device {ordinal}",
-    )
+        "multiprocessors": read("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT"),
+        "shared_optin_bytes": read("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"),
+        "l2_bytes": read("CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE"),
+        "name": name or f"CUDA device {ordinal}",
+    }
 
 
 def pointer_device_ordinal(ptr: int) -> int:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pyspk.cuda import driver
 
 if TYPE_CHECKING:
-    from pyspk.candidate.framework import Op
     from pyspk.cuda.runtime import CudaRuntime
 
 T = TypeVar("T")
@@ -22,10 +21,10 @@ class EventPhases:
 
     def __init__(self, runtime: CudaRuntime) -> None:
         self._runtime = runtime
-        self._recorded: list[tuple[Op, tuple[Any, Any]]] = []
+        self._recorded: list[tuple[Hashable, tuple[Any, Any]]] = []
         self._free: list[tuple[Any, Any]] = []
 
-    def op(self, op: Op, launch: Callable[[], T]) -> T:
+    def op(self, op: Hashable, launch: Callable[[], T]) -> T:
         pair = self._free.pop() if self._free else self._new_pair()
         stream = self._runtime.stream
         driver.call("cuEventRecord", pair[0], stream)
@@ -34,9 +33,10 @@ class EventPhases:
         self._recorded.append((op, pair))
         return result
 
-    def elapsed_ms(self) -> dict[Op, float]:
-        """Milliseconds per op over every op recorded since the last call."""
-        totals: dict[Op, float] = {}
+    def elapsed_ms(self) -> dict[Hashable, float]:
+        """Milliseconds per op (the plan framework's `Op`, or any key a caller passes)
+        over every op recorded since the last call."""
+        totals: dict[Hashable, float] = {}
         for op, (start, end) in self._recorded:
             driver.call("cuEventSynchronize", end)
             elapsed = float(driver.call("cuEventElapsedTime", start, end))

@@ -175,7 +175,7 @@ class CudaRuntime:
         self._ordinal = operator.index(ordinal)
         self._ptx_tier = ptx_tier if ptx_tier is not None else PtxTier.from_env()
         api = driver.api()
-        self._device = driver.device_attributes(self._ordinal)
+        self._device = DeviceAttributes.query(self._ordinal)
         self._cudevice = driver.call("cuDeviceGet", self._ordinal)
         self._context = driver.call("cuDevicePrimaryCtxRetain", self._cudevice)
         self._context_handle = int(self._context)

@@ -15,7 +15,7 @@ from pyspk.candidate.segdense.producer import DenseOxide
 from pyspk.cuda import BufferLengthError, CudaMath, EventPhases, PtxTier
 from pyspk.cuda.kernels import KernelModule
 from pyspk.cuda.runtime import BufferLayoutError, CudaRuntime
-from tests.gpu.boundary import error_bound, operands, plan, run_eager, truth
+from pyspk.testing import error_bound, operands, plan, run_eager, truth
 
 pytestmark = pytest.mark.gpu
 

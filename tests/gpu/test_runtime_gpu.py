@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from pyspk.cuda import driver
+from pyspk.cuda.device import DeviceAttributes
 from pyspk.cuda.errors import BufferLengthError, CudaError, DriverError
 from pyspk.cuda.runtime import BufferLayoutError, CudaRuntime, DeviceBuffer, device_array
 from pyspk.cuda.tier import ComputeCapability
@@ -37,7 +38,7 @@ def _memset(runtime: CudaRuntime, buffer: DeviceBuffer, bits: int) -> None:
 
 
 def test_device_attributes() -> None:
-    attributes = driver.device_attributes(0)
+    attributes = DeviceAttributes.query(0)
     assert attributes.capability >= ComputeCapability(7, 5)
     assert attributes.multiprocessors > 0
     assert attributes.shared_optin_bytes >= 48 * 1024

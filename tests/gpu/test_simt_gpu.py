@@ -10,7 +10,7 @@ import pytest
 
 from pyspk.candidate.segdense import Entry, Products, Site
 from pyspk.cuda import CudaMath, PtxTier
-from tests.gpu.boundary import (
+from pyspk.testing import (
     UNIT,
     assert_replay_bit_identical,
     error_bound,

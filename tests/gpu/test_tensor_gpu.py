@@ -24,7 +24,7 @@ from pyspk.candidate.segdense.packing import pack_conv_mma, round_tf32
 from pyspk.cuda import CudaMath, PtxTier
 from pyspk.cuda.kernels import KernelModule, LoadedKernels, Manifest
 from pyspk.cuda.runtime import CudaRuntime
-from tests.gpu.boundary import (
+from pyspk.testing import (
     assert_replay_bit_identical,
     library,
     operands,
@@ -334,7 +334,7 @@ _SANITIZED_RUN = textwrap.dedent(
     from pyspk.cuda import CudaMath
     from pyspk.cuda.kernels import KernelModule
     from pyspk.cuda.runtime import CudaRuntime
-    from tests.gpu.boundary import operands, plan, run_eager
+    from pyspk.testing import operands, plan, run_eager
 
     with CudaRuntime(0) as runtime:
         kernels = runtime.load_kernels(KernelModule.SEGDENSE)

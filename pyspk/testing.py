@@ -1,8 +1,13 @@
-"""Seeded boundary operands at realistic scales, float64 truth, and forced plans."""
+"""What the GPU tests and the benchmark share: seeded boundary operands at realistic
+scales, float64 truth and error measures, the error bounds of each product type, forced
+plans and their eager runs, the library path through PyTorch (passed in, never imported
+here), and per-launch host timing. Importing it loads neither torch nor the driver."""
 
 from __future__ import annotations
 
 import contextlib
+import statistics
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -227,3 +232,29 @@ def errors(y: np.ndarray, exact: np.ndarray) -> tuple[float, float]:
 
 def relative_l2(y: np.ndarray, exact: np.ndarray) -> float:
     return errors(y, exact)[1]
+
+
+# -- host cost -----------------------------------------------------------------------
+
+# launches per timed chunk: well under the driver's pending-launch queue, so the GPU
+# never holds the host back
+CHUNK = 100
+SAMPLES = 200
+
+
+def per_launch_us(
+    runtime: CudaRuntime, launch: Callable[[], object], samples: int = SAMPLES
+) -> float:
+    """Median microseconds to queue one `launch` (perf_counter_ns), over `samples` chunks
+    of CHUNK, each synchronized outside the timed region."""
+    for _ in range(CHUNK):  # warm caches and bindings
+        launch()
+    runtime.synchronize()
+    times = []
+    for _ in range(samples):
+        start = time.perf_counter_ns()
+        for _ in range(CHUNK):
+            launch()
+        times.append((time.perf_counter_ns() - start) / CHUNK / 1000)
+        runtime.synchronize()
+    return statistics.median(times)
