@@ -1,5 +1,6 @@
-"""The pure parts of tools/bench.py: the tuple filter, the device rule's SIMT set, the
-summary arithmetic and the report and JSON rendering, on fake results (no torch, no GPU)."""
+"""`pyspk.benchmark`, the benchmark's pure parts, and tools/bench.py's dry run: the tuple
+filter, the device rule's SIMT set, the summary arithmetic and the report and JSON
+rendering, on fake results (no torch, no GPU)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from pyspk import benchmark
 from pyspk.candidate.segdense import Entry, SegdensePin, Site
 from pyspk.cuda import CudaMath, PtxTier
 from pyspk.cuda.profiles import profile
@@ -56,11 +58,11 @@ bench = _tool()
 
 
 def test_all_cases_in_site_batch_math_order() -> None:
-    keys = [case.key() for case in bench.ALL_CASES]
+    keys = [case.key() for case in benchmark.ALL_CASES]
     assert len(keys) == len(set(keys)) == 24
     assert keys[:4] == ["conv1:1:fp32", "conv1:1:tf32", "conv1:32:fp32", "conv1:32:tf32"]
     assert keys[-1] == "seg_1:32:tf32"
-    sites = [case.site for case in bench.ALL_CASES]
+    sites = [case.site for case in benchmark.ALL_CASES]
     assert sites == sorted(sites, key=list(Site).index)
 
 
@@ -79,7 +81,7 @@ def test_all_cases_in_site_batch_math_order() -> None:
     ],
 )
 def test_parse_pattern(text: str, site: Site | None, batch: int | None, math: Any) -> None:
-    assert bench.parse_pattern(text) == bench.Pattern(site, batch, math)
+    assert benchmark.parse_pattern(text) == benchmark.Pattern(site, batch, math)
 
 
 @pytest.mark.parametrize(
@@ -93,13 +95,13 @@ def test_parse_pattern(text: str, site: Site | None, batch: int | None, math: An
 )
 def test_parse_pattern_refuses(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        bench.parse_pattern(text)
+        benchmark.parse_pattern(text)
 
 
 def test_select_cases_keeps_benchmark_order_without_duplicates() -> None:
-    assert bench.select_cases([]) == list(bench.ALL_CASES)
-    patterns = bench.parse_patterns(["seg_1:1", "conv1,,seg_1:1:fp32"])
-    keys = [case.key() for case in bench.select_cases(patterns)]
+    assert benchmark.select_cases([]) == list(benchmark.ALL_CASES)
+    patterns = benchmark.parse_patterns(["seg_1:1", "conv1,,seg_1:1:fp32"])
+    keys = [case.key() for case in benchmark.select_cases(patterns)]
     assert keys == [
         "conv1:1:fp32",
         "conv1:1:tf32",
@@ -108,21 +110,21 @@ def test_select_cases_keeps_benchmark_order_without_duplicates() -> None:
         "seg_1:1:fp32",
         "seg_1:1:tf32",
     ]
-    only = bench.select_cases(bench.parse_patterns(["seg_1:32:fp32"]))
-    assert only == [bench.Case(Site.EMBEDDING, 32, CudaMath.FP32)]
+    only = benchmark.select_cases(benchmark.parse_patterns(["seg_1:32:fp32"]))
+    assert only == [benchmark.Case(Site.EMBEDDING, 32, CudaMath.FP32)]
 
 
 def test_parse_entry() -> None:
-    assert bench.parse_entry("EMBED_B32_X3") is Entry.EMBED_B32_X3
-    assert bench.parse_entry("embed_b32_x3") is Entry.EMBED_B32_X3
-    assert bench.parse_entry(" Classifier_B1 ") is Entry.CLASSIFIER_B1
+    assert benchmark.parse_entry("EMBED_B32_X3") is Entry.EMBED_B32_X3
+    assert benchmark.parse_entry("embed_b32_x3") is Entry.EMBED_B32_X3
+    assert benchmark.parse_entry(" Classifier_B1 ") is Entry.CLASSIFIER_B1
     with pytest.raises(ValueError, match="unknown entry"):
-        bench.parse_entry("EMBED_B64")
+        benchmark.parse_entry("EMBED_B64")
 
 
 def test_forced_cases_follow_the_entry_site_and_batch() -> None:
-    cases = bench.select_cases(bench.parse_patterns(["seg_1", "conv1:1:fp32"]))
-    pairs = bench.forced_cases([Entry.EMBED_B32, Entry.CONV1_B1, Entry.LINEAR0_B1], cases)
+    cases = benchmark.select_cases(benchmark.parse_patterns(["seg_1", "conv1:1:fp32"]))
+    pairs = benchmark.forced_cases([Entry.EMBED_B32, Entry.CONV1_B1, Entry.LINEAR0_B1], cases)
     assert [(case.key(), entry) for case, entry in pairs] == [
         ("seg_1:32:fp32", Entry.EMBED_B32),
         ("seg_1:32:tf32", Entry.EMBED_B32),
@@ -131,7 +133,7 @@ def test_forced_cases_follow_the_entry_site_and_batch() -> None:
 
 
 def test_planned_rows_put_forced_entries_after_the_pick_and_skip_refused_maths() -> None:
-    cases = bench.select_cases(bench.parse_patterns(["seg_1:32"]))
+    cases = benchmark.select_cases(benchmark.parse_patterns(["seg_1:32"]))
     plan, refused = bench.planned_rows(
         cases, [Entry.EMBED_B32_TF32, Entry.EMBED_B32], PtxTier.SM80, H200
     )
@@ -155,32 +157,32 @@ def test_planned_rows_put_forced_entries_after_the_pick_and_skip_refused_maths()
 
 
 def test_simt_set_on_the_h200_profile_is_the_fourteen_tuples() -> None:
-    assert bench.simt_keys(PtxTier.SM80, H200) == H200_SIMT
+    assert benchmark.simt_keys(PtxTier.SM80, H200) == H200_SIMT
 
 
 def test_simt_needs_fp32_products_real_in_sm75() -> None:
-    assert bench.is_simt(Entry.LINEAR0_B32)
-    assert not bench.is_simt(Entry.LINEAR1_B1_TF32)  # sm75-real but TF32 products
-    assert not bench.is_simt(Entry.EMBED_B32_X3)  # FP32-exact but sm80 only
+    assert benchmark.is_simt(Entry.LINEAR0_B32)
+    assert not benchmark.is_simt(Entry.LINEAR1_B1_TF32)  # sm75-real but TF32 products
+    assert not benchmark.is_simt(Entry.EMBED_B32_X3)  # FP32-exact but sm80 only
     # on the sm75 tier every pick is SIMT except the TF32 linear1 batch-1 entry
-    assert len(bench.simt_keys(PtxTier.SM75, H200)) == 23
+    assert len(benchmark.simt_keys(PtxTier.SM75, H200)) == 23
 
 
 # -- summary ---------------------------------------------------------------------------
 
 
 def test_geomean() -> None:
-    assert bench.geomean([2.0, 8.0]) == pytest.approx(4.0)
-    assert bench.geomean([1.5]) == pytest.approx(1.5)
-    assert bench.geomean([]) is None
+    assert benchmark.geomean([2.0, 8.0]) == pytest.approx(4.0)
+    assert benchmark.geomean([1.5]) == pytest.approx(1.5)
+    assert benchmark.geomean([]) is None
     with pytest.raises(ValueError):
-        bench.geomean([1.0, 0.0])
+        benchmark.geomean([1.0, 0.0])
 
 
 def _rows() -> list[dict[str, Any]]:
     """H200 picks for every tuple: speedups 1.0 + i/10, seg_1 b32 not built, one error,
     forced rows 100x, and linear2 b1 fp32 more than twice the library's error."""
-    plan, _ = bench.planned_rows(list(bench.ALL_CASES), [Entry.EMBED_B1], PtxTier.SM80, H200)
+    plan, _ = bench.planned_rows(list(benchmark.ALL_CASES), [Entry.EMBED_B1], PtxTier.SM80, H200)
     rows = []
     for index, (_, row, _) in enumerate(plan):
         row["library_us"] = 10.0 + index
@@ -188,9 +190,9 @@ def _rows() -> list[dict[str, Any]]:
         row["host_us"] = 7.0
         row["seconds"] = 0.5
         if row["key"].startswith("seg_1:32"):
-            row["status"], row["note"] = bench.NOT_BUILT, "no entry"
+            row["status"], row["note"] = benchmark.NOT_BUILT, "no entry"
         elif row["key"] == "conv2:32:tf32":
-            row["status"], row["note"] = bench.ERROR, "DriverError: boom"
+            row["status"], row["note"] = benchmark.ERROR, "DriverError: boom"
         else:
             speedup = 100.0 if row["forced"] else 1.0 + index / 10
             row["pyspk_us"] = row["library_us"] / speedup
@@ -204,9 +206,9 @@ def _rows() -> list[dict[str, Any]]:
 
 def test_summarize() -> None:
     rows = _rows()
-    summary = bench.summarize(rows, H200_SIMT)
+    summary = benchmark.summarize(rows, H200_SIMT)
     picks = [row for row in rows if not row["forced"]]
-    measured = [row for row in picks if row["status"] == bench.MEASURED]
+    measured = [row for row in picks if row["status"] == benchmark.MEASURED]
     assert len(measured) == 21  # 24 less two not built, one error
     assert summary["measured"] == [row["key"] for row in measured]
     expected = math.exp(sum(math.log(row["speedup"]) for row in measured) / len(measured))
@@ -227,7 +229,7 @@ def test_summarize() -> None:
         row["key"]: pytest.approx(row["pyspk_rel_l2"] / row["library_rel_l2"]) for row in tensor
     }
     assert "outside the SIMT set, pyspk rel-L2 / the library's" in "\n".join(
-        bench.summary_lines(summary)
+        benchmark.summary_lines(summary)
     )
     # the forced rows (100x) stay out
     assert max(row["speedup"] for row in measured) < 100
@@ -235,21 +237,21 @@ def test_summarize() -> None:
 
 
 def test_summarize_with_nothing_measured() -> None:
-    rows = [row for row in _rows() if row["status"] != bench.MEASURED]
-    summary = bench.summarize(rows, H200_SIMT)
+    rows = [row for row in _rows() if row["status"] != benchmark.MEASURED]
+    summary = benchmark.summarize(rows, H200_SIMT)
     assert summary["geomean_speedup"] is None
     assert summary["simt_min_speedup"] is None and summary["simt_min_key"] is None
     assert summary["fp32_accuracy_checked"] == []
-    lines = "\n".join(bench.summary_lines(summary))
+    lines = "\n".join(benchmark.summary_lines(summary))
     assert "over the 0 measured tuples: -" in lines
     assert "none measured" in lines
 
 
 def test_accuracy_ok() -> None:
-    assert bench.accuracy_ok({"pyspk_rel_l2": 2e-7, "library_rel_l2": 1e-7})
-    assert not bench.accuracy_ok({"pyspk_rel_l2": 2.1e-7, "library_rel_l2": 1e-7})
-    assert bench.accuracy_ok({"pyspk_rel_l2": None, "library_rel_l2": 1e-7}) is None
-    assert not bench.accuracy_ok({"pyspk_rel_l2": float("nan"), "library_rel_l2": 1e-7})
+    assert benchmark.accuracy_ok({"pyspk_rel_l2": 2e-7, "library_rel_l2": 1e-7})
+    assert not benchmark.accuracy_ok({"pyspk_rel_l2": 2.1e-7, "library_rel_l2": 1e-7})
+    assert benchmark.accuracy_ok({"pyspk_rel_l2": None, "library_rel_l2": 1e-7}) is None
+    assert not benchmark.accuracy_ok({"pyspk_rel_l2": float("nan"), "library_rel_l2": 1e-7})
 
 
 def test_errors() -> None:
@@ -291,7 +293,7 @@ def _meta() -> dict[str, Any]:
         "host_samples": 20,
         "seed": 0,
         "cudnn_benchmark": False,
-        "tuples": [case.key() for case in bench.ALL_CASES],
+        "tuples": [case.key() for case in benchmark.ALL_CASES],
         "forced": ["EMBED_B1"],
         "forced_refused": [],
         "argv": [],
@@ -301,8 +303,8 @@ def _meta() -> dict[str, Any]:
 
 def test_render_markdown() -> None:
     rows = _rows()
-    summary = bench.summarize(rows, H200_SIMT)
-    text = bench.render_markdown(_meta(), rows, summary)
+    summary = benchmark.summarize(rows, H200_SIMT)
+    text = benchmark.render_markdown(_meta(), rows, summary)
     lines = text.splitlines()
     assert lines[0] == "# segdense benchmark: NVIDIA H200"
     assert "compute capability 9.0, 132 SMs" in text
@@ -310,7 +312,7 @@ def test_render_markdown() -> None:
     assert "tier sm80, artifact segdense.sm80.sm_90.cubin" in text
     assert "CUDA graph of 20 enqueues" in text and "50 interleaved rounds" in text
     table = [line for line in lines if line.startswith("| ")]
-    assert table[0] == bench.TABLE_HEADER
+    assert table[0] == benchmark.TABLE_HEADER
     assert len(table) == 1 + len(rows)
     assert all(line.count("|") == 13 for line in table)
     first = table[1].split(" | ")
@@ -332,8 +334,8 @@ def test_render_json_round_trips_with_nan_as_null() -> None:
     rows = _rows()
     rows[0]["pyspk_max_abs"] = float("nan")
     rows[0]["library_round_ms"] = [0.2, float("inf")]
-    summary = bench.summarize(rows, H200_SIMT)
-    document = json.loads(bench.render_json(_meta(), rows, summary))
+    summary = benchmark.summarize(rows, H200_SIMT)
+    document = json.loads(benchmark.render_json(_meta(), rows, summary))
     assert set(document) == {"meta", "summary", "rows"}
     assert document["meta"]["device"]["name"] == "NVIDIA H200"
     assert document["summary"]["simt_set"] == H200_SIMT
@@ -345,8 +347,8 @@ def test_render_json_round_trips_with_nan_as_null() -> None:
 
 def test_write_outputs(tmp_path: Path) -> None:
     rows = _rows()
-    summary = bench.summarize(rows, H200_SIMT)
-    messages = bench.write_outputs(tmp_path / "out", "h200-bench", _meta(), rows, summary)
+    summary = benchmark.summarize(rows, H200_SIMT)
+    messages = benchmark.write_outputs(tmp_path / "out", "h200-bench", _meta(), rows, summary)
     assert (tmp_path / "out/h200-bench.md").read_text().startswith("# segdense benchmark")
     json.loads((tmp_path / "out/h200-bench.json").read_text())
     chart = messages[-1]
@@ -359,11 +361,11 @@ def test_write_outputs(tmp_path: Path) -> None:
 
 
 def test_device_slug_and_stem() -> None:
-    assert bench.device_slug("NVIDIA H200") == "h200"
-    assert bench.device_slug("NVIDIA GeForce RTX 4060 Ti") == "rtx4060ti"
-    assert bench.device_slug("NVIDIA H100 80GB HBM3") == "h100-80gb-hbm3"
-    assert bench.output_stem("NVIDIA H200", None) == "h200-bench"
-    assert bench.output_stem("NVIDIA H200", PtxTier.SM75) == "h200-sm75-bench"
+    assert benchmark.device_slug("NVIDIA H200") == "h200"
+    assert benchmark.device_slug("NVIDIA GeForce RTX 4060 Ti") == "rtx4060ti"
+    assert benchmark.device_slug("NVIDIA H100 80GB HBM3") == "h100-80gb-hbm3"
+    assert benchmark.output_stem("NVIDIA H200", None) == "h200-bench"
+    assert benchmark.output_stem("NVIDIA H200", PtxTier.SM75) == "h200-sm75-bench"
 
 
 # -- command line ----------------------------------------------------------------------
