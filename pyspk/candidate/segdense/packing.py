@@ -13,6 +13,8 @@ from typing import overload
 import numpy as np
 import numpy.typing as npt
 
+from pyspk.candidate.framework import CONV_TAPS, SegConvSite
+
 __all__ = [
     "f16_bits",
     "half_scale",
@@ -226,7 +228,7 @@ def round_tf32(values: npt.ArrayLike) -> np.ndarray:
 
 # the m16n8k8 A fragment: four 16-channel tiles x 32 lanes x 4 registers per k-step
 _MMA_TILES, _MMA_LANES, _MMA_REGISTERS = 4, 32, 4
-_CONV_OUT, _CONV_TAPS = 60, 5
+_CONV_OUT = SegConvSite.CONV1.dimensions()[1]  # both convolutions have 60 outputs
 
 
 def pack_conv_mma(weight: npt.ArrayLike, cin: int, cin_pad: int, planes: int) -> np.ndarray:
@@ -246,17 +248,17 @@ def pack_conv_mma(weight: npt.ArrayLike, cin: int, cin_pad: int, planes: int) ->
     if planes not in (1, 2):
         raise ValueError(f"pack_conv_mma packs 1 or 2 planes, got {planes}")
     array = np.asarray(weight, dtype=np.float32)
-    if array.ndim == 3 and array.shape != (_CONV_OUT, cin, _CONV_TAPS):
+    if array.ndim == 3 and array.shape != (_CONV_OUT, cin, CONV_TAPS):
         raise ValueError(f"pack_conv_mma weight has shape {array.shape}, expected (60, {cin}, 5)")
     matrix = _weight_matrix(
         array.reshape(_CONV_OUT, -1) if array.ndim == 3 else array,
         _CONV_OUT,
-        cin * _CONV_TAPS,
+        cin * CONV_TAPS,
         "pack_conv_mma",
     )
-    padded = np.zeros((_MMA_TILES * 16, cin_pad * _CONV_TAPS), np.float32)
-    padded[:_CONV_OUT, : cin * _CONV_TAPS] = matrix
-    steps = cin_pad * _CONV_TAPS // 8
+    padded = np.zeros((_MMA_TILES * 16, cin_pad * CONV_TAPS), np.float32)
+    padded[:_CONV_OUT, : cin * CONV_TAPS] = matrix
+    steps = cin_pad * CONV_TAPS // 8
     step, tile, lane, register = np.meshgrid(
         np.arange(steps),
         np.arange(_MMA_TILES),

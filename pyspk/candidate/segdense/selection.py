@@ -11,6 +11,7 @@ import attrs
 from pyspk.candidate.errors import DeviceUnsupported, GeometryInvalid, GeometryUnimplemented
 from pyspk.candidate.framework import (
     BOUNDARIES,
+    CONV_TAPS,
     DENSE_BOUNDARIES,
     SEGMENTATION_CONV_BOUNDARIES,
     AbsoluteSum,
@@ -38,7 +39,8 @@ CONTEXT = "segdense plan"
 BATCHES = (1, 32)
 # output channels of a convolution padded to whole thread tiles
 CONV_PADDED = 64
-TAPS = 5
+# convolution taps, the reference's TAPS
+TAPS = CONV_TAPS
 # static shared memory any block may use without opting in
 DEFAULT_SHARED = 48 * 1024
 # most planes `spk_segdense_reduce_embed` adds: eight warps of up to 16 planes each,
@@ -94,12 +96,21 @@ class Hardware:
     def half_split_fits(self) -> bool:
         """One resident block per SM gives `spk_segdense_embed_b32_f16` at least
         HALF_MIN_SPLITS slices, and a block can opt in to its shared memory."""
-        return self.splits(2, 1) >= HALF_MIN_SPLITS and self.shared_optin >= HALF_SHARED
+        slices = self.splits(*Entry.EMBED_B32_F16.split_resident())
+        return slices >= HALF_MIN_SPLITS and self.shared_optin >= HALF_SHARED
 
     def splits(self, tiles: int, resident: int) -> int:
         """Reduction slices for a split-K kernel of `tiles` output tiles and `resident`
         blocks per SM: one block per resident slot, so the single wave starts at once."""
         return min(max(self.multiprocessors * resident // tiles, 1), EMBED_MAX_SPLITS)
+
+    def split_choice(self, entry: Entry) -> Choice:
+        """Split-K `entry` with the slices its residency (`Entry.split_resident`) gives
+        on this device."""
+        residency = entry.split_resident()
+        if residency is None:
+            raise GeometryInvalid(CONTEXT, f"{entry.name} has no split-K slices")
+        return Choice.split(entry, self.splits(*residency))
 
 
 @enum.unique
@@ -127,8 +138,11 @@ class Site(enum.Enum):
 
     def dimensions(self) -> tuple[int, int, int, int]:
         """(rows per batch item, columns, reduction, NCW input length); convolution rows
-        are output positions, and the input length is 0 for the dense sites."""
-        return _DIMENSIONS[self]
+        are output positions, and the input length is 0 for the dense sites. The
+        framework's site tables hold the figures."""
+        if self.is_conv():
+            return SegConvSite(self.value).dimensions()
+        return (*DenseSite(self.value).dimensions(), 0)
 
     def is_conv(self) -> bool:
         return self in (Site.CONV1, Site.CONV2)
@@ -147,8 +161,7 @@ class Site(enum.Enum):
     def scalar_choice(self, batch: int, math: CudaMath, hardware: Hardware) -> Choice | None:
         """The non-tensor kernel, with the same fixed-order reduction as the tensor ones."""
         if (self, batch) == (Site.EMBEDDING, 32):
-            # two resident blocks per SM
-            return Choice.split(Entry.EMBED_B32, hardware.splits(2, 2))
+            return hardware.split_choice(Entry.EMBED_B32)
         if (self, batch) == (Site.LINEAR1, 1) and math is CudaMath.TF32:
             # the FP32 kernel is compensated, which costs time and buys nothing against
             # TF32 library error; the TF32 kernel's sm75 form is the plain SIMT one
@@ -180,24 +193,21 @@ class Site(enum.Enum):
                 # the main kernel is short where TF32 mma runs at several times the FP32
                 # rate, so 96 x 64 tiles fill one wave with half the slices (54 against
                 # 108 on an A100: 1.07x the library against 0.91x)
-                return Choice.split(Entry.EMBED_B32_TF32_E64, hardware.splits(4, 2))
+                return hardware.split_choice(Entry.EMBED_B32_TF32_E64)
             if hardware.half_split_fits():
                 # FP16 products run at twice the TF32 rate there; one 384-thread block/SM
-                return Choice.split(Entry.EMBED_B32_F16, hardware.splits(2, 1))
+                return hardware.split_choice(Entry.EMBED_B32_F16)
             return Site.tf32_embedding(hardware)
         if heavy:
-            # four 96 x 64 tiles, two resident blocks per SM
-            return Choice.split(Entry.EMBED_B32_X3, hardware.splits(4, 2))
+            return hardware.split_choice(Entry.EMBED_B32_X3)
         return None
 
     @staticmethod
     def tf32_embedding(hardware: Hardware) -> Choice:
         """The batch-32 TF32 embedding kernel where TF32 runs at about the FP32 rate."""
         if hardware.consumer_blackwell():
-            # one resident block per SM
-            return Choice.split(Entry.EMBED_B32_TF32_K2, hardware.splits(2, 1))
-        # two resident blocks per SM
-        return Choice.split(Entry.EMBED_B32_TF32, hardware.splits(2, 2))
+            return hardware.split_choice(Entry.EMBED_B32_TF32_K2)
+        return hardware.split_choice(Entry.EMBED_B32_TF32)
 
     def tuning_tf32_choice(self, batch: int, math: CudaMath, hardware: Hardware) -> Choice | None:
         """The TF32 kernel that FP16 products replace, so a tuner can time an approved
@@ -206,16 +216,6 @@ class Site(enum.Enum):
         if default is None or default.entry is not Entry.EMBED_B32_F16:
             return None
         return Site.tf32_embedding(hardware)
-
-
-_DIMENSIONS = {
-    Site.CONV1: (5321, 60, 400, 5325),
-    Site.CONV2: (1769, 60, 300, 1773),
-    Site.LINEAR0: (589, 128, 256, 0),
-    Site.LINEAR1: (589, 128, 128, 0),
-    Site.LINEAR2: (589, 7, 128, 0),
-    Site.EMBEDDING: (3, 256, 5120, 0),
-}
 
 
 class Products(enum.Enum):
