@@ -96,36 +96,25 @@ _CONV_DIMENSIONS = {
 CONV_TAPS = 5
 
 
-def _validate(context: str, batch: object, lengths: Callable[[], Sequence[int]]) -> None:
-    """Refuse a batch that is not a positive integer, then buffers past 32-bit indexing."""
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise GeometryInvalid(context, f"batch {batch!r} is not a positive integer")
-    largest = max(lengths())
-    if largest >= INDEX_LIMIT:
-        raise GeometryUnimplemented(
-            context, f"batch {batch} needs {largest} elements, past 32-bit kernel indexing"
-        )
-
-
 @attrs.frozen
-class DenseSpec:
-    """One dense boundary call: `y[m, n] = epilogue(x[m, k] @ W + b)`, m = batch * rows.
+class _Spec:
+    """What both specs share: site, batch and math, and the construction checks (a
+    positive integer batch, every buffer within 32-bit kernel indexing)."""
 
-    Construction validates the batch and that every buffer fits 32-bit indexing."""
-
-    _site: DenseSite = attrs.field(alias="site")
+    _site: DenseSite | SegConvSite = attrs.field(alias="site")
     _batch: int = attrs.field(alias="batch")
     _math: CudaMath = attrs.field(alias="math")
 
     def __attrs_post_init__(self) -> None:
-        _validate(
-            f"{self._site.value} spec",
-            self._batch,
-            lambda: (self.input_len(), self.weight_len(), self.output_len()),
-        )
-
-    def site(self) -> DenseSite:
-        return self._site
+        context = f"{self._site.value} spec"
+        batch = self._batch
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise GeometryInvalid(context, f"batch {batch!r} is not a positive integer")
+        largest = max(self.input_len(), self.weight_len(), self.output_len())
+        if largest >= INDEX_LIMIT:
+            raise GeometryUnimplemented(
+                context, f"batch {batch} needs {largest} elements, past 32-bit kernel indexing"
+            )
 
     def batch(self) -> int:
         return self._batch
@@ -133,16 +122,33 @@ class DenseSpec:
     def math(self) -> CudaMath:
         return self._math
 
+    def weight_len(self) -> int:
+        """n * k: the weight of either layout."""
+        dimensions = self._site.dimensions()
+        return dimensions[1] * dimensions[2]
+
+    def input_len(self) -> int:
+        raise NotImplementedError
+
+    def output_len(self) -> int:
+        raise NotImplementedError
+
+
+@attrs.frozen
+class DenseSpec(_Spec):
+    """One dense boundary call: `y[m, n] = epilogue(x[m, k] @ W + b)`, m = batch * rows.
+
+    Construction validates the batch and that every buffer fits 32-bit indexing."""
+
+    def site(self) -> DenseSite:
+        return self._site  # type: ignore[return-value]
+
     def rows(self) -> int:
         """m, the rows of the whole batch."""
         return self._batch * self._site.dimensions()[0]
 
     def input_len(self) -> int:
         return self.rows() * self._site.dimensions()[2]
-
-    def weight_len(self) -> int:
-        _, n, k = self._site.dimensions()
-        return n * k
 
     def bias_len(self) -> int:
         return self._site.dimensions()[1]
@@ -152,30 +158,13 @@ class DenseSpec:
 
 
 @attrs.frozen
-class SegConvSpec:
+class SegConvSpec(_Spec):
     """One valid five-tap NCW convolution call without bias: `[b, cin, L] -> [b, 60, L-4]`.
 
     Construction validates the batch and that every buffer fits 32-bit indexing."""
 
-    _site: SegConvSite = attrs.field(alias="site")
-    _batch: int = attrs.field(alias="batch")
-    _math: CudaMath = attrs.field(alias="math")
-
-    def __attrs_post_init__(self) -> None:
-        _validate(
-            f"{self._site.value} spec",
-            self._batch,
-            lambda: (self.input_len(), self.weight_len(), self.output_len()),
-        )
-
     def site(self) -> SegConvSite:
-        return self._site
-
-    def batch(self) -> int:
-        return self._batch
-
-    def math(self) -> CudaMath:
-        return self._math
+        return self._site  # type: ignore[return-value]
 
     def input_channels(self) -> int:
         return self._site.dimensions()[2] // CONV_TAPS
@@ -183,12 +172,8 @@ class SegConvSpec:
     def input_len(self) -> int:
         return self._batch * self.input_channels() * self._site.dimensions()[3]
 
-    def weight_len(self) -> int:
-        _, n, k, _ = self._site.dimensions()
-        return n * k
-
     def output_len(self) -> int:
-        positions, n, _, _ = self._site.dimensions()
+        positions, n = self._site.dimensions()[:2]
         return self._batch * n * positions
 
 
