@@ -31,40 +31,29 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pyspk.cuda.errors import ArtifactError
+from pyspk.cuda.kernels import Manifest
+from pyspk.cuda.tier import (
+    CUBIN_DIR,
+    MANIFEST_FORMAT,
+    MANIFEST_NAME,
+    TIER_BUILDS,
+    TierBuild,
+)
+from pyspk.cuda.tier import cubin_name as artifact_cubin_name
+from pyspk.cuda.tier import ptx_name as artifact_ptx_name
+
 ROOT = Path(__file__).resolve().parent.parent
 PTX_DIR = ROOT / "ptx"
-MANIFEST_NAME = "manifest.json"
-MANIFEST_FORMAT = 1
-CUBIN_DIR = "cubin"
 DEFAULT_CUDA_HOMES = ("/usr/local/cuda",)
 
 
-@dataclass(frozen=True)
-class Tier:
-    """A PTX tier: the virtual architecture nvcc targets, the ISA version its header is
-    pinned to, and the real architectures its cubins are assembled for."""
-
-    name: str
-    virtual: str
-    target: str
-    ptx_version: str
-    archs: tuple[str, ...]
-
-
-TIERS = (
-    Tier(
-        "sm75",
-        "compute_75",
-        "sm_75",
-        "6.3",
-        ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_120"),
-    ),
-    Tier("sm80", "compute_80", "sm_80", "7.0", ("sm_80", "sm_86", "sm_89", "sm_90", "sm_120")),
-)
+# the tier table and the artifact names: one source, shared with the loader
+Tier = TierBuild
+TIERS = tuple(TIER_BUILDS.values())
 MODULES = ("segdense",)
 # Explicit IEEE FP32 behaviour, whatever the nvcc defaults or profile say: the kernels'
 # fixed summation orders are only reproducible without fast-math rewrites.
@@ -121,11 +110,11 @@ def tier_by_name(name: str) -> Tier:
 
 
 def ptx_name(module: str, tier: Tier) -> str:
-    return f"{module}.{tier.name}.ptx"
+    return artifact_ptx_name(module, tier.name)
 
 
 def cubin_name(module: str, tier: Tier, arch: str) -> str:
-    return f"{CUBIN_DIR}/{module}.{tier.name}.{arch}.cubin"
+    return artifact_cubin_name(module, tier.name, arch)
 
 
 def source_files(ptx_dir: Path, module: str) -> list[str]:
@@ -407,9 +396,6 @@ def verify_artifacts(ptx_dir: Path = PTX_DIR) -> list[str]:
         return [f"{MANIFEST_NAME} cannot be read: {error}; run `python tools/kernels.py build`"]
     # the loader must accept what the tool wrote; its parse also vouches for the shape
     # of every field the checks below index
-    from pyspk.cuda.errors import ArtifactError
-    from pyspk.cuda.kernels import Manifest
-
     try:
         Manifest.parse(manifest, ptx_dir)
     except ArtifactError as error:

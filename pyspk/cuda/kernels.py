@@ -29,7 +29,7 @@ from typing import Any
 import attrs
 
 from pyspk.cuda.errors import ArtifactError, CudaError, DriverError, KernelMissingError
-from pyspk.cuda.tier import ComputeCapability, PtxTier
+from pyspk.cuda.tier import MANIFEST_FORMAT, MANIFEST_NAME, ComputeCapability, PtxTier
 
 __all__ = [
     "FORCE_PTX_JIT_ENV",
@@ -51,8 +51,6 @@ __all__ = [
     "read_artifact",
 ]
 
-MANIFEST_NAME = "manifest.json"
-MANIFEST_FORMAT = 1
 FORCE_PTX_JIT_ENV = "PYSPK_FORCE_PTX_JIT"
 
 # Kernel parameter kinds of the calling convention: device pointers and element counts

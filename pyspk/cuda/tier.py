@@ -91,8 +91,49 @@ class PtxTier(enum.Enum):
         return cls.parse(value) if value.strip() else None
 
 
+@attrs.frozen
+class TierBuild:
+    """How a shipped tier is built: the virtual architecture nvcc targets, the `.target`
+    and the PTX ISA version its header is pinned to (low, so old drivers load it), and
+    the real architectures its cubins are assembled for. `tools/kernels.py` builds and
+    checks from this table; the loader reads the same names from the manifest."""
+
+    name: str
+    virtual: str
+    target: str
+    ptx_version: str
+    archs: tuple[str, ...]
+
+
+TIER_BUILDS = {
+    PtxTier.SM75: TierBuild(
+        "sm75",
+        "compute_75",
+        "sm_75",
+        "6.3",
+        ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_120"),
+    ),
+    PtxTier.SM80: TierBuild(
+        "sm80", "compute_80", "sm_80", "7.0", ("sm_80", "sm_86", "sm_89", "sm_90", "sm_120")
+    ),
+}
 # the tiers the kernel module is built in; a device loads the highest at or below it
-SHIPPED_TIERS = (PtxTier.SM75, PtxTier.SM80)
+SHIPPED_TIERS = tuple(TIER_BUILDS)
+
+# the artifact layout the build writes and the loader reads, beside the manifest
+MANIFEST_NAME = "manifest.json"
+MANIFEST_FORMAT = 1
+CUBIN_DIR = "cubin"
+
+
+def ptx_name(module: str, tier: str) -> str:
+    """ "segdense.sm80.ptx": the PTX file of `module` in `tier`."""
+    return f"{module}.{tier}.ptx"
+
+
+def cubin_name(module: str, tier: str, arch: str) -> str:
+    """ "cubin/segdense.sm80.sm_90.cubin": the cubin of that PTX for `arch`."""
+    return f"{CUBIN_DIR}/{module}.{tier}.{arch}.cubin"
 
 
 def loadable_tier(capability: ComputeCapability, forced: PtxTier | None = None) -> PtxTier:
