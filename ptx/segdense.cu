@@ -78,10 +78,8 @@ __device__ __forceinline__ void store2(float* pointer, float2 value) {
 // computed once. Left to itself, nvcc 13 may split float4 reads in unrolled loops into
 // overlapping partial loads marked with a `used_bytes_mask` pragma, which needs PTX ISA
 // 8.3: the pinned 6.3 / 7.0 headers would not assemble. The clobber keeps each read
-// after the stores and __syncwarp / __syncthreads before it. (A host build, for
-// emulation, reads through a byte pointer instead.) Every kernel family reads shared
-// memory through these.
-#ifdef __CUDA_ARCH__
+// after the stores and __syncwarp / __syncthreads before it. Every kernel family reads
+// shared memory through these.
 typedef u32 saddr;
 __device__ __forceinline__ saddr shared_address(const void* pointer) {
     return u32(__cvta_generic_to_shared(pointer));
@@ -117,18 +115,6 @@ __device__ __forceinline__ dpair ldsd2(saddr address) {
                  : "memory");
     return v;
 }
-#else
-typedef const char* saddr;
-inline saddr shared_address(const void* pointer) {
-    return reinterpret_cast<saddr>(pointer);
-}
-inline float4 lds4(saddr address) { return *reinterpret_cast<const float4*>(address); }
-inline float lds1(saddr address) { return *reinterpret_cast<const float*>(address); }
-inline float2 lds2(saddr address) { return *reinterpret_cast<const float2*>(address); }
-struct alignas(16) dpair { double x, y; };
-inline dpair make_dpair(double a, double b) { return {a, b}; }
-inline dpair ldsd2(saddr address) { return *reinterpret_cast<const dpair*>(address); }
-#endif
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 // Asynchronous 16-byte global -> shared copies (sm80 tier) and their commit groups.
@@ -208,7 +194,6 @@ __device__ __forceinline__ void mma_split(float (&d)[4], uint4 a_hi, uint4 a_lo,
 }
 #endif
 
-#ifdef __CUDA_ARCH__
 __device__ __forceinline__ void sts4(saddr address, float4 v) {
     asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(address), "f"(v.x), "f"(v.y),
                  "f"(v.z), "f"(v.w)
@@ -217,7 +202,6 @@ __device__ __forceinline__ void sts4(saddr address, float4 v) {
 __device__ __forceinline__ void sts2(saddr address, float a, float b) {
     asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(address), "f"(a), "f"(b) : "memory");
 }
-#endif
 
 // The bits of four floats, as mma fragment registers take them
 __device__ __forceinline__ uint4 bits4(float4 v) {

@@ -34,12 +34,10 @@ __device__ __forceinline__ float4 bias_leaky4(float4 v, float4 b) {
 }
 
 // Asynchronous 16-byte global -> shared copies (sm80 tier; the helpers are in
-// segdense.cu), in commit groups that a warp waits on one at a time. The host build
-// copies at once.
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+// segdense.cu), in commit groups that a warp waits on one at a time.
+#if __CUDA_ARCH__ >= 800
 #define SPK_LIN_ASYNC 1
 #endif
-#ifdef __CUDA_ARCH__
 // A global load issued exactly here (ptxas sinks plain loads towards their first use,
 // which would put a whole round trip after the last barrier).
 __device__ __forceinline__ float4 ldg4_now(const float* p) {
@@ -49,15 +47,6 @@ __device__ __forceinline__ float4 ldg4_now(const float* p) {
                  : "l"(p));
     return v;
 }
-#else
-inline float4 ldg4_now(const float* p) { return *reinterpret_cast<const float4*>(p); }
-inline void cp_async16(float* shared, const float* global) {
-    std::memcpy(shared, global, 16);
-}
-inline void cp_async_commit() {}
-template <int N>
-inline void cp_async_wait() {}
-#endif
 
 template <u32 M, u32 K>
 __device__ __forceinline__ bool buffers_ok(const float* x, u64 x_len, const float* w,
@@ -357,7 +346,6 @@ __device__ __forceinline__ void put_block(float* part, u32 rq, u32 cq, const flo
     }
 }
 
-#ifdef __CUDA_ARCH__
 __device__ __forceinline__ double dfma(double a, double b, double c) { return __fma_rn(a, b, c); }
 // (nvcc 13 splits some of these vector stores into scalar ones when left to itself)
 __device__ __forceinline__ void stsd2(double* p, double a, double b) {
@@ -370,11 +358,6 @@ __device__ __forceinline__ void stg4(float* p, float4 v) {
                  "f"(v.z), "f"(v.w)
                  : "memory");
 }
-#else
-inline void stsd2(double* p, double a, double b) { p[0] = a; p[1] = b; }
-inline void stg4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
-inline double dfma(double a, double b, double c) { return std::fma(a, b, c); }
-#endif
 
 // Element-type dispatch for code shared by the float32 and float64 bodies
 __device__ __forceinline__ float2 lds_pair(saddr address, float) { return lds2(address); }
