@@ -166,13 +166,7 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
     const u32 a_offset = 4 * (X_STAGE + (wm * K::M_TILES * 32 + lane) * 4);
 
     float acc[K::M_TILES][K::N_TILES][4];
-#pragma unroll
-    for (u32 i = 0; i < K::M_TILES; ++i) {
-#pragma unroll
-        for (u32 j = 0; j < K::N_TILES; ++j) {
-            acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
-        }
-    }
+    zero(acc);
 
 #pragma unroll
     for (u32 stage = 0; stage < RING - 1; ++stage) {

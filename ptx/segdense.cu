@@ -234,6 +234,15 @@ __device__ __forceinline__ void zero(T (&tile)[M][N]) {
     }
 }
 
+// The same for a tile of mma accumulator fragments
+template <class T, u32 M, u32 N, u32 E>
+__device__ __forceinline__ void zero(T (&tile)[M][N][E]) {
+#pragma unroll
+    for (u32 i = 0; i < M; ++i) {
+        zero(tile[i]);
+    }
+}
+
 __device__ __forceinline__ void add4(float4& sum, float4 term) {
     sum.x += term.x;
     sum.y += term.y;

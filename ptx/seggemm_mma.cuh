@@ -191,13 +191,7 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
     }
 
     float acc[G::MT][G::NT][4];
-#pragma unroll
-    for (u32 i = 0; i < G::MT; ++i) {
-#pragma unroll
-        for (u32 j = 0; j < G::NT; ++j) {
-            acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
-        }
-    }
+    zero(acc);
     // group g takes the stage's k-steps g BKS .. g BKS + BKS - 1
     const u32 a_at = 4 * ((wr * G::WM + g) * G::A_ROW + group * 8 * G::BKS + q);
     const u32 b_at = 4 * (G::A_STAGE + (group * 8 * G::BKS + q) * G::B_ROW + wc * G::WN + g);
@@ -542,13 +536,7 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
     const u32 wr = warp / 2, wc = warp % 2;
     const u32 g = lane / 4, q = lane % 4;
     float acc[2][8][4];
-#pragma unroll
-    for (u32 i = 0; i < 2; ++i) {
-#pragma unroll
-        for (u32 j = 0; j < 8; ++j) {
-            acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
-        }
-    }
+    zero(acc);
     const saddr a_at = base + 4 * (X_AT + (wr * 32 + g) * X_PITCH + group * 8 + q);
     const u32 b_at = 4 * ((group * 8 + q) * W_PITCH + wc * 64 + g);
 
