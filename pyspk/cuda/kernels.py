@@ -35,7 +35,6 @@ __all__ = [
     "FORCE_PTX_JIT_ENV",
     "MANIFEST_FORMAT",
     "MANIFEST_NAME",
-    "PARAM_KINDS",
     "Artifact",
     "CubinFile",
     "Kernel",
@@ -48,7 +47,6 @@ __all__ = [
     "artifact_dir",
     "choose_artifact",
     "load_kernels",
-    "read_artifact",
 ]
 
 FORCE_PTX_JIT_ENV = "PYSPK_FORCE_PTX_JIT"

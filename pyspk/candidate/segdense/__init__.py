@@ -3,11 +3,10 @@ heads and the embedding `seg_1` projection."""
 
 from pyspk.candidate.segdense.area import Area
 from pyspk.candidate.segdense.packing import f16_bits, half_scale, pack_half_columns, selected_rows
-from pyspk.candidate.segdense.producer import DenseOxide, Producer, SegConvOxide
+from pyspk.candidate.segdense.producer import DenseOxide, SegConvOxide
 from pyspk.candidate.segdense.selection import (
     BATCHES,
     BROAD_EVIDENCE,
-    CONTEXT,
     CONV_PADDED,
     DEFAULT_SHARED,
     DENSE_COVERAGE,
@@ -44,7 +43,6 @@ from pyspk.candidate.segdense.selection import (
 __all__ = [
     "BATCHES",
     "BROAD_EVIDENCE",
-    "CONTEXT",
     "CONV_PADDED",
     "DEFAULT_SHARED",
     "DENSE_COVERAGE",
@@ -70,7 +68,6 @@ __all__ = [
     "Gemv",
     "Hardware",
     "Kind",
-    "Producer",
     "Products",
     "Reduction",
     "ReductionShape",

@@ -1,0 +1,40 @@
+"""The public surface: every name a package's `__all__` lists resolves, and the plan
+internals (the producer, its error context, the launch parameter kinds, raw artifact
+reads) stay out of it."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+PACKAGES = [
+    "pyspk",
+    "pyspk.cuda",
+    "pyspk.candidate",
+    "pyspk.candidate.segdense",
+    "pyspk.cuda.kernels",
+]
+PRIVATE = {
+    "pyspk.candidate.segdense": ["Producer", "CONTEXT"],
+    "pyspk.cuda.kernels": ["PARAM_KINDS", "read_artifact"],
+    "pyspk.cuda": ["PARAM_KINDS", "read_artifact", "Launch"],
+}
+
+
+@pytest.mark.parametrize("name", PACKAGES)
+def test_every_listed_name_resolves(name: str) -> None:
+    module = importlib.import_module(name)
+    missing = [item for item in module.__all__ if not hasattr(module, item)]
+    assert not missing, f"{name}.__all__ lists {missing}, which it does not define"
+
+
+@pytest.mark.parametrize("name", sorted(PRIVATE))
+def test_internals_are_not_public(name: str) -> None:
+    """Not listed; and a package does not even import them into its namespace (a module
+    defines them, so there only `__all__` counts)."""
+    module = importlib.import_module(name)
+    visible = set(module.__all__)
+    if hasattr(module, "__path__"):
+        visible |= set(dir(module))
+    assert not visible & set(PRIVATE[name])
