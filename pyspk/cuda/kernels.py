@@ -398,7 +398,7 @@ class Kernel:
         grid: int | Sequence[int],
         block: int | Sequence[int],
         shared: int,
-        signature: Sequence[str],
+        signature: Sequence[str | tuple[str, str]],
         values: Sequence[Any],
     ) -> Launch:
         """A prepared `Launch` of this kernel (see `Launch`)."""
@@ -542,12 +542,17 @@ class Launch:
         grid: int | Sequence[int],
         block: int | Sequence[int],
         shared: int,
-        signature: Sequence[str],
+        signature: Sequence[str | tuple[str, str]],
         values: Sequence[Any],
     ) -> None:
         from pyspk.cuda import driver
 
-        signature = tuple(signature)
+        # parameters are (name, kind) pairs, or bare kinds named p0, p1, ...
+        named = [
+            (item if isinstance(item, tuple) else (f"p{index}", item))
+            for index, item in enumerate(signature)
+        ]
+        signature = tuple(kind for _, kind in named)
         unknown = [kind for kind in signature if kind not in PARAM_KINDS]
         if unknown:
             raise ValueError(f"unknown kernel parameter kinds {unknown}; use {list(PARAM_KINDS)}")
@@ -560,7 +565,9 @@ class Launch:
         if self.shared < 0:
             raise ValueError(f"dynamic shared memory cannot be {self.shared} bytes")
         self.signature = signature
-        self._names = tuple(f"p{index}" for index in range(len(signature)))
+        self._names = tuple(name for name, _ in named)
+        if len(set(self._names)) != len(self._names):
+            raise ValueError(f"{kernel.name}: parameter names repeat in {self._names}")
         fields = [
             (name, PARAM_KINDS[kind]) for name, kind in zip(self._names, signature, strict=True)
         ]
@@ -584,17 +591,30 @@ class Launch:
         self._stream_key: Any = None
         self._bound: Any = None
 
-    def set(self, index: int, value: Any) -> None:
-        """Rewrite parameter `index` in place (the pointer array stays valid)."""
+    def _index(self, parameter: int | str) -> int:
+        if isinstance(parameter, str):
+            try:
+                return self._names.index(parameter)
+            except ValueError:
+                raise KeyError(
+                    f"{self.kernel.name} has no parameter {parameter!r} ({self._names})"
+                ) from None
+        return operator.index(parameter)
+
+    def set(self, parameter: int | str, value: Any) -> None:
+        """Rewrite a parameter, by index or name, in place (the pointer array stays
+        valid)."""
+        index = self._index(parameter)
         setattr(self._params, self._names[index], _param_value(self.signature[index], value))
 
-    def value(self, index: int) -> int:
-        return getattr(self._params, self._names[index])
+    def value(self, parameter: int | str) -> int:
+        return getattr(self._params, self._names[self._index(parameter)])
 
-    def setter(self, index: int) -> Callable[[int], None]:
-        """A one-argument writer of parameter `index` without `set`'s checks, for a hot
-        path whose values are already checked (addresses from `device_address`)."""
-        return functools.partial(setattr, self._params, self._names[index])
+    def setter(self, parameter: int | str) -> Callable[[int], None]:
+        """A one-argument writer of a parameter, by index or name, without `set`'s
+        checks, for a hot path whose values are already checked (addresses from
+        `device_address`)."""
+        return functools.partial(setattr, self._params, self._names[self._index(parameter)])
 
     def bind(self, stream: Any) -> Callable[[], None]:
         """A zero-argument launcher on `stream`, bound once so a hot path pays only the
@@ -631,5 +651,5 @@ class Launch:
         self._stream_key = stream
 
     def __repr__(self) -> str:
-        values = ", ".join(f"{kind}={self.value(i):#x}" for i, kind in enumerate(self.signature))
+        values = ", ".join(f"{name}={self.value(i):#x}" for i, name in enumerate(self._names))
         return f"Launch({self.kernel.name}, grid={self.grid}, block={self.block}, {values})"

@@ -7,8 +7,9 @@ allocation and no synchronization, so it can be captured in a CUDA graph."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
+import attrs
 import numpy as np
 
 from pyspk.candidate.errors import DeviceUnsupported, GeometryInvalid
@@ -34,9 +35,11 @@ from pyspk.candidate.segdense.selection import (
     SPECIAL_VALUES,
     TAPS,
     Classifier,
+    Config,
     Conv,
     Gemm,
     Gemv,
+    Kind,
     Reduction,
     SegdensePin,
     Site,
@@ -49,18 +52,48 @@ from pyspk.cuda.runtime import device_address, device_array
 
 if TYPE_CHECKING:
     from pyspk.cuda.device import DeviceAttributes
-    from pyspk.cuda.kernels import Kernel, LoadedKernels
+    from pyspk.cuda.kernels import Kernel, Launch, LoadedKernels
     from pyspk.cuda.runtime import CudaRuntime, DeviceBuffer
     from pyspk.cuda.tier import PtxTier
 
-# every buffer is a pointer and its element count; reductions add the plane count
-_BUFFER = ("ptr", "u64")
-_PACK_SIGNATURE = (*_BUFFER, *_BUFFER, "u32", "u32", "u32")
+
+def _buffer(name: str) -> tuple[tuple[str, str], tuple[str, str]]:
+    """A buffer parameter of the calling convention: its pointer and element count."""
+    return ((name, "ptr"), (f"{name}_len", "u64"))
+
+
+# the parameter lists of DESIGN.md section 4, named so that launches are set by name
+CONV_PARAMS = (*_buffer("x"), *_buffer("w"), *_buffer("y"))
+DENSE_PARAMS = (*_buffer("x"), *_buffer("w"), *_buffer("bias"), *_buffer("y"))
+REDUCE_PARAMS = (*_buffer("partials"), *_buffer("bias"), *_buffer("y"), ("splits", "u32"))
+PACK_PARAMS = (*_buffer("src"), *_buffer("dst"), ("d0", "u32"), ("d1", "u32"), ("d2", "u32"))
 _PACK_BLOCK = 1024
 
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+@attrs.frozen
+class _Geometry:
+    """The fixed shape a pin's entry serves: rows per item, columns, reduction, batch,
+    and the element counts of the input and output buffers."""
+
+    rows: int
+    n: int
+    k: int
+    batch: int
+    input_len: int
+    output_len: int
+
+    @classmethod
+    def of(cls, pin: SegdensePin) -> _Geometry:
+        entry = pin.entry()
+        site, batch = entry.site(), entry.batch()
+        rows, n, k, length = site.dimensions()
+        m = batch * rows
+        input_len = batch * (k // TAPS) * length if site.is_conv() else m * k
+        return cls(rows, n, k, batch, input_len, m * n)
 
 
 class Producer:
@@ -70,8 +103,8 @@ class Producer:
         self,
         runtime: CudaRuntime,
         pin: SegdensePin,
-        main: Any,
-        reduce: Any | None,
+        main: Launch,
+        reduce: Launch | None,
         owned: list[DeviceBuffer],
         input_len: int,
         output_len: int,
@@ -87,11 +120,8 @@ class Producer:
         # bound once: an enqueue writes two addresses and makes the driver calls, and
         # allocates nothing of its own
         stream = runtime.stream
-        self._set_input = main.setter(0)
-        if reduce is None:
-            self._set_output = main.setter(len(main.signature) - 2)
-        else:
-            self._set_output = reduce.setter(4)
+        self._set_input = main.setter("x")
+        self._set_output = (main if reduce is None else reduce).setter("y")
         self._launch_main = main.bind(stream)
         self._launch_reduce = None if reduce is None else reduce.bind(stream)
 
@@ -107,84 +137,26 @@ class Producer:
     ) -> Producer:
         """Checks, packs the weight and prepares the launches; `bias` is None exactly for
         the convolutions, whose bias the caller's pooling stage adds."""
-        if kernels.module is not KernelModule.SEGDENSE:
-            raise GeometryInvalid(CONTEXT, f"the {kernels.module} module cannot run segdense plans")
+        shape = _check(runtime, kernels, weight, bias, pin)
         config = pin.config()
-        entry = pin.entry()
-        site, batch = entry.site(), entry.batch()
-        rows, n, k, input_length = site.dimensions()
-        weight_ptr, _ = device_array(weight, n * k, CONTEXT, "weight", runtime.ordinal)
-        if site.is_conv() != (bias is None):
-            raise GeometryInvalid(
-                CONTEXT, f"{site.value} takes a bias exactly when it is not a convolution"
-            )
-        kind = config.kind
-        if isinstance(kind, Split):
-            if not 1 <= kind.splits <= EMBED_MAX_SPLITS:
-                raise GeometryInvalid(
-                    CONTEXT,
-                    f"{kind.splits} split-K slices, the reduction adds 1 to {EMBED_MAX_SPLITS}",
-                )
-            if kind.weights is SplitWeights.SCALED_HALF and kind.splits < HALF_MIN_SPLITS:
-                raise GeometryInvalid(
-                    CONTEXT,
-                    f"{kind.splits} split-K slices, the FP16 kernel needs at least "
-                    f"{HALF_MIN_SPLITS}",
-                )
-
-        main = kernels.function(config.kernel)
-        if config.shared > DEFAULT_SHARED:
-            optin = runtime.device.shared_optin_bytes
-            if config.shared > optin:
-                raise DeviceUnsupported(
-                    f"{config.kernel} needs {config.shared} bytes of shared memory, "
-                    f"the device allows {optin}"
-                )
-            main.set_max_dynamic_shared(config.shared)
-
+        main = _main_kernel(runtime, kernels, config)
         owned: list[DeviceBuffer] = []
-        packed = _pack(runtime, kernels, kind, weight, weight_ptr, n, k)
-        owned.append(packed)
-        if bias is None:
-            bias_ptr, bias_len = 0, 0
-        else:
-            device_array(bias, n, CONTEXT, "bias", runtime.ordinal)
-            bias_copy = runtime.alloc_zeros(n)
-            runtime.copy(bias_copy, bias)
-            owned.append(bias_copy)
-            bias_ptr, bias_len = bias_copy.ptr, n
-
-        m = batch * rows
-        input_len = batch * (k // TAPS) * input_length if site.is_conv() else m * k
-        output_len = m * n
-        grid = _grid(kind, rows, batch, m, n)
-        operands = [0, input_len, packed.ptr, len(packed)]
-        if not isinstance(kind, (Conv, TensorConv)):
-            operands += [bias_ptr, bias_len]
-        reduce = None
-        if isinstance(kind, Split):
-            workspace = kind.splits * output_len
-            partials = _scratch(runtime, scratch, workspace, owned)
-            main_launch = main.launch(
-                grid, config.block, config.shared, _BUFFER * 4, [*operands, partials, workspace]
+        try:
+            packed = _pack(runtime, kernels, config.kind, weight, shape.n, shape.k)
+            owned.append(packed)
+            bias_copy = _copy_bias(runtime, bias, shape.n)
+            if bias_copy is not None:
+                owned.append(bias_copy)
+            main_launch, reduce = _launches(
+                runtime, kernels, config, shape, main, packed, bias_copy, scratch, owned
             )
-            shape = Reduction.shape(kind.splits)
-            reduce = kernels.function(shape.kernel).launch(
-                shape.grid,
-                shape.block,
-                0,
-                (*_BUFFER * 3, "u32"),
-                [partials, workspace, bias_ptr, bias_len, 0, output_len, shape.splits],
-            )
-        else:
-            signature = _BUFFER * (len(operands) // 2 + 1)
-            main_launch = main.launch(
-                grid, config.block, config.shared, signature, [*operands, 0, output_len]
-            )
-
-        # packing may run on another stream than the one a graph later captures
-        runtime.synchronize()
-        return cls(runtime, pin, main_launch, reduce, owned, input_len, output_len)
+            # packing may run on another stream than the one a graph later captures
+            runtime.synchronize()
+        except BaseException:
+            for buffer in owned:
+                buffer.free()
+            raise
+        return cls(runtime, pin, main_launch, reduce, owned, shape.input_len, shape.output_len)
 
     def enqueue(self, x: object, output: object, phases: Phases = PASS_THROUGH) -> None:
         """Queues the producer and, for split-K, its fixed-order reduction, on the plan's
@@ -209,18 +181,113 @@ class Producer:
             buffer.free()
 
 
-def _grid(kind: object, rows: int, batch: int, m: int, n: int) -> tuple[int, int, int]:
-    """The grid `Producer.enqueue` of the reference gives each kind."""
-    if isinstance(kind, (Conv, TensorConv)):
-        return (_ceil_div(rows, kind.positions), batch, 1)
-    if isinstance(kind, Gemm):
-        return (_ceil_div(m, kind.rows), n // kind.cols, 1)
-    if isinstance(kind, Classifier):
-        return (_ceil_div(m, kind.rows), 1, 1)
-    if isinstance(kind, Gemv):
-        return (n // kind.cols, 1, 1)
+def _check(
+    runtime: CudaRuntime,
+    kernels: LoadedKernels,
+    weight: object,
+    bias: object | None,
+    pin: SegdensePin,
+) -> _Geometry:
+    """Refuses a module, weight, bias or split count the pin's entry cannot take."""
+    if kernels.module is not KernelModule.SEGDENSE:
+        raise GeometryInvalid(CONTEXT, f"the {kernels.module} module cannot run segdense plans")
+    shape = _Geometry.of(pin)
+    site = pin.entry().site()
+    device_array(weight, shape.n * shape.k, CONTEXT, "weight", runtime.ordinal)
+    if site.is_conv() != (bias is None):
+        raise GeometryInvalid(
+            CONTEXT, f"{site.value} takes a bias exactly when it is not a convolution"
+        )
+    if bias is not None:
+        device_array(bias, shape.n, CONTEXT, "bias", runtime.ordinal)
+    kind = pin.config().kind
     if isinstance(kind, Split):
-        return (_ceil_div(m, kind.rows), n // kind.cols, kind.splits)
+        if not 1 <= kind.splits <= EMBED_MAX_SPLITS:
+            raise GeometryInvalid(
+                CONTEXT,
+                f"{kind.splits} split-K slices, the reduction adds 1 to {EMBED_MAX_SPLITS}",
+            )
+        if kind.weights is SplitWeights.SCALED_HALF and kind.splits < HALF_MIN_SPLITS:
+            raise GeometryInvalid(
+                CONTEXT,
+                f"{kind.splits} split-K slices, the FP16 kernel needs at least {HALF_MIN_SPLITS}",
+            )
+    return shape
+
+
+def _main_kernel(runtime: CudaRuntime, kernels: LoadedKernels, config: Config) -> Kernel:
+    """The entry, opted in to its dynamic shared memory where that is above the default."""
+    main = kernels.function(config.kernel)
+    if config.shared > DEFAULT_SHARED:
+        optin = runtime.device.shared_optin_bytes
+        if config.shared > optin:
+            raise DeviceUnsupported(
+                f"{config.kernel} needs {config.shared} bytes of shared memory, "
+                f"the device allows {optin}"
+            )
+        main.set_max_dynamic_shared(config.shared)
+    return main
+
+
+def _copy_bias(runtime: CudaRuntime, bias: object | None, n: int) -> DeviceBuffer | None:
+    """The plan's own copy of the bias (None for the convolutions)."""
+    if bias is None:
+        return None
+    copy = runtime.alloc_zeros(n)
+    runtime.copy(copy, bias)
+    return copy
+
+
+def _launches(
+    runtime: CudaRuntime,
+    kernels: LoadedKernels,
+    config: Config,
+    shape: _Geometry,
+    main: Kernel,
+    packed: DeviceBuffer,
+    bias: DeviceBuffer | None,
+    scratch: Scratch | None,
+    owned: list[DeviceBuffer],
+) -> tuple[Launch, Launch | None]:
+    """The main launch and, for split-K, the reduction launch, with every parameter but
+    the input and output addresses, which each enqueue writes."""
+    kind = config.kind
+    grid = _grid(kind, shape)
+    weight = [packed.ptr, len(packed)]
+    if isinstance(kind, (Conv, TensorConv)):
+        values = [0, shape.input_len, *weight, 0, shape.output_len]
+        return main.launch(grid, config.block, config.shared, CONV_PARAMS, values), None
+    assert bias is not None  # _check pairs a bias with every dense site
+    operands = [0, shape.input_len, *weight, bias.ptr, shape.n]
+    if not isinstance(kind, Split):
+        values = [*operands, 0, shape.output_len]
+        return main.launch(grid, config.block, config.shared, DENSE_PARAMS, values), None
+    workspace = kind.splits * shape.output_len
+    partials = _scratch(runtime, scratch, workspace, owned)
+    values = [*operands, partials, workspace]
+    main_launch = main.launch(grid, config.block, config.shared, DENSE_PARAMS, values)
+    reduction = Reduction.shape(kind.splits)
+    reduce_values = [partials, workspace, bias.ptr, shape.n, 0, shape.output_len, reduction.splits]
+    reduce = kernels.function(reduction.kernel).launch(
+        reduction.grid, reduction.block, 0, REDUCE_PARAMS, reduce_values
+    )
+    return main_launch, reduce
+
+
+def _grid(kind: Kind, shape: _Geometry) -> tuple[int, int, int]:
+    """The grid `Producer.enqueue` of the reference gives each kind."""
+    m = shape.batch * shape.rows
+    match kind:
+        case Conv(positions=positions) | TensorConv(positions=positions):
+            return (_ceil_div(shape.rows, positions), shape.batch, 1)
+        case Gemm(rows=rows, cols=cols):
+            return (_ceil_div(m, rows), shape.n // cols, 1)
+        case Classifier(rows=rows):
+            return (_ceil_div(m, rows), 1, 1)
+        case Gemv(cols=cols):
+            return (shape.n // cols, 1, 1)
+        case Split(rows=rows, cols=cols, splits=splits):
+            return (_ceil_div(m, rows), shape.n // cols, splits)
     raise GeometryInvalid(CONTEXT, f"no grid for kind {kind!r}")
 
 
@@ -254,7 +321,7 @@ def _pack_on_device(
         _ceil_div(length, _PACK_BLOCK),
         _PACK_BLOCK,
         0,
-        _PACK_SIGNATURE,
+        PACK_PARAMS,
         [source, source_len, packed.ptr, length, *dims],
     )
     launch.enqueue(runtime.stream)
@@ -262,35 +329,29 @@ def _pack_on_device(
 
 
 def _pack(
-    runtime: CudaRuntime,
-    kernels: LoadedKernels,
-    kind: object,
-    weight: object,
-    weight_ptr: int,
-    n: int,
-    k: int,
+    runtime: CudaRuntime, kernels: LoadedKernels, kind: Kind, weight: object, n: int, k: int
 ) -> DeviceBuffer:
-    """The weight in the layout the kind's kernel reads."""
-    if isinstance(kind, Conv):
-        pack = kernels.function("spk_segdense_pack")
-        return _pack_on_device(
-            runtime, pack, weight_ptr, n * k, k * CONV_PADDED, (n, k, CONV_PADDED)
-        )
-    if isinstance(kind, Split) and kind.weights is SplitWeights.SCALED_HALF:
-        return runtime.upload(pack_half_columns(runtime.download(weight), n, k))
-    if isinstance(kind, Split):
-        pack = kernels.function("spk_segdense_pack")
-        return _pack_on_device(runtime, pack, weight_ptr, n * k, k * n, (n, k, n))
-    if isinstance(kind, TensorConv):
-        pack = kernels.function("spk_segdense_pack_conv_mma")
-        length = kind.planes * kind.cin_pad * TAPS * CONV_PADDED
-        return _pack_on_device(
-            runtime, pack, weight_ptr, n * k, length, (k // TAPS, kind.cin_pad, kind.planes)
-        )
-    if isinstance(kind, Gemm) and kind.select > 0:
-        host = runtime.download(weight)
-        rows = selected_rows(host, n, kind.select)
-        return runtime.upload(np.concatenate([host, rows.view(np.float32)]))
+    """The weight in the layout the kind's kernel reads, in a buffer the plan owns."""
+    source, _ = device_array(weight, n * k, CONTEXT, "weight", runtime.ordinal)
+    match kind:
+        case Conv():
+            pack = kernels.function("spk_segdense_pack")
+            dims = (n, k, CONV_PADDED)
+            return _pack_on_device(runtime, pack, source, n * k, k * CONV_PADDED, dims)
+        case TensorConv(cin_pad=cin_pad, planes=planes):
+            pack = kernels.function("spk_segdense_pack_conv_mma")
+            length = planes * cin_pad * TAPS * CONV_PADDED
+            dims = (k // TAPS, cin_pad, planes)
+            return _pack_on_device(runtime, pack, source, n * k, length, dims)
+        case Split(weights=SplitWeights.SCALED_HALF):
+            return runtime.upload(pack_half_columns(runtime.download(weight), n, k))
+        case Split():
+            pack = kernels.function("spk_segdense_pack")
+            return _pack_on_device(runtime, pack, source, n * k, k * n, (n, k, n))
+        case Gemm(select=select) if select > 0:
+            host = runtime.download(weight)
+            rows = selected_rows(host, n, select)
+            return runtime.upload(np.concatenate([host, rows.view(np.float32)]))
     copy = runtime.alloc_zeros(n * k)
     runtime.copy(copy, weight)
     return copy
