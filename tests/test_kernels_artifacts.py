@@ -5,7 +5,6 @@ block of prepared launches."""
 from __future__ import annotations
 
 import ctypes
-import enum
 import importlib.util
 import json
 import shutil
@@ -29,6 +28,7 @@ from pyspk.cuda.kernels import (
     read_artifact,
 )
 from pyspk.cuda.tier import ComputeCapability, PtxTier
+from tests.fake_driver import CUstream, FakeApi, Handle, Result
 
 ROOT = Path(__file__).resolve().parent.parent
 PTX = ROOT / "ptx"
@@ -382,76 +382,10 @@ def test_ptxas_resources_and_spills() -> None:
 # -- loading against a fake driver ----------------------------------------------------
 
 
-class Result(enum.IntEnum):
-    CUDA_SUCCESS = 0
-    CUDA_ERROR_INVALID_VALUE = 1
-    CUDA_ERROR_NOT_FOUND = 500
-
-
-class Handle:
-    def __init__(self, value: int = 0) -> None:
-        self.value = int(value)
-
-    def __int__(self) -> int:
-        return self.value
-
-
-class CUstream(Handle):
-    pass
-
-
-class FakeApi(types.SimpleNamespace):
-    """The driver calls the kernel loader and launches make, recorded."""
-
-    def __init__(self, missing: frozenset[str] = frozenset()) -> None:
-        super().__init__()
-        self.CUresult = Result
-        self.CUstream = CUstream
-        self.CUfunction_attribute = types.SimpleNamespace(
-            CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8, CU_FUNC_ATTRIBUTE_NUM_REGS=4
-        )
-        self.missing = missing
-        self.loaded: list[bytes] = []
-        self.unloaded: list[object] = []
-        self.attributes: list[tuple] = []
-        self.launches: list[tuple] = []
-        self.launch_status = Result.CUDA_SUCCESS
-
-    def cuGetErrorName(self, status):
-        return (Result.CUDA_SUCCESS, Result(int(status)).name.encode())
-
-    def cuGetErrorString(self, status):
-        return (Result.CUDA_SUCCESS, b"fake failure")
-
-    def cuModuleLoadData(self, image):
-        self.loaded.append(bytes(image))
-        return (Result.CUDA_SUCCESS, "module")
-
-    def cuModuleUnload(self, module):
-        self.unloaded.append(module)
-        return (Result.CUDA_SUCCESS,)
-
-    def cuModuleGetFunction(self, module, name):
-        if name.decode() in self.missing:
-            return (Result.CUDA_ERROR_NOT_FOUND, None)
-        return (Result.CUDA_SUCCESS, f"fn:{name.decode()}")
-
-    def cuFuncSetAttribute(self, function, attribute, value):
-        self.attributes.append((function, attribute, value))
-        return (Result.CUDA_SUCCESS,)
-
-    def cuFuncGetAttribute(self, attribute, function):
-        return (Result.CUDA_SUCCESS, 42)
-
-    def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
-        self.launches.append((f, (gx, gy, gz), (bx, by, bz), shared, stream, params, extra))
-        return (self.launch_status,)
-
-
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> FakeApi:
     api = FakeApi()
-    monkeypatch.setattr(driver, "api", lambda: api)
+    monkeypatch.setattr(driver, "_api", api)
     return api
 
 
