@@ -345,7 +345,6 @@ def test_plan_error_hierarchy() -> None:
     assert not issubclass(GeometryUnimplemented, GeometryInvalid)
     assert not issubclass(DeviceUnsupported, GeometryError)
     assert not issubclass(WeightsOutOfContract, GeometryError)
-    assert issubclass(PlanError, Exception)
 
 
 def test_plan_errors_from_pyspk() -> None:

@@ -14,7 +14,6 @@ from pyspk.candidate.errors import (
     GeometryError,
     GeometryInvalid,
     GeometryUnimplemented,
-    PlanError,
 )
 from pyspk.candidate.framework import (
     ArchitectureSpeed,
@@ -1082,7 +1081,6 @@ def test_public_names() -> None:
     assert pyspk.Entry is Entry
     assert pyspk.SegdensePin is SegdensePin
     assert pyspk.Area is Area
-    assert issubclass(GeometryUnimplemented, PlanError)
 
 
 # --- exhaustive cross-check against a literal transcription of the Rust rule ---------
