@@ -4,6 +4,7 @@ recorded JSON table, so a rule change shows up as named tuples. Pure: no driver 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -109,8 +110,29 @@ def to_json(device: DeviceAttributes, tier: PtxTier, picks: Sequence[Pick]) -> d
     }
 
 
+# the type of every field of a record, as `to_json` writes it (bool is not an int here)
+_DEVICE_TYPES = {"name": str, "capability": str, "multiprocessors": int, "shared_optin_bytes": int}
+_PICK_TYPES: dict[str, tuple[type, ...]] = {
+    "boundary": (str,),
+    "batch": (int,),
+    "math": (str,),
+    "entry": (str,),
+    "kernel": (str,),
+    "splits": (int, type(None)),
+    "block": (int,),
+    "shared": (int,),
+}
+
+
+def _typed(value: object, types: tuple[type, ...], where: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, types):
+        names = " or ".join("null" if t is type(None) else t.__name__ for t in types)
+        raise ValueError(f"{where} is {json.dumps(value)}, not {names}")
+
+
 def _recorded_picks(recorded: object) -> dict[tuple[str, int, str], dict[str, Any]]:
-    """The picks of a recorded table by tuple; ValueError naming what is malformed."""
+    """The picks of a recorded table by tuple; ValueError naming what is malformed: a
+    missing field or one of another type than `to_json` writes included."""
     if not isinstance(recorded, dict) or not isinstance(recorded.get("picks"), list):
         raise ValueError('the record is not an object with a "picks" list')
     picks: dict[tuple[str, int, str], dict[str, Any]] = {}
@@ -122,10 +144,18 @@ def _recorded_picks(recorded: object) -> dict[tuple[str, int, str], dict[str, An
         ]
         if missing:
             raise ValueError(f"recorded pick {index} lacks {', '.join(missing)}")
-        key = (str(item["boundary"]), item["batch"], str(item["math"]))
+        for field, types in _PICK_TYPES.items():
+            _typed(item[field], types, f"recorded pick {index} field {field}")
+        key = (item["boundary"], item["batch"], item["math"])
         if key in picks:
             raise ValueError(f"recorded pick {index} repeats {_where(key)}")
         picks[key] = item
+    device = recorded.get("device")
+    if not isinstance(device, dict):
+        raise ValueError('the record has no "device" object')
+    for field, kind in _DEVICE_TYPES.items():
+        _typed(device.get(field), (kind,), f"device.{field}")
+    _typed(recorded.get("tier"), (str,), "tier")
     return picks
 
 

@@ -327,6 +327,45 @@ def test_check_on_a_missing_or_malformed_file(
     assert needle in err
 
 
+def _mutated(record: dict, change: str) -> dict:
+    """`record` with one field set to a value of the wrong type."""
+    record = json.loads(json.dumps(record))
+    where, _, value = change.partition("=")
+    target = record
+    *path, last = where.split(".")
+    for part in path:
+        target = target[int(part)] if part.isdigit() else target[part]
+    target[int(last) if last.isdigit() else last] = json.loads(value)
+    return record
+
+
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        ('picks.0.batch="1"', 'field batch is "1", not int'),
+        ("picks.0.batch=true", "field batch is true, not int"),
+        ("picks.3.math=3", "field math is 3, not str"),
+        ('picks.5.splits="a"', 'field splits is "a", not int or null'),
+        ("picks.2.shared=1.5", "field shared is 1.5, not int"),
+        ('device="h200"', 'no "device" object'),
+        ("device.multiprocessors=1.5", "device.multiprocessors is 1.5, not int"),
+        ("tier=80", "tier is 80, not str"),
+    ],
+)
+def test_check_refuses_fields_of_the_wrong_type(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, change: str, needle: str
+) -> None:
+    """A record whose fields have other types than `--write` gives is malformed: exit 2
+    and one line, never a traceback nor a list of changed picks."""
+    good = tmp_path / "good.json"
+    assert run(capsys, "pins", "--device", "h200", "--write", str(good))[0] == 0
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(_mutated(json.loads(good.read_text()), change)))
+    code, out, err = run(capsys, "pins", "--device", "h200", "--check", str(bad))
+    assert (code, out, err.count("\n")) == (2, "", 1)
+    assert needle in err
+
+
 def test_write_to_an_unwritable_path(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     path = tmp_path / "missing" / "record.json"
     code, _, err = run(capsys, "pins", "--device", "h200", "--write", str(path))
