@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from pyspk import __version__
-from pyspk.cuda.device import DEFAULT_SHARED_OPTIN_BYTES, DeviceAttributes
+from pyspk.cuda.device import DeviceAttributes
 from pyspk.cuda.errors import CudaError
-from pyspk.cuda.profiles import PROFILES, profile, profile_key
+from pyspk.cuda.profiles import PROFILES, SHARED_OPTIN_BY_CAPABILITY, profile, profile_key
 from pyspk.cuda.tier import SHIPPED_TIERS, ComputeCapability, PtxTier, loadable_tier
 from pyspk.pins import TUPLES, Pick, diff, pick_table, profiles_table, render_picks, to_json
 
@@ -101,8 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--shared-optin",
         metavar="BYTES",
         type=_positive,
-        help="opt-in shared memory per block of the --capability device "
-        f"(default {DEFAULT_SHARED_OPTIN_BYTES})",
+        help="opt-in shared memory per block of the --capability device (default and "
+        "most: what its architecture allows, e.g. 65536 on 7.5, 232448 on 9.0)",
     )
     shipped = ", ".join(str(tier) for tier in SHIPPED_TIERS)
     pins.add_argument(
@@ -166,7 +166,22 @@ def _named_device(args: argparse.Namespace) -> tuple[DeviceAttributes, str] | No
         return profile(key), f"profile {key}"
     if args.sms is None:
         raise UsageError("--capability needs --sms, the device's multiprocessor count")
-    shared = DEFAULT_SHARED_OPTIN_BYTES if args.shared_optin is None else args.shared_optin
+    try:
+        loadable_tier(args.capability)
+    except ValueError as error:
+        raise UsageError(f"custom device: {error}") from None
+    limit = SHARED_OPTIN_BY_CAPABILITY.get(args.capability)
+    if limit is None:
+        known = ", ".join(str(capability) for capability in SHARED_OPTIN_BY_CAPABILITY)
+        raise UsageError(
+            f"compute capability {args.capability} is not a known architecture (known: {known})"
+        )
+    shared = limit if args.shared_optin is None else args.shared_optin
+    if shared > limit:
+        raise UsageError(
+            f"--shared-optin {shared} is more than compute capability {args.capability} "
+            f"allows a block ({limit} bytes)"
+        )
     device = DeviceAttributes(
         args.capability, multiprocessors=args.sms, shared_optin_bytes=shared, name="custom device"
     )

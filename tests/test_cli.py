@@ -273,6 +273,11 @@ BAD_ARGUMENTS = [
     (["pins", "--device", "t4", "--tier", "sm80"], "needs compute capability 8.0"),
     (["pins", "--capability", "7.0", "--sms", "80"], "below the lowest shipped"),
     (["pins", "--capability", "6.1", "--sms", "20"], "below the lowest shipped"),
+    (["pins", "--capability", "7.5", "--sms", "40", "--shared-optin", "65537"], "(65536 bytes)"),
+    (["pins", "--capability", "9.0", "--sms", "132", "--shared-optin", "300000"], "232448"),
+    (["pins", "--capability", "8.7", "--sms", "16"], "8.7 is not a known architecture"),
+    (["pins", "--capability", "11.0", "--sms", "16"], "11.0 is not a known architecture"),
+    (["pins", "--device", "h100"], "ambiguous: it may be h100-pcie, h100-sxm"),
     (["pins", "--device", "h200", "--write", "a.json", "--check", "b.json"], "not allowed"),
     (["pins", "--bogus"], "unrecognized arguments"),
     (["bogus"], "invalid choice"),
@@ -531,3 +536,19 @@ def test_module_without_a_device_uses_the_gpu_or_every_profile() -> None:
     else:
         assert "(local device 0)" in done.stdout.splitlines()[0]
         assert len(done.stdout.splitlines()) == 26
+
+
+def test_a_closed_pipe_ends_quietly() -> None:
+    """A reader that leaves before the output is written (`pyspk pins ... | head -0`):
+    no traceback on stderr."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pyspk", "pins", "--device", "h200", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()
+    error = process.stderr.read().decode()
+    process.wait(timeout=60)
+    assert "Traceback" not in error
+    assert error == ""

@@ -309,3 +309,29 @@ def test_embedding_batch32_rule_by_hand(
         pick = picks["resnet.seg_1", 32, math]
         assert (pick.entry, pick.splits) == (entry, splits)
         assert (pick.kernel, pick.block, pick.shared) == LAUNCH[entry]
+
+
+@pytest.mark.parametrize(
+    ("smi_name", "key"),
+    [
+        ("NVIDIA H100 80GB HBM3", "h100-sxm"),
+        ("NVIDIA H100 PCIe", "h100-pcie"),
+        ("NVIDIA A100-SXM4-80GB", "a100"),
+        ("NVIDIA A100-PCIE-40GB", "a100"),
+        ("NVIDIA A100 80GB PCIe", "a100"),
+        ("NVIDIA H200", "h200"),
+        ("Tesla T4", "t4"),
+        ("NVIDIA A10", "a10"),
+        ("NVIDIA GeForce RTX 4060 Ti", "rtx4060ti"),
+    ],
+)
+def test_nvidia_smi_names_resolve(smi_name: str, key: str) -> None:
+    """The names `nvidia-smi` prints, with memory sizes and form factors."""
+    assert profile_key(smi_name) == key
+
+
+def test_an_ambiguous_name_lists_the_candidates() -> None:
+    with pytest.raises(KeyError, match="ambiguous: it may be h100-pcie, h100-sxm"):
+        profile_key("h100")
+    with pytest.raises(KeyError, match="unknown device 'NVIDIA H100 NVL'"):
+        profile_key("NVIDIA H100 NVL")

@@ -81,14 +81,41 @@ _ALIASES: dict[str, str] = {
 }
 
 
+# words of an `nvidia-smi` name that are no part of the model: vendor and memory size
+_VENDOR_OR_MEMORY = re.compile(r"nvidia|geforce|tesla|\d+gb")
+# form factors: the PCIe and SXM parts of one model differ in SMs where both are profiled
+_FORM_FACTORS = {"pcie": "pcie", "sxm": "sxm", "hbm": "sxm"}
+
+
+def _by_model(name: str) -> list[str]:
+    """The profiles an `nvidia-smi` style name can mean ("NVIDIA H100 80GB HBM3",
+    "NVIDIA A100-SXM4-80GB"): its model, narrowed by a form factor word when it has one
+    (HBM3 marks the H100's SXM part)."""
+    words = [w for w in re.split(r"[\s_\-]+", name.lower()) if w]
+    words = [w for w in words if not _VENDOR_OR_MEMORY.fullmatch(w)]
+    forms = {form for w in words for prefix, form in _FORM_FACTORS.items() if w.startswith(prefix)}
+    model = "".join(w for w in words if not any(w.startswith(p) for p in _FORM_FACTORS))
+    if not model:
+        return []
+    candidates = [key for key in PROFILES if key == model or key.startswith(model + "-")]
+    narrowed = [key for key in candidates if any(key.endswith("-" + form) for form in forms)]
+    return narrowed or candidates
+
+
 def profile_key(name: str) -> str:
-    """The `PROFILES` key `name` means, ignoring case, spaces, `-`/`_` and vendor words;
-    KeyError listing the known names otherwise."""
+    """The `PROFILES` key `name` means: a profile name or marketing name, ignoring case,
+    spaces, `-`/`_` and vendor words, or the name `nvidia-smi` prints. KeyError listing
+    the candidates when the name fits several profiles, or the known names when none."""
     key = _ALIASES.get(_normalize(name))
-    if key is None:
-        known = ", ".join(PROFILES)
-        raise KeyError(f"unknown device {name!r}; known devices: {known}")
-    return key
+    if key is not None:
+        return key
+    candidates = _by_model(name)
+    if len(candidates) == 1:
+        return candidates[0]
+    if candidates:
+        raise KeyError(f"device {name!r} is ambiguous: it may be {', '.join(candidates)}")
+    known = ", ".join(PROFILES)
+    raise KeyError(f"unknown device {name!r}; known devices: {known}")
 
 
 def profile(name: str) -> DeviceAttributes:
