@@ -363,7 +363,7 @@ def test_write_outputs(tmp_path: Path) -> None:
 def test_device_slug_and_stem() -> None:
     assert benchmark.device_slug("NVIDIA H200") == "h200"
     assert benchmark.device_slug("NVIDIA GeForce RTX 4060 Ti") == "rtx4060ti"
-    assert benchmark.device_slug("NVIDIA H100 80GB HBM3") == "h100-80gb-hbm3"
+    assert benchmark.device_slug("NVIDIA H100 80GB HBM3") == "h100-sxm"  # nvidia-smi name
     assert benchmark.output_stem("NVIDIA H200", None) == "h200-bench"
     assert benchmark.output_stem("NVIDIA H200", PtxTier.SM75) == "h200-sm75-bench"
 
