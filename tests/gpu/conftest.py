@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -23,7 +24,20 @@ def kernels(runtime: CudaRuntime) -> LoadedKernels:
 
 @pytest.fixture(scope="session")
 def torch():
-    torch = pytest.importorskip("torch")
+    """PyTorch for the library comparisons: skipped without it, but failed when
+    PYSPK_REQUIRE_GPU=1 asks for every GPU test (install the `gpu` extra)."""
+    required = os.environ.get("PYSPK_REQUIRE_GPU") == "1"
+    try:
+        import torch
+    except ImportError as error:
+        if required:
+            pytest.fail(
+                f"PYSPK_REQUIRE_GPU=1 but PyTorch is missing ({error}); install pyspk[gpu]",
+                pytrace=False,
+            )
+        pytest.skip(f"PyTorch is missing ({error})")
     if not torch.cuda.is_available():
+        if required:
+            pytest.fail("PYSPK_REQUIRE_GPU=1 but PyTorch has no CUDA device", pytrace=False)
         pytest.skip("PyTorch has no CUDA device")
     return torch

@@ -1,0 +1,34 @@
+"""Packaging facts held in one place: the version, the license, the extras."""
+
+from __future__ import annotations
+
+import importlib.metadata
+from pathlib import Path
+
+import pytest
+
+import pyspk
+
+tomllib = pytest.importorskip("tomllib")  # Python 3.11 and newer
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _project() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def test_the_version_lives_in_the_package_alone() -> None:
+    project = _project()
+    assert "version" not in project and "version" in project["dynamic"]
+    assert importlib.metadata.version("pyspk") == pyspk.__version__
+
+
+def test_the_license_file_matches_the_metadata() -> None:
+    project = _project()
+    assert project["license"] == "MIT"
+    assert (ROOT / "LICENSE").read_text().startswith("MIT License\n")
+
+
+def test_the_gpu_extra_brings_the_library_path() -> None:
+    assert any(item.startswith("torch") for item in _project()["optional-dependencies"]["gpu"])
