@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import time
 import types
 
 import numpy as np
@@ -110,6 +111,9 @@ class FakeApi(types.SimpleNamespace):
         self.attributes: list[tuple] = []
         self.launches: list[tuple] = []
         self.launch_status = Result.CUDA_SUCCESS
+        # 64-bit parameter slots whose values each launch records, read at launch time
+        self.read_params: tuple[int, ...] = ()
+        self.param_values: list[tuple[int, ...]] = []
 
     def _new(self) -> int:
         self.next_handle += 0x100
@@ -317,4 +321,9 @@ class FakeApi(types.SimpleNamespace):
 
     def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
         self.launches.append((f, (gx, gy, gz), (bx, by, bz), shared, stream, params, extra))
+        if self.read_params:
+            time.sleep(0)  # let another thread run between the caller's writes and this read
+            slots = (ctypes.c_void_p * (max(self.read_params) + 1)).from_address(params)
+            values = [ctypes.c_uint64.from_address(slots[i]).value for i in self.read_params]
+            self.param_values.append((f, *values))
         return (self.launch_status,)

@@ -5,6 +5,7 @@ from pyspk.cuda.device import DeviceAttributes
 from pyspk.cuda.errors import (
     ArtifactError,
     BufferLengthError,
+    ClosedError,
     CudaError,
     DriverError,
     KernelMissingError,
@@ -22,6 +23,7 @@ __all__ = [
     "ArtifactError",
     "BufferLayoutError",
     "BufferLengthError",
+    "ClosedError",
     "ComputeCapability",
     "CudaError",
     "CudaMath",

@@ -37,6 +37,10 @@ class BufferLengthError(CudaError):
         super().__init__(f"{context}: {buffer} has {actual} elements, expected {expected}")
 
 
+class ClosedError(CudaError):
+    """A plan, graph or runtime was used after `close()`: nothing was launched."""
+
+
 class KernelMissingError(CudaError):
     """A kernel module does not export an entry a plan needs."""
 

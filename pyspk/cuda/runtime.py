@@ -14,13 +14,13 @@ import operator
 import sys
 import weakref
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from pyspk.cuda import driver
 from pyspk.cuda.device import DeviceAttributes
-from pyspk.cuda.errors import CudaError, DriverError, check_len
+from pyspk.cuda.errors import ClosedError, CudaError, DriverError, check_len
 from pyspk.cuda.tier import PtxTier
 
 if TYPE_CHECKING:
@@ -118,13 +118,37 @@ class DeviceBuffer:
         return f"DeviceBuffer(ptr={self._ptr:#x}, len={self._len}, device={self.ordinal}{state})"
 
 
+class GraphUser(Protocol):
+    """What a captured graph tells the plans it launches: that it holds them, and that it
+    is gone (a plan closed meanwhile frees its buffers then)."""
+
+    def graph_opened(self) -> None: ...
+
+    def graph_closed(self) -> None: ...
+
+
+def _release_graph(runtime: CudaRuntime, executable: Any, users: tuple[GraphUser, ...]) -> None:
+    """The collector's path for a graph never closed: destroy it, then tell its users."""
+    try:
+        runtime._destroy_graph_quietly(executable)
+    finally:
+        for user in users:
+            user.graph_closed()
+
+
 class Graph:
     """An instantiated CUDA graph captured on a runtime's stream."""
 
-    def __init__(self, runtime: CudaRuntime, executable: Any) -> None:
+    def __init__(
+        self, runtime: CudaRuntime, executable: Any, users: tuple[GraphUser, ...] = ()
+    ) -> None:
         self._runtime = runtime
         self._exec = executable
-        self._finalizer = weakref.finalize(self, runtime._destroy_graph_quietly, executable)
+        # the plans whose launches the graph holds stay alive and keep their buffers
+        # until the graph is destroyed, whether by close() or by the collector
+        for user in users:
+            user.graph_opened()
+        self._finalizer = weakref.finalize(self, _release_graph, runtime, executable, users)
         self._finalizer.atexit = False
         runtime._graphs.add(self._finalizer)
 
@@ -135,15 +159,22 @@ class Graph:
     def replay(self) -> None:
         """Launch the graph on the runtime's stream; returns without waiting for it."""
         if self.closed:
-            raise CudaError("Graph.replay: the graph was closed")
+            raise ClosedError("Graph.replay: the graph was closed")
         self._runtime._make_current()
         driver.call("cuGraphLaunch", self._exec, self._runtime.stream)
 
     def close(self) -> None:
-        """Destroy the executable graph (idempotent)."""
-        if self._finalizer.detach() is not None:
+        """Destroy the executable graph (idempotent), then let the plans it used free
+        what they deferred."""
+        detached = self._finalizer.detach()
+        if detached is not None:
             self._runtime._graphs.discard(self._finalizer)
-            self._runtime._destroy_graph(self._exec)
+            _, _, (runtime, executable, users), _ = detached
+            try:
+                runtime._destroy_graph(executable)
+            finally:
+                for user in users:
+                    user.graph_closed()
 
     def __enter__(self) -> Graph:
         return self
@@ -172,6 +203,7 @@ class CudaRuntime:
         self._kernels: dict[Any, Any] = {}
         self._capturing = 0
         self._deferred: list[int] = []
+        self._capture_users: list[GraphUser] = []
         self._ordinal = operator.index(ordinal)
         self._ptx_tier = ptx_tier if ptx_tier is not None else PtxTier.from_env()
         api = driver.api()
@@ -298,7 +330,7 @@ class CudaRuntime:
     def load_kernels(self, module: KernelModule) -> LoadedKernels:
         """The kernels of `module` for this device and tier, loaded once per runtime."""
         if self._closed:
-            raise CudaError("this CudaRuntime is closed")
+            raise ClosedError("this CudaRuntime is closed")
         loaded = self._kernels.get(module)
         if loaded is None:
             from pyspk.cuda.kernels import load_kernels
@@ -319,6 +351,7 @@ class CudaRuntime:
         mode = api.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
         driver.call("cuStreamBeginCapture", self._stream, mode)
         self._capturing += 1
+        users, self._capture_users = self._capture_users, []
         try:
             try:
                 fn()
@@ -328,13 +361,20 @@ class CudaRuntime:
             graph = driver.call("cuStreamEndCapture", self._stream)
         finally:
             self._capturing -= 1
+            captured, self._capture_users = self._capture_users, users
             self._flush_deferred()
         try:
             executable = _instantiate(api, graph)
         finally:
             # the executable graph does not need its template once instantiated
             _quietly(lambda: driver.call("cuGraphDestroy", graph))
-        return Graph(self, executable)
+        return Graph(self, executable, tuple(dict.fromkeys(captured)))
+
+    def note_capture_user(self, user: GraphUser) -> None:
+        """Called by a plan that enqueues while this runtime captures: the graph will
+        hold it (see `GraphUser`)."""
+        if self._capturing:
+            self._capture_users.append(user)
 
     def _abandon_capture(self) -> None:
         try:
@@ -370,7 +410,10 @@ class CudaRuntime:
         for finalizer in list(self._graphs):
             found = finalizer.detach()
             if found is not None:
-                attempt(lambda found=found: self._destroy_graph(found[2][0]))
+                _, executable, users = found[2]
+                attempt(lambda executable=executable: self._destroy_graph(executable))
+                for user in users:
+                    attempt(user.graph_closed)
         self._graphs.clear()
         for loaded in self._kernels.values():
             unload = getattr(loaded, "unload", None) or getattr(loaded, "close", None)
@@ -406,7 +449,7 @@ class CudaRuntime:
 
     def _make_current(self) -> None:
         if self._closed:
-            raise CudaError("this CudaRuntime is closed")
+            raise ClosedError("this CudaRuntime is closed")
         # contexts are current per thread; another library may have switched it
         if int(driver.call("cuCtxGetCurrent")) != self._context_handle:
             driver.call("cuCtxSetCurrent", self._context)

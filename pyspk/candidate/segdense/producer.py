@@ -7,6 +7,7 @@ allocation and no synchronization, so it can be captured in a CUDA graph."""
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, ClassVar
 
 import attrs
@@ -47,8 +48,9 @@ from pyspk.candidate.segdense.selection import (
     SplitWeights,
     TensorConv,
 )
+from pyspk.cuda.errors import ClosedError, KernelMissingError
 from pyspk.cuda.kernels import KernelModule
-from pyspk.cuda.runtime import device_address, device_array
+from pyspk.cuda.runtime import BufferLayoutError, device_address, device_array
 
 if TYPE_CHECKING:
     from pyspk.cuda.device import DeviceAttributes
@@ -117,6 +119,11 @@ class Producer:
         self._reduce = reduce
         self._owned = owned
         self._ordinal = runtime.ordinal
+        self._closed = False
+        self._graphs = 0  # live captured graphs that launch this plan
+        # the launches' parameter blocks are shared: one enqueue writes its addresses and
+        # launches before another thread's may write theirs
+        self._lock = threading.Lock()
         # bound once: an enqueue writes two addresses and makes the driver calls, and
         # allocates nothing of its own
         stream = runtime.stream
@@ -137,6 +144,8 @@ class Producer:
     ) -> Producer:
         """Checks, packs the weight and prepares the launches; `bias` is None exactly for
         the convolutions, whose bias the caller's pooling stage adds."""
+        if runtime.closed:
+            raise ClosedError(f"{CONTEXT}: the runtime was closed; nothing was planned")
         shape = _check(runtime, kernels, weight, bias, pin)
         config = pin.config()
         main = _main_kernel(runtime, kernels, config)
@@ -160,22 +169,57 @@ class Producer:
 
     def enqueue(self, x: object, output: object, phases: Phases = PASS_THROUGH) -> None:
         """Queues the producer and, for split-K, its fixed-order reduction, on the plan's
-        runtime stream. Checks both buffers before launching anything."""
-        self._set_input(device_address(x, self.input_len, CONTEXT, "input", self._ordinal))
-        self._set_output(
-            device_address(output, self.output_len, CONTEXT, "output", self._ordinal, writable=True)
+        runtime stream. Checks the plan, its runtime and both buffers (their lengths,
+        devices, and that they share no byte: no kernel works in place) before launching
+        anything. Safe to call from several threads: each call launches with its own
+        buffers."""
+        runtime = self.runtime
+        if self._closed or runtime._closed:
+            what = "plan" if self._closed else "runtime of this plan"
+            raise ClosedError(f"{CONTEXT}: the {what} was closed; nothing was launched")
+        x_ptr = device_address(x, self.input_len, CONTEXT, "input", self._ordinal)
+        y_ptr = device_address(
+            output, self.output_len, CONTEXT, "output", self._ordinal, writable=True
         )
-        if phases is PASS_THROUGH:
-            self._launch_main()
+        if x_ptr < y_ptr + 4 * self.output_len and y_ptr < x_ptr + 4 * self.input_len:
+            raise BufferLayoutError(
+                CONTEXT, "output", "shares bytes with input; the kernels do not work in place"
+            )
+        if runtime._capturing:
+            runtime.note_capture_user(self)
+        with self._lock:
+            self._set_input(x_ptr)
+            self._set_output(y_ptr)
+            if phases is PASS_THROUGH:
+                self._launch_main()
+                if self._launch_reduce is not None:
+                    self._launch_reduce()
+                return
+            phases.op(Op.MAIN, self._launch_main)
             if self._launch_reduce is not None:
-                self._launch_reduce()
-            return
-        phases.op(Op.MAIN, self._launch_main)
-        if self._launch_reduce is not None:
-            phases.op(Op.REDUCE, self._launch_reduce)
+                phases.op(Op.REDUCE, self._launch_reduce)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def close(self) -> None:
-        """Frees the packed weight, bias and owned partials (idempotent)."""
+        """Refuses every later enqueue and frees the packed weight, bias and owned
+        partials (idempotent). While a captured graph that launches this plan is alive,
+        the free waits for the last such graph to be closed or collected."""
+        self._closed = True
+        if self._graphs == 0:
+            self._free()
+
+    def graph_opened(self) -> None:
+        self._graphs += 1
+
+    def graph_closed(self) -> None:
+        self._graphs -= 1
+        if self._closed and self._graphs == 0:
+            self._free()
+
+    def _free(self) -> None:
         owned, self._owned = self._owned, []
         for buffer in owned:
             buffer.free()
@@ -215,9 +259,18 @@ def _check(
     return shape
 
 
+def _function(kernels: LoadedKernels, name: str) -> Kernel:
+    """An entry of the loaded module; one it does not carry means this kernel cannot
+    serve here, a `DeviceUnsupported` an engine falls back on."""
+    try:
+        return kernels.function(name)
+    except KernelMissingError as error:
+        raise DeviceUnsupported(f"{name} cannot run here: {error}; use the library") from error
+
+
 def _main_kernel(runtime: CudaRuntime, kernels: LoadedKernels, config: Config) -> Kernel:
     """The entry, opted in to its dynamic shared memory where that is above the default."""
-    main = kernels.function(config.kernel)
+    main = _function(kernels, config.kernel)
     if config.shared > DEFAULT_SHARED:
         optin = runtime.device.shared_optin_bytes
         if config.shared > optin:
@@ -268,7 +321,7 @@ def _launches(
     main_launch = main.launch(grid, config.block, config.shared, DENSE_PARAMS, values)
     reduction = Reduction.shape(kind.splits)
     reduce_values = [partials, workspace, bias.ptr, shape.n, 0, shape.output_len, reduction.splits]
-    reduce = kernels.function(reduction.kernel).launch(
+    reduce = _function(kernels, reduction.kernel).launch(
         reduction.grid, reduction.block, 0, REDUCE_PARAMS, reduce_values
     )
     return main_launch, reduce
@@ -335,18 +388,18 @@ def _pack(
     source, _ = device_array(weight, n * k, CONTEXT, "weight", runtime.ordinal)
     match kind:
         case Conv():
-            pack = kernels.function("spk_segdense_pack")
+            pack = _function(kernels, "spk_segdense_pack")
             dims = (n, k, CONV_PADDED)
             return _pack_on_device(runtime, pack, source, n * k, k * CONV_PADDED, dims)
         case TensorConv(cin_pad=cin_pad, planes=planes):
-            pack = kernels.function("spk_segdense_pack_conv_mma")
+            pack = _function(kernels, "spk_segdense_pack_conv_mma")
             length = planes * cin_pad * TAPS * CONV_PADDED
             dims = (k // TAPS, cin_pad, planes)
             return _pack_on_device(runtime, pack, source, n * k, length, dims)
         case Split(weights=SplitWeights.SCALED_HALF):
             return runtime.upload(pack_half_columns(runtime.download(weight), n, k))
         case Split():
-            pack = kernels.function("spk_segdense_pack")
+            pack = _function(kernels, "spk_segdense_pack")
             return _pack_on_device(runtime, pack, source, n * k, k * n, (n, k, n))
         case Gemm(select=select) if select > 0:
             host = runtime.download(weight)

@@ -1,0 +1,148 @@
+"""Plan lifetime and buffer rules against the fake driver (no GPU): nothing launches from
+a closed plan or runtime, a live captured graph keeps its plans' buffers, an output that
+shares bytes with the input is refused, concurrent enqueues launch with their own
+buffers, and an entry the module lacks is a `PlanError`."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from pyspk.candidate import DenseSite, DenseSpec, DeviceUnsupported, PlanError
+from pyspk.candidate.segdense import DenseOxide, Entry, SegdensePin
+from pyspk.cuda import BufferLayoutError, ClosedError, CudaMath, CudaRuntime, driver
+from pyspk.cuda.kernels import KernelModule, load_kernels
+from pyspk.cuda.tier import PtxTier
+from tests.fake_driver import FakeApi
+
+SPEC = DenseSpec(DenseSite.EMBEDDING, 1, CudaMath.FP32)
+KERNEL = "fn:spk_segdense_embed_b1"
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> FakeApi:
+    api = FakeApi()
+    monkeypatch.setattr(driver, "_api", api)
+    return api
+
+
+@pytest.fixture
+def runtime(fake: FakeApi):
+    with CudaRuntime(0) as opened:
+        yield opened
+
+
+def _plan(runtime: CudaRuntime, kernels=None) -> DenseOxide:
+    kernels = kernels or runtime.load_kernels(KernelModule.SEGDENSE)
+    pin = SegdensePin.forced(Entry.EMBED_B1, CudaMath.FP32, kernels.tier, runtime.device)
+    weight = runtime.upload(np.zeros(256 * 5120, np.float32))
+    bias = runtime.upload(np.zeros(256, np.float32))
+    return DenseOxide.plan(runtime, kernels, SPEC, weight, bias, pin)
+
+
+def _main_launches(fake: FakeApi) -> int:
+    return sum(launch[0] == KERNEL for launch in fake.launches)
+
+
+def test_a_closed_plan_launches_nothing(fake: FakeApi, runtime: CudaRuntime) -> None:
+    oxide = _plan(runtime)
+    x, y = runtime.alloc_zeros(3 * 5120), runtime.alloc_zeros(3 * 256)
+    oxide.enqueue(x, y)
+    oxide.close()
+    with pytest.raises(ClosedError, match="plan was closed"):
+        oxide.enqueue(x, y)
+    assert _main_launches(fake) == 1
+
+
+def test_a_closed_runtime_plans_and_launches_nothing(fake: FakeApi) -> None:
+    runtime = CudaRuntime(0)
+    kernels = runtime.load_kernels(KernelModule.SEGDENSE)
+    oxide = _plan(runtime, kernels)
+    pin = SegdensePin.forced(Entry.EMBED_B1, CudaMath.FP32, kernels.tier, runtime.device)
+    weight = runtime.upload(np.zeros(256 * 5120, np.float32))
+    bias = runtime.upload(np.zeros(256, np.float32))
+    x, y = runtime.alloc_zeros(3 * 5120), runtime.alloc_zeros(3 * 256)
+    runtime.close()
+    with pytest.raises(ClosedError, match="runtime of this plan was closed"):
+        oxide.enqueue(x, y)
+    with pytest.raises(ClosedError, match="the runtime was closed; nothing was planned"):
+        DenseOxide.plan(runtime, kernels, SPEC, weight, bias, pin)
+    assert _main_launches(fake) == 0
+
+
+def test_a_live_graph_keeps_the_plan_buffers(fake: FakeApi, runtime: CudaRuntime) -> None:
+    """Closing a plan that a captured graph launches defers the free to the graph's end;
+    the plan refuses new enqueues at once."""
+    before = set(fake.memory)
+    oxide = _plan(runtime)
+    owned = set(fake.memory) - before
+    assert len(owned) == 2  # the weight copy and the bias copy
+    x, y = runtime.alloc_zeros(3 * 5120), runtime.alloc_zeros(3 * 256)
+    graph = runtime.capture(lambda: oxide.enqueue(x, y))
+    other = runtime.capture(lambda: oxide.enqueue(x, y))
+    oxide.close()
+    assert owned <= set(fake.memory)
+    with pytest.raises(ClosedError):
+        oxide.enqueue(x, y)
+    graph.close()
+    assert owned <= set(fake.memory)  # the second graph still launches it
+    del other  # collected, not closed
+    import gc
+
+    gc.collect()
+    assert not owned & set(fake.memory)
+
+
+def test_an_output_over_the_input_is_refused(fake: FakeApi, runtime: CudaRuntime) -> None:
+    oxide = _plan(runtime)
+    both = runtime.alloc_zeros(3 * 5120 + 3 * 256)
+    x = both
+    # a view of the last 768 floats of the same allocation, as PyTorch would hand it over
+    y = _View(both.ptr + 4 * (3 * 5120 - 1), 3 * 256)
+    with pytest.raises(BufferLayoutError, match="output shares bytes with input"):
+        oxide.enqueue(_View(x.ptr, 3 * 5120), y)
+    assert _main_launches(fake) == 0
+    oxide.enqueue(_View(x.ptr, 3 * 5120), _View(both.ptr + 4 * 3 * 5120, 3 * 256))  # adjacent
+    assert _main_launches(fake) == 1
+
+
+class _View:
+    """A float32 device array at `ptr` of `length`, by __cuda_array_interface__."""
+
+    def __init__(self, ptr: int, length: int) -> None:
+        self.__cuda_array_interface__ = {
+            "version": 3,
+            "shape": (length,),
+            "typestr": "<f4",
+            "data": (ptr, False),
+            "strides": None,
+            "stream": None,
+        }
+
+
+def test_concurrent_enqueues_launch_their_own_buffers(fake: FakeApi, runtime: CudaRuntime) -> None:
+    oxide = _plan(runtime)
+    fake.read_params = (0, 6)  # x and y
+    pairs = [(runtime.alloc_zeros(3 * 5120), runtime.alloc_zeros(3 * 256)) for _ in range(8)]
+
+    def drive(x, y) -> None:
+        for _ in range(300):
+            oxide.enqueue(x, y)
+
+    threads = [threading.Thread(target=drive, args=pair) for pair in pairs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    launched = [(x, y) for kernel, x, y in fake.param_values if kernel == KERNEL]
+    assert sorted(launched) == sorted((x.ptr, y.ptr) for x, y in pairs for _ in range(300))
+
+
+def test_an_entry_the_module_lacks_is_a_plan_error(fake: FakeApi, runtime: CudaRuntime) -> None:
+    kernels = load_kernels(KernelModule.SEGDENSE, runtime.device.capability, PtxTier.SM80)
+    del kernels._kernels["spk_segdense_embed_b1"]
+    with pytest.raises(DeviceUnsupported, match="spk_segdense_embed_b1 cannot run here") as caught:
+        _plan(runtime, kernels)
+    assert isinstance(caught.value, PlanError)
