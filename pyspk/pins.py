@@ -12,6 +12,8 @@ import attrs
 
 from pyspk.candidate.segdense.selection import BATCHES, Entry, SegdensePin, Site
 from pyspk.cuda.device import DeviceAttributes
+from pyspk.cuda.errors import ArtifactError
+from pyspk.cuda.kernels import KernelModule, Manifest
 from pyspk.cuda.math import CudaMath
 from pyspk.cuda.profiles import PROFILES
 from pyspk.cuda.tier import PtxTier, loadable_tier
@@ -38,6 +40,8 @@ class Pick:
     splits: int | None
     block: int
     shared: int
+    # whether the shipped module of the tier carries the kernel (None: not known)
+    built: bool | None = None
 
     @classmethod
     def select(
@@ -73,6 +77,7 @@ class Pick:
             "splits": self.splits,
             "block": self.block,
             "shared": self.shared,
+            "built": self.built,
         }
 
 
@@ -85,11 +90,25 @@ def _where(key: tuple[str, int, str]) -> str:
     return f"{boundary} batch {batch} {math}"
 
 
+def shipped_entries(tier: PtxTier) -> frozenset[str] | None:
+    """The entries the shipped module of `tier` exports, read from its manifest (no
+    driver); None when the manifest cannot be read."""
+    try:
+        return frozenset(Manifest.load().module(KernelModule.SEGDENSE).tiers[tier].entries)
+    except (ArtifactError, KeyError):
+        return None
+
+
 def pick_table(device: DeviceAttributes, tier: PtxTier) -> list[Pick]:
-    """The 24 picks of the device rule on `device` with the `tier` module loaded.
+    """The 24 picks of the device rule on `device` with the `tier` module loaded, each
+    marked with whether the shipped module carries its kernel.
 
     The tier is taken as given; `loadable_tier` says which one a device would load."""
-    return [Pick.select(site, batch, math, tier, device) for site, batch, math in TUPLES]
+    shipped = shipped_entries(tier)
+    picks = [Pick.select(site, batch, math, tier, device) for site, batch, math in TUPLES]
+    if shipped is None:
+        return picks
+    return [attrs.evolve(pick, built=pick.kernel in shipped) for pick in picks]
 
 
 def device_json(device: DeviceAttributes) -> dict[str, Any]:
@@ -203,7 +222,7 @@ def render_picks(picks: Sequence[Pick]) -> str:
             str(pick.batch),
             str(pick.math),
             pick.entry,
-            pick.kernel,
+            pick.kernel if pick.built is not False else f"{pick.kernel} (not built)",
             "-" if pick.splits is None else str(pick.splits),
             str(pick.block),
             str(pick.shared),

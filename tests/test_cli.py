@@ -27,7 +27,7 @@ from pyspk.pins import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
-PICK_KEYS = {"boundary", "batch", "math", *PICK_FIELDS}
+PICK_KEYS = {"boundary", "batch", "math", *PICK_FIELDS, "built"}
 
 
 @pytest.fixture(autouse=True)
@@ -552,3 +552,22 @@ def test_a_closed_pipe_ends_quietly() -> None:
     process.wait(timeout=60)
     assert "Traceback" not in error
     assert error == ""
+
+
+def test_a_pick_the_module_lacks_is_marked_not_built(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pyspk import pins
+
+    shipped = pins.shipped_entries(PtxTier.SM80)
+    assert shipped is not None and "spk_segdense_conv1_b32_tc" in shipped
+    monkeypatch.setattr(
+        pins, "shipped_entries", lambda tier: shipped - {"spk_segdense_conv1_b32_tc"}
+    )
+    code, out, _ = run(capsys, "pins", "--device", "h200")
+    assert code == 0
+    marked = [line for line in out.splitlines() if "(not built)" in line]
+    assert len(marked) == 1 and "CONV1_B32_TC" in marked[0]
+    code, out, _ = run(capsys, "pins", "--device", "h200", "--json")
+    built = {pick["entry"]: pick["built"] for pick in json.loads(out)["picks"]}
+    assert built["CONV1_B32_TC"] is False and built["CONV1_B32_X3"] is True
