@@ -121,7 +121,30 @@ def build_parser() -> argparse.ArgumentParser:
         help="compare the picks with FILE; exit 1 naming each changed one",
     )
     pins.set_defaults(run=_run_pins)
+
+    info = commands.add_parser(
+        "info",
+        help="versions, the driver, and what each visible GPU would load and run",
+        description="Print the versions of pyspk, Python, numpy and cuda-bindings, the "
+        "driver's CUDA version and, for each visible GPU, its attributes, the kernel "
+        "artifact it would load (cubin or PTX JIT) and the entry the device rule picks "
+        "per tuple. Without a driver or GPU it prints what it can and says why.",
+    )
+    info.add_argument("--json", action="store_true", help="print JSON instead of text")
+    info.set_defaults(run=_run_info)
     return parser
+
+
+def _run_info(args: argparse.Namespace) -> int:
+    from pyspk import info
+
+    forced, _ = _forced_tier(args)
+    report = info.collect(forced, os.environ.get("PYSPK_FORCE_PTX_JIT", "").strip() == "1")
+    if args.json:
+        _print_json(report)
+    else:
+        print(info.render(report))
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -131,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
         if args.command is None:
-            raise UsageError(f"a command is required: pins (see {PROG} --help)")
+            raise UsageError(f"a command is required: pins or info (see {PROG} --help)")
         return args.run(args)
     except UsageError as error:
         print(f"{PROG}: error: {_one_line(str(error))}", file=sys.stderr)
@@ -190,7 +213,7 @@ def _named_device(args: argparse.Namespace) -> tuple[DeviceAttributes, str] | No
 
 def _forced_tier(args: argparse.Namespace) -> tuple[PtxTier | None, str]:
     """The tier the user forces (--tier, else PYSPK_PTX_TIER) and where it came from."""
-    if args.tier is not None:
+    if getattr(args, "tier", None) is not None:
         return args.tier, "--tier"
     try:
         forced = PtxTier.from_env()

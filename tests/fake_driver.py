@@ -146,6 +146,12 @@ class FakeApi(types.SimpleNamespace):
         return (SUCCESS, f"text of {name}".encode()) if name else (INVALID_VALUE, None)
 
     # devices
+    def cuDriverGetVersion(self):
+        return (SUCCESS, 13000)
+
+    def cuDeviceTotalMem(self, dev):
+        return (SUCCESS, 24 << 30)
+
     def cuDeviceGetCount(self):
         return (SUCCESS, self.devices)
 

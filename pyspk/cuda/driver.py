@@ -126,6 +126,16 @@ def call(name: str, *args: Any) -> Any:
     return unwrap(name, getattr(api(), name)(*args))
 
 
+def driver_version() -> int:
+    """The CUDA version the driver supports, as cuDriverGetVersion gives it (13000)."""
+    return int(call("cuDriverGetVersion"))
+
+
+def device_memory(ordinal: int) -> int:
+    """Bytes of memory on device `ordinal`."""
+    return int(call("cuDeviceTotalMem", device(ordinal)))
+
+
 def device_count() -> int:
     """How many CUDA devices the driver sees."""
     return int(call("cuDeviceGetCount"))

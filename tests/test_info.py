@@ -1,0 +1,72 @@
+"""`pyspk info` without a GPU: with no driver it prints the versions and why the rest is
+missing, and exits 0; against the fake driver it reports each device, the artifact it
+would load and the rule's picks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pyspk import cli
+from pyspk.cuda import driver
+from tests.fake_driver import FakeApi
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_without_a_driver_it_says_why_and_exits_0(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def missing() -> None:
+        raise driver.NoDriverError("the NVIDIA driver library (libcuda) could not be loaded")
+
+    monkeypatch.setattr(driver, "_api", None)
+    monkeypatch.setattr(driver, "_load", missing)
+    code, out, err = run(capsys, "info")
+    assert (code, err) == (0, "")
+    assert out.startswith("pyspk ")
+    assert "cuda-bindings" in out
+    assert "driver: unavailable: NoDriverError: the NVIDIA driver library" in out
+    code, out, _ = run(capsys, "info", "--json")
+    report = json.loads(out)
+    assert code == 0 and report["devices"] == [] and report["driver"].startswith("unavailable")
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> FakeApi:
+    api = FakeApi()
+    monkeypatch.setattr(driver, "_api", api)
+    return api
+
+
+def test_each_device_with_its_artifact_and_picks(
+    capsys: pytest.CaptureFixture[str], fake: FakeApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PYSPK_PTX_TIER", raising=False)
+    monkeypatch.delenv("PYSPK_FORCE_PTX_JIT", raising=False)
+    code, out, _ = run(capsys, "info", "--json")
+    report = json.loads(out)
+    assert code == 0
+    assert report["driver"] == "CUDA 13.0 (13000)"
+    assert [device["name"] for device in report["devices"]] == ["Fake GPU 0", "Fake GPU 1"]
+    first = report["devices"][0]
+    assert (first["capability"], first["multiprocessors"], first["memory_bytes"]) == (
+        "8.9",
+        34,
+        24 << 30,
+    )
+    assert (first["tier"], first["artifact"]) == ("sm80", "segdense.sm80 cubin sm_89")
+    assert len(first["picks"]) == 24 and all(pick["built"] for pick in first["picks"])
+    embedding = [p for p in first["picks"] if p["boundary"] == "resnet.seg_1" and p["batch"] == 32]
+    assert [p["entry"] for p in embedding] == ["EMBED_B32", "EMBED_B32_F16"]
+
+    monkeypatch.setenv("PYSPK_FORCE_PTX_JIT", "1")
+    monkeypatch.setenv("PYSPK_PTX_TIER", "sm75")
+    code, out, _ = run(capsys, "info")
+    assert code == 0
+    assert "loads: tier sm75, segdense.sm75.ptx (JIT) (forced by PYSPK_FORCE_PTX_JIT=1)" in out
