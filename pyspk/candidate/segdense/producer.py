@@ -50,12 +50,12 @@ from pyspk.candidate.segdense.selection import (
 )
 from pyspk.cuda.errors import ClosedError, KernelMissingError
 from pyspk.cuda.kernels import KernelModule
-from pyspk.cuda.runtime import BufferLayoutError, device_address, device_array
+from pyspk.cuda.runtime import BufferLayoutError, DeviceBuffer, device_address, device_array
 
 if TYPE_CHECKING:
     from pyspk.cuda.device import DeviceAttributes
     from pyspk.cuda.kernels import Kernel, Launch, LoadedKernels
-    from pyspk.cuda.runtime import CudaRuntime, DeviceBuffer
+    from pyspk.cuda.runtime import CudaRuntime
     from pyspk.cuda.tier import PtxTier
 
 
@@ -123,7 +123,8 @@ class Producer:
         self._graphs = 0  # live captured graphs that launch this plan
         # the launches' parameter blocks are shared: one enqueue writes its addresses and
         # launches before another thread's may write theirs
-        self._lock = threading.Lock()
+        lock = threading.Lock()
+        self._acquire, self._release = lock.acquire, lock.release
         # bound once: an enqueue writes two addresses and makes the driver calls, and
         # allocates nothing of its own
         stream = runtime.stream
@@ -177,17 +178,30 @@ class Producer:
         if self._closed or runtime._closed:
             what = "plan" if self._closed else "runtime of this plan"
             raise ClosedError(f"{CONTEXT}: the {what} was closed; nothing was launched")
-        x_ptr = device_address(x, self.input_len, CONTEXT, "input", self._ordinal)
-        y_ptr = device_address(
-            output, self.output_len, CONTEXT, "output", self._ordinal, writable=True
-        )
-        if x_ptr < y_ptr + 4 * self.output_len and y_ptr < x_ptr + 4 * self.input_len:
+        # a live buffer of this runtime and the right length needs no other check (the
+        # runtime is open, so its allocations are); anything else takes device_address
+        in_len, out_len = self.input_len, self.output_len
+        if type(x) is DeviceBuffer and x._runtime is runtime and x._len == in_len and x._live:
+            x_ptr = x._ptr
+        else:
+            x_ptr = device_address(x, in_len, CONTEXT, "input", self._ordinal)
+        if (
+            type(output) is DeviceBuffer
+            and output._runtime is runtime
+            and output._len == out_len
+            and output._live
+        ):
+            y_ptr = output._ptr
+        else:
+            y_ptr = device_address(output, out_len, CONTEXT, "output", self._ordinal, writable=True)
+        if x_ptr < y_ptr + 4 * out_len and y_ptr < x_ptr + 4 * in_len:
             raise BufferLayoutError(
                 CONTEXT, "output", "shares bytes with input; the kernels do not work in place"
             )
         if runtime._capturing:
             runtime.note_capture_user(self)
-        with self._lock:
+        self._acquire()
+        try:
             self._set_input(x_ptr)
             self._set_output(y_ptr)
             if phases is PASS_THROUGH:
@@ -198,6 +212,8 @@ class Producer:
             phases.op(Op.MAIN, self._launch_main)
             if self._launch_reduce is not None:
                 phases.op(Op.REDUCE, self._launch_reduce)
+        finally:
+            self._release()
 
     @property
     def closed(self) -> bool:
