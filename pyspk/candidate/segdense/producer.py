@@ -147,12 +147,12 @@ class Producer:
         the convolutions, whose bias the caller's pooling stage adds."""
         if runtime.closed:
             raise ClosedError(f"{CONTEXT}: the runtime was closed; nothing was planned")
-        shape = _check(runtime, kernels, weight, bias, pin)
+        shape, weight_ptr = _check(runtime, kernels, weight, bias, pin)
         config = pin.config()
         main = _main_kernel(runtime, kernels, config)
         owned: list[DeviceBuffer] = []
         try:
-            packed = _pack(runtime, kernels, config.kind, weight, shape.n, shape.k)
+            packed = _pack(runtime, kernels, config.kind, weight, weight_ptr, shape.n, shape.k)
             owned.append(packed)
             bias_copy = _copy_bias(runtime, bias, shape.n)
             if bias_copy is not None:
@@ -215,10 +215,6 @@ class Producer:
         finally:
             self._release()
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
     def close(self) -> None:
         """Refuses every later enqueue and frees the packed weight, bias and owned
         partials (idempotent). While a captured graph that launches this plan is alive,
@@ -247,13 +243,14 @@ def _check(
     weight: object,
     bias: object | None,
     pin: SegdensePin,
-) -> _Geometry:
-    """Refuses a module, weight, bias or split count the pin's entry cannot take."""
+) -> tuple[_Geometry, int]:
+    """Refuses a module, weight, bias or split count the pin's entry cannot take; the
+    geometry and the weight's device address."""
     if kernels.module is not KernelModule.SEGDENSE:
         raise GeometryInvalid(CONTEXT, f"the {kernels.module} module cannot run segdense plans")
     shape = _Geometry.of(pin)
     site = pin.entry().site()
-    device_array(weight, shape.n * shape.k, CONTEXT, "weight", runtime.ordinal)
+    weight_ptr, _ = device_array(weight, shape.n * shape.k, CONTEXT, "weight", runtime.ordinal)
     if site.is_conv() != (bias is None):
         raise GeometryInvalid(
             CONTEXT, f"{site.value} takes a bias exactly when it is not a convolution"
@@ -272,7 +269,7 @@ def _check(
                 CONTEXT,
                 f"{kind.splits} split-K slices, the FP16 kernel needs at least {HALF_MIN_SPLITS}",
             )
-    return shape
+    return shape, weight_ptr
 
 
 def _function(kernels: LoadedKernels, name: str) -> Kernel:
@@ -398,10 +395,16 @@ def _pack_on_device(
 
 
 def _pack(
-    runtime: CudaRuntime, kernels: LoadedKernels, kind: Kind, weight: object, n: int, k: int
+    runtime: CudaRuntime,
+    kernels: LoadedKernels,
+    kind: Kind,
+    weight: object,
+    source: int,
+    n: int,
+    k: int,
 ) -> DeviceBuffer:
-    """The weight in the layout the kind's kernel reads, in a buffer the plan owns."""
-    source, _ = device_array(weight, n * k, CONTEXT, "weight", runtime.ordinal)
+    """The weight (checked, at device address `source`) in the layout the kind's kernel
+    reads, in a buffer the plan owns."""
     match kind:
         case Conv():
             pack = _function(kernels, "spk_segdense_pack")
