@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 from pyspk import __version__
 from pyspk.cuda.device import DeviceAttributes
 from pyspk.cuda.errors import CudaError
+from pyspk.cuda.kernels import force_ptx_from_env
 from pyspk.cuda.profiles import PROFILES, SHARED_OPTIN_BY_CAPABILITY, profile, profile_key
 from pyspk.cuda.tier import SHIPPED_TIERS, ComputeCapability, PtxTier, loadable_tier
 from pyspk.pins import TUPLES, Pick, diff, pick_table, profiles_table, render_picks, to_json
@@ -131,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
         "per tuple. Without a driver or GPU it prints what it can and says why.",
     )
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
-    info.set_defaults(run=_run_info)
+    info.set_defaults(run=_run_info, tier=None)
     return parser
 
 
@@ -139,7 +140,7 @@ def _run_info(args: argparse.Namespace) -> int:
     from pyspk import info
 
     forced, _ = _forced_tier(args)
-    report = info.collect(forced, os.environ.get("PYSPK_FORCE_PTX_JIT", "").strip() == "1")
+    report = info.collect(forced, force_ptx_from_env())
     if args.json:
         _print_json(report)
     else:
@@ -213,7 +214,7 @@ def _named_device(args: argparse.Namespace) -> tuple[DeviceAttributes, str] | No
 
 def _forced_tier(args: argparse.Namespace) -> tuple[PtxTier | None, str]:
     """The tier the user forces (--tier, else PYSPK_PTX_TIER) and where it came from."""
-    if getattr(args, "tier", None) is not None:
+    if args.tier is not None:
         return args.tier, "--tier"
     try:
         forced = PtxTier.from_env()

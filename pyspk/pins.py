@@ -4,6 +4,7 @@ recorded JSON table, so a rule change shows up as named tuples. Pure: no driver 
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -90,9 +91,10 @@ def _where(key: tuple[str, int, str]) -> str:
     return f"{boundary} batch {batch} {math}"
 
 
+@functools.cache
 def shipped_entries(tier: PtxTier) -> frozenset[str] | None:
-    """The entries the shipped module of `tier` exports, read from its manifest (no
-    driver); None when the manifest cannot be read."""
+    """The entries the shipped module of `tier` exports, read once from its manifest
+    (no driver); None when the manifest cannot be read."""
     try:
         return frozenset(Manifest.load().module(KernelModule.SEGDENSE).tiers[tier].entries)
     except (ArtifactError, KeyError):

@@ -352,7 +352,8 @@ def read_artifact(directory: Path, artifact: Artifact) -> bytes:
     return data
 
 
-def _force_ptx_from_env() -> bool:
+def force_ptx_from_env() -> bool:
+    """Whether PYSPK_FORCE_PTX_JIT=1 asks for the PTX even where a cubin ships."""
     return os.environ.get(FORCE_PTX_JIT_ENV, "").strip() == "1"
 
 
@@ -474,7 +475,7 @@ def load_kernels(
     manifest = Manifest.load(directory)
     module_manifest = manifest.module(module)
     override = tier if tier is not None else PtxTier.from_env()
-    artifact = choose_artifact(module_manifest, capability, override, _force_ptx_from_env())
+    artifact = choose_artifact(module_manifest, capability, override, force_ptx_from_env())
     data = read_artifact(manifest.directory, artifact)
     if not artifact.is_cubin and not data.endswith(b"\0"):
         data += b"\0"  # the driver reads PTX as a C string
