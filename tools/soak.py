@@ -15,6 +15,7 @@ import argparse
 import json
 import resource
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +38,22 @@ def _device_used(runtime: CudaRuntime) -> int:
     runtime.synchronize()
     free, total = driver.call("cuMemGetInfo")
     return int(total) - int(free)
+
+
+def _measured(runtime: CudaRuntime, work: Callable[[], dict[str, object]]) -> dict[str, object]:
+    """Seconds `work` takes, and device memory and host RSS after it less before it
+    (read after a synchronize); `work`'s own figures join the result."""
+    before = (_device_used(runtime), _rss_kib())
+    start = time.perf_counter()
+    figures = work()
+    seconds = round(time.perf_counter() - start, 2)
+    after = (_device_used(runtime), _rss_kib())
+    return {
+        **figures,
+        "seconds": seconds,
+        "device_bytes_growth": after[0] - before[0],
+        "host_rss_kib_growth": after[1] - before[1],
+    }
 
 
 def main() -> int:
@@ -64,17 +81,13 @@ def main() -> int:
 
         for _ in range(100):
             cycle()
-        before = (_device_used(runtime), _rss_kib())
-        start = time.perf_counter()
-        for _ in range(args.cycles):
-            cycle()
-        after = (_device_used(runtime), _rss_kib())
-        report["plan_close"] = {
-            "cycles": args.cycles,
-            "seconds": round(time.perf_counter() - start, 2),
-            "device_bytes_growth": after[0] - before[0],
-            "host_rss_kib_growth": after[1] - before[1],
-        }
+
+        def cycles() -> dict[str, object]:
+            for _ in range(args.cycles):
+                cycle()
+            return {"cycles": args.cycles}
+
+        report["plan_close"] = _measured(runtime, cycles)
 
         spec32 = DenseSpec(DenseSite.EMBEDDING, 32, CudaMath.FP32)
         pin32 = SegdensePin.forced(Entry.EMBED_B32, CudaMath.FP32, kernels.tier, device)
@@ -86,21 +99,17 @@ def main() -> int:
         graph = runtime.capture(lambda: oxide.enqueue(x32, y32))
         for _ in range(1000):
             graph.replay()
-        before = (_device_used(runtime), _rss_kib())
-        start = time.perf_counter()
-        identical = True
-        for index in range(args.replays):
-            graph.replay()
-            if (index + 1) % 10_000 == 0:
-                identical &= bool(np.array_equal(runtime.download(y32).view(np.uint32), reference))
-        after = (_device_used(runtime), _rss_kib())
-        report["graph_replay"] = {
-            "replays": args.replays,
-            "seconds": round(time.perf_counter() - start, 2),
-            "device_bytes_growth": after[0] - before[0],
-            "host_rss_kib_growth": after[1] - before[1],
-            "bits_identical_every_10000": identical,
-        }
+
+        def replays() -> dict[str, object]:
+            identical = True
+            for index in range(args.replays):
+                graph.replay()
+                if (index + 1) % 10_000 == 0:
+                    bits = runtime.download(y32).view(np.uint32)
+                    identical &= bool(np.array_equal(bits, reference))
+            return {"replays": args.replays, "bits_identical_every_10000": identical}
+
+        report["graph_replay"] = _measured(runtime, replays)
         graph.close()
         oxide.close()
         report["device"] = device.name
