@@ -187,6 +187,12 @@ def new_row(case: Case, pin: SegdensePin, *, forced: bool, simt: bool) -> dict[s
         "seconds": None,
         "library_round_ms": [],
         "pyspk_round_ms": [],
+        # the compiled library arm (bench --compiled): torch.compile of the same function
+        "compiled_us": None,
+        "compiled_max_abs": None,
+        "compiled_rel_l2": None,
+        "compile_seconds": None,
+        "compiled_round_ms": [],
     }
 
 
@@ -244,6 +250,25 @@ def summarize(rows: Sequence[Mapping[str, Any]], simt: Sequence[str]) -> dict[st
         },
         "not_built": [row["key"] for row in picks if row["status"] == NOT_BUILT],
         "errors": [f"{row['key']} {row['entry']}" for row in rows if row["status"] == ERROR],
+        **_compiled_summary(measured),
+    }
+
+
+def _compiled_summary(measured: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Over the picks the compiled arm measured too: pyspk's speedup over it, the tuples
+    where it beats pyspk, and those where it beats the eager library."""
+    rows = [row for row in measured if row.get("compiled_us") is not None]
+    if not rows:
+        return {}
+    return {
+        "compiled_measured": [row["key"] for row in rows],
+        "compiled_geomean_speedup": geomean(row["compiled_us"] / row["pyspk_us"] for row in rows),
+        "compiled_faster_than_pyspk": [
+            row["key"] for row in rows if row["compiled_us"] < row["pyspk_us"]
+        ],
+        "compiled_faster_than_library": [
+            row["key"] for row in rows if row["compiled_us"] < row["library_us"]
+        ],
     }
 
 
@@ -269,12 +294,13 @@ def format_speedup(value: float | None) -> str:
 
 
 def method_line(meta: Mapping[str, Any]) -> str:
+    arms = "library, compiled library, pyspk" if meta.get("compiled") else "library, pyspk"
     return (
         f"each arm a CUDA graph of {meta['graph_enqueues']} enqueues on one shared stream; "
         f"{meta['warmup_rounds']} warm-up then {meta['rounds']} interleaved rounds "
-        "(library, pyspk), CUDA events around each replay, a spin kernel before each round; "
+        f"({arms}), CUDA events around each replay, a spin kernel before each round; "
         "median per arm / enqueues = per-enqueue us; speedup = library / pyspk. Errors: "
-        "eager outputs of both arms against float64 on the same inputs (seed "
+        "eager outputs of every arm against float64 on the same inputs (seed "
         f"{meta['seed']}). Host: median of {meta['host_samples']} chunks of "
         f"{meta['host_chunk']} eager pyspk enqueues (pyspk buffers), perf_counter_ns, "
         "synchronized outside the timed region"
@@ -285,9 +311,26 @@ TABLE_HEADER = (
     "| boundary | batch | math | entry | kernel | splits | library us | pyspk us | speedup "
     "| library max-abs / rel-L2 | pyspk max-abs / rel-L2 | host us |"
 )
+COMPILED_HEADER = " compiled us | pyspk over compiled | compiled max-abs / rel-L2 |"
 
 
-def table_row(row: Mapping[str, Any]) -> str:
+def table_header(compiled: bool) -> list[str]:
+    """The table's header and rule; `compiled` adds the compiled arm's columns."""
+    header = TABLE_HEADER + (COMPILED_HEADER if compiled else "")
+    return [header, "|" + "---|" * (header.count("|") - 1)]
+
+
+def _compiled_cells(row: Mapping[str, Any]) -> list[str]:
+    compiled, ours = row.get("compiled_us"), row["pyspk_us"]
+    ratio = None if compiled is None or ours is None else compiled / ours
+    return [
+        format_number(compiled, ".2f"),
+        format_speedup(ratio),
+        _errors(row.get("compiled_max_abs"), row.get("compiled_rel_l2")),
+    ]
+
+
+def table_row(row: Mapping[str, Any], compiled: bool = False) -> str:
     entry = row["entry"] + (" (forced)" if row["forced"] else "")
     splits = "-" if row["splits"] is None else str(row["splits"])
     library = _errors(row["library_max_abs"], row["library_rel_l2"])
@@ -311,6 +354,8 @@ def table_row(row: Mapping[str, Any]) -> str:
         pyspk_errors,
         format_number(row["host_us"], ".2f"),
     ]
+    if compiled:
+        cells += _compiled_cells(row)
     return "| " + " | ".join(cells) + " |"
 
 
@@ -346,6 +391,15 @@ def summary_lines(summary: Mapping[str, Any]) -> list[str]:
         )
     if summary["errors"]:
         lines.append(f"- errors (see the JSON notes): {', '.join(summary['errors'])}")
+    if "compiled_measured" in summary:
+        faster = summary["compiled_faster_than_pyspk"]
+        lines += [
+            f"- compiled arm, {len(summary['compiled_measured'])} tuples: pyspk geometric "
+            f"mean speedup over it {format_speedup(summary['compiled_geomean_speedup'])}",
+            f"- compiled arm faster than pyspk: {', '.join(faster) or 'none'}",
+            "- compiled arm faster than the eager library: "
+            f"{', '.join(summary['compiled_faster_than_library']) or 'none'}",
+        ]
     return lines
 
 
@@ -354,6 +408,7 @@ def render_markdown(
 ) -> str:
     device = meta["device"]
     versions = meta["versions"]
+    compiled = bool(meta.get("compiled"))
     lines = [
         f"# segdense benchmark: {device['name']}",
         "",
@@ -368,11 +423,20 @@ def render_markdown(
         f"- library settings: FP32 math sets torch.backends.cuda.matmul.allow_tf32 and "
         f"torch.backends.cudnn.allow_tf32 False, TF32 math True; cudnn.benchmark "
         f"{meta['cudnn_benchmark']}",
-        f"- run: {meta['date']}, {meta['seconds']:.0f} s",
+        *(
+            [
+                "- compiled arm: the same library function through `torch.compile(mode="
+                '"max-autotune-no-cudagraphs")`, compiled per tuple after '
+                "`torch._dynamo.reset()`, in the same math settings"
+            ]
+            if compiled
+            else []
+        ),
+        f"- run: {meta['date']}, {meta['seconds']:.0f} s"
+        + ("" if meta.get("complete", True) else " (incomplete: rows still to run)"),
         "",
-        TABLE_HEADER,
-        "|" + "---|" * 12,
-        *(table_row(row) for row in rows),
+        *table_header(compiled),
+        *(table_row(row, compiled) for row in rows),
         "",
         "## Summary",
         "",
@@ -423,9 +487,9 @@ def device_slug(name: str) -> str:
         return slug or "device"
 
 
-def output_stem(device_name: str, forced_tier: PtxTier | None) -> str:
+def output_stem(device_name: str, forced_tier: PtxTier | None, compiled: bool = False) -> str:
     tier = f"-{forced_tier}" if forced_tier is not None else ""
-    return f"{device_slug(device_name)}{tier}-bench"
+    return f"{device_slug(device_name)}{tier}-bench" + ("-compiled" if compiled else "")
 
 
 def write_chart(path: Path, rows: Sequence[Mapping[str, Any]], title: str) -> str:

@@ -201,17 +201,25 @@ def library_math(torch: Any, math: CudaMath) -> Iterator[None]:
             torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
 
 
-def library_call(torch: Any, site: Site, x: Any, w: Any, bias: Any) -> Callable[[], Any]:
-    """The library path of `site` on torch tensors: cuDNN conv, or cuBLAS and its
-    epilogue."""
+def library_function(torch: Any, site: Site) -> Callable[[Any, Any, Any], Any]:
+    """The library path of `site` as a function of (x, w, bias) torch tensors: cuDNN conv,
+    or cuBLAS and its epilogue (the function `torch.compile` takes for the compiled arm)."""
     functional = torch.nn.functional
     if site.is_conv():
-        return lambda: functional.conv1d(x, w)
+        return lambda x, w, bias: functional.conv1d(x, w)
     if site in (Site.LINEAR0, Site.LINEAR1):
-        return lambda: functional.leaky_relu(torch.addmm(bias, x, w), reference.LEAKY_SLOPE)
+        return lambda x, w, bias: functional.leaky_relu(
+            torch.addmm(bias, x, w), reference.LEAKY_SLOPE
+        )
     if site is Site.LINEAR2:
-        return lambda: torch.log_softmax(torch.addmm(bias, x, w), -1)
-    return lambda: functional.linear(x, w, bias)
+        return lambda x, w, bias: torch.log_softmax(torch.addmm(bias, x, w), -1)
+    return lambda x, w, bias: functional.linear(x, w, bias)
+
+
+def library_call(torch: Any, site: Site, x: Any, w: Any, bias: Any) -> Callable[[], Any]:
+    """The library path of `site` on these torch tensors."""
+    function = library_function(torch, site)
+    return lambda: function(x, w, bias)
 
 
 def library(torch: Any, site: Site, ops: dict[str, np.ndarray], math: CudaMath) -> np.ndarray:

@@ -330,6 +330,50 @@ def test_render_markdown() -> None:
     assert "forced rows" in text
 
 
+def _with_compiled_arm(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The compiled arm at half the library's time: faster than pyspk where pyspk's
+    speedup is under 2x."""
+    for row in rows:
+        if row["status"] == benchmark.MEASURED:
+            row["compiled_us"] = row["library_us"] / 2
+            row["compiled_max_abs"], row["compiled_rel_l2"] = 3e-6, 2e-7
+    return rows
+
+
+def test_summarize_names_the_tuples_the_compiled_arm_wins() -> None:
+    rows = _with_compiled_arm(_rows())
+    summary = benchmark.summarize(rows, H200_SIMT)
+    picks = [row for row in rows if not row["forced"] and row["status"] == benchmark.MEASURED]
+    assert summary["compiled_measured"] == [row["key"] for row in picks]
+    assert summary["compiled_faster_than_pyspk"] == [
+        row["key"] for row in picks if row["speedup"] < 2.0
+    ]
+    assert summary["compiled_faster_than_library"] == summary["compiled_measured"]
+    expected = math.exp(sum(math.log(row["speedup"] / 2) for row in picks) / len(picks))
+    assert summary["compiled_geomean_speedup"] == pytest.approx(expected)
+    lines = "\n".join(benchmark.summary_lines(summary))
+    assert "compiled arm faster than pyspk: conv1:1:fp32," in lines
+    # without the arm the summary carries none of its keys
+    assert "compiled_measured" not in benchmark.summarize(_rows(), H200_SIMT)
+
+
+def test_render_markdown_with_the_compiled_arm() -> None:
+    rows = _with_compiled_arm(_rows())
+    meta = {**_meta(), "compiled": True}
+    text = benchmark.render_markdown(meta, rows, benchmark.summarize(rows, H200_SIMT))
+    table = [line for line in text.splitlines() if line.startswith("| ")]
+    assert table[0] == benchmark.TABLE_HEADER + benchmark.COMPILED_HEADER
+    assert all(line.count("|") == 16 for line in table)
+    assert table[1].endswith("| 5.00 | 0.500x | 3.00e-06 / 2.00e-07 |")
+    assert "(library, compiled library, pyspk)" in text
+    assert 'torch.compile(mode="max-autotune-no-cudagraphs")' in text
+    assert "(incomplete" not in text
+    meta["complete"] = False
+    assert "(incomplete: rows still to run)" in benchmark.render_markdown(
+        meta, rows, benchmark.summarize(rows, H200_SIMT)
+    )
+
+
 def test_render_json_round_trips_with_nan_as_null() -> None:
     rows = _rows()
     rows[0]["pyspk_max_abs"] = float("nan")
@@ -366,6 +410,7 @@ def test_device_slug_and_stem() -> None:
     assert benchmark.device_slug("NVIDIA H100 80GB HBM3") == "h100-sxm"  # nvidia-smi name
     assert benchmark.output_stem("NVIDIA H200", None) == "h200-bench"
     assert benchmark.output_stem("NVIDIA H200", PtxTier.SM75) == "h200-sm75-bench"
+    assert benchmark.output_stem("NVIDIA H200", None, compiled=True) == "h200-bench-compiled"
 
 
 # -- command line ----------------------------------------------------------------------

@@ -11,11 +11,14 @@ eager outputs are compared with float64 (`pyspk.reference`) on the same seeded i
 with perf_counter_ns, synchronized outside the timed region (`pyspk.testing.per_launch_us`).
 
     PYTHONPATH=. python3 tools/bench.py [--rounds 50] [--tuples seg_1:32:fp32 ...]
-        [--force EMBED_B32 ...] [--tier sm75] [--out benchmarks]
+        [--force EMBED_B32 ...] [--tier sm75] [--compiled] [--out benchmarks]
     PYTHONPATH=. python3 tools/bench.py --dry-run h200    # the plan only; no GPU, no torch
 
-Writes <device>-bench.md, .json and .png into --out. The pure parts (tuple filter,
-summary, rendering) are `pyspk.benchmark`, importable without torch or a GPU and covered
+Writes <device>-bench.md, .json and .png into --out, rewritten after every row (marked
+incomplete until the last). `--compiled` adds a third arm, the library function through
+`torch.compile(mode="max-autotune-no-cudagraphs")` compiled per tuple (minutes of
+autotuning in all), and names the files <device>-bench-compiled.*. The pure parts (tuple
+filter, summary, rendering) are `pyspk.benchmark`, importable without torch or a GPU and covered
 by tests/test_bench.py; this file keeps the runner.
 """
 
@@ -75,6 +78,7 @@ REPLAY_WARMUP = 2
 HOST_SAMPLES = 20
 # about 0.5 ms at H200 clocks: far longer than the host needs to queue one round
 SPIN_CYCLES = 1_000_000
+COMPILE_MODE = "max-autotune-no-cudagraphs"
 
 # -- measuring (torch and a GPU from here on) ------------------------------------------
 
@@ -129,31 +133,33 @@ class Bench:
 
     def measure(self, case: Case, row: dict[str, Any], pin: SegdensePin) -> None:
         started = time.perf_counter()
-        library = pyspk = None
+        library = compiled = pyspk = None
         try:
             library = self._library(case, row)
+            if self.args.compiled:
+                compiled = self._library(case, row, compiled=True)
             try:
                 pyspk = self._pyspk(case, row, pin)
             except KernelMissingError as error:
                 row["status"], row["note"] = NOT_BUILT, str(error)
-            arms = [library.replay] if pyspk is None else [library.replay, pyspk.replay]
-            samples = self._rounds(arms)
-            per_enqueue = [statistics.median(arm) * 1000 / GRAPH_ENQUEUES for arm in samples]
-            row["library_round_ms"] = samples[0]
-            row["library_us"] = per_enqueue[0]
+            arms = {"library": library, "compiled": compiled, "pyspk": pyspk}
+            timed = {name: arm for name, arm in arms.items() if arm is not None}
+            rounds = self._rounds([arm.replay for arm in timed.values()])
+            samples = dict(zip(timed, rounds, strict=True))
+            for name, milliseconds in samples.items():
+                row[f"{name}_round_ms"] = milliseconds
+                row[f"{name}_us"] = statistics.median(milliseconds) * 1000 / GRAPH_ENQUEUES
             if pyspk is not None:
-                row["pyspk_round_ms"] = samples[1]
-                row["pyspk_us"] = per_enqueue[1]
-                row["speedup"] = per_enqueue[0] / per_enqueue[1]
-                ratios = [a / b for a, b in zip(samples[0], samples[1], strict=True)]
-                row["round_ratio_median"] = statistics.median(ratios)
+                row["speedup"] = row["library_us"] / row["pyspk_us"]
+                pairs = zip(samples["library"], samples["pyspk"], strict=True)
+                row["round_ratio_median"] = statistics.median(a / b for a, b in pairs)
                 row["replay_bit_identical"] = pyspk.replay_matches_eager()
         except Exception as error:
             row["status"] = ERROR
             row["note"] = f"{type(error).__name__}: {error}"
             traceback.print_exc()
         finally:
-            for arm in (pyspk, library):
+            for arm in (pyspk, compiled, library):
                 if arm is not None:
                     with contextlib.suppress(Exception):
                         arm.close()
@@ -163,10 +169,14 @@ class Bench:
             self.torch.cuda.empty_cache()
             row["seconds"] = time.perf_counter() - started
 
-    def _library(self, case: Case, row: dict[str, Any]) -> _LibraryArm:
-        arm = _LibraryArm(self, case)
+    def _library(self, case: Case, row: dict[str, Any], compiled: bool = False) -> _LibraryArm:
+        started = time.perf_counter()
+        arm = _LibraryArm(self, case, compiled)
+        name = "compiled" if compiled else "library"
+        if compiled:
+            row["compile_seconds"] = time.perf_counter() - started
         try:
-            row["library_max_abs"], row["library_rel_l2"] = arm.errors
+            row[f"{name}_max_abs"], row[f"{name}_rel_l2"] = arm.errors
         except BaseException:
             with contextlib.suppress(Exception):
                 arm.close()
@@ -211,27 +221,37 @@ class Bench:
 
 
 class _LibraryArm:
-    """The PyTorch path on the shared stream: eager errors, then a graph of 20 calls."""
+    """The PyTorch path on the shared stream, eager or through `torch.compile`: eager
+    errors, then a graph of 20 calls."""
 
-    def __init__(self, bench: Bench, case: Case) -> None:
+    def __init__(self, bench: Bench, case: Case, compiled: bool = False) -> None:
         self.graph: Any = None
         self.outputs: list[Any] = []
         self.tensors: dict[str, Any] = {}
         try:
-            self._setup(bench, case)
+            self._setup(bench, case, compiled)
         except BaseException:
             with contextlib.suppress(Exception):  # keep the setup's error
                 self.close()
             raise
 
-    def _setup(self, bench: Bench, case: Case) -> None:
+    def _setup(self, bench: Bench, case: Case, compiled: bool) -> None:
         torch = bench.torch
         ops = bench.operands(case.site, case.batch)
         device = torch.device("cuda", bench.ordinal)
         # kept alive for the graph's lifetime
         self.tensors = {name: torch.from_numpy(value).to(device) for name, value in ops.items()}
         x, w, bias = self.tensors["x"], self.tensors["w"], self.tensors.get("bias")
-        call = testing.library_call(torch, case.site, x, w, bias)
+        function = testing.library_function(torch, case.site)
+        if compiled:
+            # a fresh compile per tuple: no cached graph or recompile limit carries over
+            torch._dynamo.reset()
+            function = torch.compile(function, mode=COMPILE_MODE, dynamic=False)
+
+        def call() -> Any:
+            return function(x, w, bias)
+
+        # the warm-up calls compile (and autotune) under this math's settings
         with testing.library_math(torch, case.math):
             for _ in range(EAGER_WARMUP):
                 call()
@@ -413,40 +433,58 @@ def run(args: argparse.Namespace, cases: Sequence[Case], forced: Sequence[Entry]
             print(f"forced pin refused: {line}", flush=True)
         if bench.sleep is None:
             print("torch.cuda._sleep is missing: rounds run without the spin kernel")
-        rows = []
+        simt = simt_keys(tier, device)
+        stem = output_stem(device.name, args.tier, args.compiled)
+        rows: list[dict[str, Any]] = []
+        outputs: list[str] = []
         for index, (case, row, pin) in enumerate(plan, 1):
             bench.measure(case, row, pin)
             rows.append(row)
             print(f"[{index:2}/{len(plan)}] {progress_line(row)}", flush=True)
-        simt = simt_keys(tier, device)
+            # rewritten after every row: a run stopped early leaves its rows so far
+            meta = _meta(args, bench, cases, forced, refused, started, len(rows) == len(plan))
+            outputs = write_outputs(args.out, stem, meta, rows, summarize(rows, simt))
         summary = summarize(rows, simt)
-        meta = {
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "device": _device_meta(device),
-            "versions": _versions(torch),
-            "tier": str(tier),
-            "artifact": bench.kernels.artifact,
-            "graph_enqueues": GRAPH_ENQUEUES,
-            "rounds": args.rounds,
-            "warmup_rounds": args.warmup_rounds,
-            "spin_cycles": args.spin_cycles if bench.sleep is not None else 0,
-            "host_chunk": testing.CHUNK,
-            "host_samples": args.host_samples,
-            "seed": args.seed,
-            "cudnn_benchmark": args.cudnn_benchmark,
-            "tuples": [case.key() for case in cases],
-            "forced": [entry.name for entry in forced],
-            "forced_refused": refused,
-            "argv": sys.argv[1:],
-            "seconds": time.perf_counter() - started,
-        }
-        stem = output_stem(device.name, args.tier)
         for line in summary_lines(summary):
             print(line)
-        for line in write_outputs(args.out, stem, meta, rows, summary):
+        for line in outputs:
             print(line)
     bench.runtime.close()
     return 1 if summary["errors"] else 0
+
+
+def _meta(
+    args: argparse.Namespace,
+    bench: Bench,
+    cases: Sequence[Case],
+    forced: Sequence[Entry],
+    refused: Sequence[str],
+    started: float,
+    complete: bool,
+) -> dict[str, Any]:
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "device": _device_meta(bench.device),
+        "versions": _versions(bench.torch),
+        "tier": str(bench.kernels.tier),
+        "artifact": bench.kernels.artifact,
+        "compiled": args.compiled,
+        "compile_mode": COMPILE_MODE if args.compiled else None,
+        "graph_enqueues": GRAPH_ENQUEUES,
+        "rounds": args.rounds,
+        "warmup_rounds": args.warmup_rounds,
+        "spin_cycles": args.spin_cycles if bench.sleep is not None else 0,
+        "host_chunk": testing.CHUNK,
+        "host_samples": args.host_samples,
+        "seed": args.seed,
+        "cudnn_benchmark": args.cudnn_benchmark,
+        "tuples": [case.key() for case in cases],
+        "forced": [entry.name for entry in forced],
+        "forced_refused": refused,
+        "argv": sys.argv[1:],
+        "seconds": time.perf_counter() - started,
+        "complete": complete,
+    }
 
 
 def progress_line(row: Mapping[str, Any]) -> str:
@@ -512,6 +550,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--spin-cycles", type=int, default=SPIN_CYCLES)
     parser.add_argument(
         "--cudnn-benchmark", action="store_true", help="let cuDNN time its algorithms"
+    )
+    parser.add_argument(
+        "--compiled",
+        action="store_true",
+        help=f'add the library function through torch.compile(mode="{COMPILE_MODE}")',
     )
     parser.add_argument(
         "--dry-run", metavar="PROFILE", help="print the rows for a device profile and exit"
