@@ -146,3 +146,22 @@ def test_an_entry_the_module_lacks_is_a_plan_error(fake: FakeApi, runtime: CudaR
     with pytest.raises(DeviceUnsupported, match="spk_segdense_embed_b1 cannot run here") as caught:
         _plan(runtime, kernels)
     assert isinstance(caught.value, PlanError)
+
+
+def test_an_enqueue_on_a_given_stream_launches_there(fake: FakeApi, runtime: CudaRuntime) -> None:
+    """`stream=` (a raw handle, as torch's `cuda_stream`) takes the launch off the
+    runtime's stream for that call only; with timing phases it is refused."""
+    oxide = _plan(runtime)
+    x, y = runtime.alloc_zeros(3 * 5120), runtime.alloc_zeros(3 * 256)
+    oxide.enqueue(x, y, stream=0x5EED)
+    oxide.enqueue(x, y)
+    streams = [int(launch[4]) for launch in fake.launches if launch[0] == KERNEL]
+    assert streams == [0x5EED, int(runtime.stream)]
+    with pytest.raises(ValueError, match="give no stream"):
+        oxide.enqueue(x, y, RecordingPhases(), stream=0x5EED)
+    assert _main_launches(fake) == 2
+
+
+class RecordingPhases:
+    def op(self, op: object, launch: object) -> None:
+        raise AssertionError("not reached")

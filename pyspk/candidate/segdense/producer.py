@@ -8,6 +8,7 @@ allocation and no synchronization, so it can be captured in a CUDA graph."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
 import attrs
@@ -72,6 +73,12 @@ PACK_PARAMS = (*_buffer("src"), *_buffer("dst"), ("d0", "u32"), ("d1", "u32"), (
 _PACK_BLOCK = 1024
 
 
+# caller streams a plan keeps launchers bound to; past this many it starts afresh
+_BOUND_STREAMS = 16
+# a plan's main launcher and its reduction's (None without split-K), bound to one stream
+_Launchers = tuple[Callable[[], None], Callable[[], None] | None]
+
+
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -132,6 +139,9 @@ class Producer:
         self._set_output = (main if reduce is None else reduce).setter("y")
         self._launch_main = main.bind(stream)
         self._launch_reduce = None if reduce is None else reduce.bind(stream)
+        # launchers bound to the caller streams seen (PyTorch's current streams), so an
+        # enqueue on one pays no new driver handle
+        self._stream_launchers: dict[int, _Launchers] = {}
 
     @classmethod
     def plan(
@@ -168,12 +178,20 @@ class Producer:
             raise
         return cls(runtime, pin, main_launch, reduce, owned, shape.input_len, shape.output_len)
 
-    def enqueue(self, x: object, output: object, phases: Phases = PASS_THROUGH) -> None:
+    def enqueue(
+        self,
+        x: object,
+        output: object,
+        phases: Phases = PASS_THROUGH,
+        *,
+        stream: int | None = None,
+    ) -> None:
         """Queues the producer and, for split-K, its fixed-order reduction, on the plan's
-        runtime stream. Checks the plan, its runtime and both buffers (their lengths,
-        devices, and that they share no byte: no kernel works in place) before launching
-        anything. Safe to call from several threads: each call launches with its own
-        buffers."""
+        runtime stream, or on `stream` (a raw handle of a stream in the runtime's context,
+        e.g. `torch.cuda.current_stream().cuda_stream`; not with `phases`). Checks the
+        plan, its runtime and both buffers (their lengths, devices, and that they share
+        no byte: no kernel works in place) before launching anything. Safe to call from
+        several threads: each call launches with its own buffers."""
         runtime = self.runtime
         if self._closed or runtime._closed:
             what = "plan" if self._closed else "runtime of this plan"
@@ -198,12 +216,23 @@ class Producer:
             raise BufferLayoutError(
                 CONTEXT, "output", "shares bytes with input; the kernels do not work in place"
             )
+        if stream is not None and phases is not PASS_THROUGH:
+            raise ValueError(f"{CONTEXT}: phases time the runtime stream; give no stream")
         if runtime._capturing:
             runtime.note_capture_user(self)
         self._acquire()
         try:
             self._set_input(x_ptr)
             self._set_output(y_ptr)
+            if stream is not None:
+                launchers = self._stream_launchers.get(stream)
+                if launchers is None:
+                    launchers = self._bind_stream(stream)
+                launch_main, launch_reduce = launchers
+                launch_main()
+                if launch_reduce is not None:
+                    launch_reduce()
+                return
             if phases is PASS_THROUGH:
                 self._launch_main()
                 if self._launch_reduce is not None:
@@ -214,6 +243,14 @@ class Producer:
                 phases.op(Op.REDUCE, self._launch_reduce)
         finally:
             self._release()
+
+    def _bind_stream(self, stream: int) -> _Launchers:
+        if len(self._stream_launchers) >= _BOUND_STREAMS:
+            self._stream_launchers.clear()
+        reduce = self._reduce
+        launchers = (self._main.bind(stream), None if reduce is None else reduce.bind(stream))
+        self._stream_launchers[stream] = launchers
+        return launchers
 
     def close(self) -> None:
         """Refuses every later enqueue and frees the packed weight, bias and owned
@@ -446,8 +483,15 @@ class _Oxide:
     ) -> SegdensePin:
         return SegdensePin.select(Site.of(spec.site()), spec.batch(), spec.math(), tier, device)
 
-    def enqueue(self, x: object, output: object, phases: Phases = PASS_THROUGH) -> None:
-        self.producer.enqueue(x, output, phases)
+    def enqueue(
+        self,
+        x: object,
+        output: object,
+        phases: Phases = PASS_THROUGH,
+        *,
+        stream: int | None = None,
+    ) -> None:
+        self.producer.enqueue(x, output, phases, stream=stream)
 
     def close(self) -> None:
         self.producer.close()
