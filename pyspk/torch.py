@@ -1,0 +1,401 @@
+"""pyspk plans built from PyTorch modules, enqueued on the stream PyTorch is using.
+
+`PlannedDense` wraps an `nn.Linear` at a dense boundary together with the epilogue that
+follows it there (LeakyReLU after linear0 and linear1, log-softmax after the classifier,
+nothing after seg_1); `PlannedConv1d` wraps an `nn.Conv1d` at sincnet.conv1 or conv2.
+Each plans batch 1 and batch 32 from the module's own weights when it is built (the
+linears' weights are transposed to pyspk's `[k, n]` layout then; seg_1's `[n, k]` and the
+convolutions' `[60, cin, 5]` are pyspk's layouts already). A call that one of those
+plans serves is enqueued on `torch.cuda.current_stream()` at call time, so it is ordered
+with the caller's PyTorch work eagerly, on user streams and inside `torch.cuda.graph`
+capture; any other call (another batch or length, a CPU or non-float32 tensor, a closed
+wrapper) takes the module's own library path, so a wrapper accepts every input the
+module did. The wrappers keep the module's parameters under the same names, so a state
+dict loads into either.
+
+Plans are inference-only: a call while autograd records (`torch.is_grad_enabled()` with
+an input or parameter that requires grad) raises `InferenceOnlyError`; run under
+`torch.inference_mode()` or `torch.no_grad()`. The plans hold a copy of the weights made
+at planning: a call after the parameters changed (an optimizer step, `load_state_dict`,
+`.to()`) raises `WeightsChangedError`; `replan()` plans again from the current weights.
+A graph captured with `torch.cuda.graph` holds the plans' packed weights by address:
+keep the wrapper open (not `close()`d) while such a graph lives.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from pyspk import reference
+from pyspk.candidate import (
+    DenseSite,
+    DenseSpec,
+    GeometryInvalid,
+    PlanError,
+    SegConvSite,
+    SegConvSpec,
+)
+from pyspk.candidate.framework import CONV_TAPS
+from pyspk.candidate.segdense import DenseOxide, SegConvOxide
+from pyspk.cuda import CudaMath, CudaRuntime, KernelModule
+from pyspk.cuda.kernels import LoadedKernels
+
+__all__ = [
+    "BATCHES",
+    "InferenceOnlyError",
+    "PlannedConv1d",
+    "PlannedDense",
+    "WeightsChangedError",
+    "shared_runtime",
+]
+
+BATCHES = (1, 32)
+"""The model batches pyspk plans serve; every other batch takes the library path."""
+
+
+class InferenceOnlyError(PlanError):
+    """A planned module was called while autograd records."""
+
+
+class WeightsChangedError(PlanError):
+    """A planned module's parameters changed after its plans copied them."""
+
+
+_RUNTIMES: dict[int, tuple[CudaRuntime, LoadedKernels]] = {}
+_RUNTIMES_LOCK = threading.Lock()
+
+
+def shared_runtime(device: torch.device | int | None = None) -> tuple[CudaRuntime, LoadedKernels]:
+    """The runtime and loaded segdense module that `pyspk.torch` plans on for a CUDA
+    device (default: the current one), made once per device and shared. Its own stream
+    only packs weights at planning; enqueues go to PyTorch's current stream."""
+    ordinal = _ordinal(device)
+    with _RUNTIMES_LOCK:
+        if ordinal not in _RUNTIMES:
+            with torch.cuda.device(ordinal):  # PyTorch makes the primary context first
+                runtime = CudaRuntime(ordinal)
+                _RUNTIMES[ordinal] = (runtime, runtime.load_kernels(KernelModule.SEGDENSE))
+        return _RUNTIMES[ordinal]
+
+
+def _ordinal(device: torch.device | int | None) -> int:
+    if device is None:
+        return torch.cuda.current_device()
+    if isinstance(device, int):
+        return device
+    device = torch.device(device)
+    if device.type != "cuda":
+        raise ValueError(f"pyspk plans run on CUDA devices, not {device}")
+    return torch.cuda.current_device() if device.index is None else device.index
+
+
+def _current_stream_handle(ordinal: int) -> int:
+    return torch.cuda.current_stream(ordinal).cuda_stream
+
+
+# the raw handle without building a torch.cuda.Stream (what compiled PyTorch code calls)
+_current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", _current_stream_handle)
+
+
+def _parse_math(math: CudaMath | str) -> CudaMath:
+    return math if isinstance(math, CudaMath) else CudaMath.parse(math)
+
+
+class _Planned(nn.Module):
+    """What both wrappers share: the module's parameters under their own names, plans
+    per served shape, the inference-only and stale-weight checks, and `replan`/`close`."""
+
+    _context: str
+
+    def __init__(self, module: nn.Module, math: CudaMath | str) -> None:
+        super().__init__()
+        self.weight = module.weight
+        self.bias = module.bias
+        self.math = _parse_math(math)
+        if self.weight.device.type != "cuda":
+            raise ValueError(
+                f"{self._context}: the weight is on {self.weight.device}; move the module "
+                "to a CUDA device before planning"
+            )
+        self._ordinal = _ordinal(self.weight.device)
+        self._plans: dict[object, DenseOxide | SegConvOxide] = {}
+        self._planned_state: tuple[int, ...] = ()
+        self.replan()
+
+    # -- planning --------------------------------------------------------------------
+
+    def replan(self) -> None:
+        """Plans every served shape again from the current parameters (after a weight
+        change, or to reopen a closed wrapper)."""
+        self.close()
+        runtime, kernels = shared_runtime(self._ordinal)
+        with torch.no_grad(), torch.cuda.device(self._ordinal):
+            # the weights may still be being written on PyTorch's stream; the plans pack
+            # them on the runtime's stream and wait for that
+            torch.cuda.current_stream().synchronize()
+            weight, bias = self._plan_operands()
+            plans = {}
+            try:
+                for batch in BATCHES:
+                    plan = self._plan(runtime, kernels, batch, weight, bias)
+                    plans[self._shape_key(batch)] = plan
+            except BaseException:
+                for plan in plans.values():
+                    plan.close()
+                raise
+        self._plans = plans
+        parameters = [p for p in (self.weight, self.bias) if p is not None]
+        # inference tensors keep no version counter: only their storage is watched
+        self._versioned = [p for p in parameters if not p.is_inference()]
+        self._addressed = parameters
+        self._planned_state = self._state()
+
+    def close(self) -> None:
+        """Frees the plans (idempotent); later calls take the library path."""
+        plans, self._plans = self._plans, {}
+        for plan in plans.values():
+            plan.close()
+
+    @property
+    def planned(self) -> bool:
+        return bool(self._plans)
+
+    def entries(self) -> dict[int, str]:
+        """The entry each batch's plan runs, e.g. {1: "LINEAR0_B1", 32: "LINEAR0_B32"}."""
+        return {
+            batch: self._plans[self._shape_key(batch)].producer.pin.entry().name
+            for batch in BATCHES
+            if self._shape_key(batch) in self._plans
+        }
+
+    def _state(self) -> tuple[int, ...]:
+        return (
+            *(p._version for p in self._versioned),
+            *(p.data_ptr() for p in self._addressed),
+        )
+
+    # -- calling ---------------------------------------------------------------------
+
+    def _check_call(self, x: torch.Tensor) -> None:
+        parameters = self._parameters.values()
+        if torch.is_grad_enabled() and (
+            x.requires_grad or any(p is not None and p.requires_grad for p in parameters)
+        ):
+            raise InferenceOnlyError(
+                f"{self._context}: pyspk plans are inference-only; call under "
+                "torch.inference_mode() or torch.no_grad()"
+            )
+        if self._plans and self._state() != self._planned_state:
+            raise WeightsChangedError(
+                f"{self._context}: the parameters changed after planning (an in-place "
+                "update, load_state_dict or .to()); call replan() to plan from the new "
+                "weights"
+            )
+
+    def _served(self, x: torch.Tensor) -> DenseOxide | SegConvOxide | None:
+        """The plan for `x`, or None where the library path serves it."""
+        if not self._plans or x.dtype is not torch.float32 or x.get_device() != self._ordinal:
+            return None
+        return self._plans.get(self._key_of(x))
+
+    def _enqueue(
+        self, plan: DenseOxide | SegConvOxide, x: torch.Tensor, output: torch.Tensor
+    ) -> None:
+        stream = _current_raw_stream(self._ordinal)
+        if torch.cuda.current_device() == self._ordinal:
+            plan.enqueue(x, output, stream=stream)
+            return
+        with torch.cuda.device(self._ordinal):  # the plan's context current for the launch
+            plan.enqueue(x, output, stream=stream)
+
+    # -- per wrapper -----------------------------------------------------------------
+
+    def _plan_operands(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        raise NotImplementedError
+
+    def _shape_key(self, batch: int) -> object:
+        raise NotImplementedError
+
+    def _key_of(self, x: torch.Tensor) -> object:
+        raise NotImplementedError
+
+    def _plan(
+        self,
+        runtime: CudaRuntime,
+        kernels: LoadedKernels,
+        batch: int,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+    ) -> DenseOxide | SegConvOxide:
+        raise NotImplementedError
+
+
+_EPILOGUES = {
+    DenseSite.LINEAR0: "LeakyReLU(0.01)",
+    DenseSite.LINEAR1: "LeakyReLU(0.01)",
+    DenseSite.CLASSIFIER: "log-softmax",
+    DenseSite.EMBEDDING: "none",
+}
+
+
+class PlannedDense(_Planned):
+    """`epilogue(linear(x))` at a dense boundary: pyspk plans for `x` of `(..., k)` whose
+    rows are those of batch 1 or 32 (589 or 18,848 for the segmentation heads, 3 or 96
+    for seg_1), the module's library path otherwise."""
+
+    def __init__(
+        self, linear: nn.Linear, site: DenseSite, math: CudaMath | str = CudaMath.FP32
+    ) -> None:
+        self.site = site
+        self._context = f"pyspk.torch {site.value}"
+        self._rows, self._n, self._k = site.dimensions()
+        if (linear.in_features, linear.out_features) != (self._k, self._n):
+            raise GeometryInvalid(
+                self._context,
+                f"{site.value} is Linear({self._k}, {self._n}), not "
+                f"Linear({linear.in_features}, {linear.out_features})",
+            )
+        if linear.bias is None:
+            raise GeometryInvalid(self._context, f"{site.value} takes a bias; the module has none")
+        super().__init__(linear, math)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self._check_call(x)
+        plan = self._served(x)
+        if plan is None:
+            return self.library(x)
+        output = x.new_empty((*x.shape[:-1], self._n))
+        self._enqueue(plan, x.contiguous(), output)
+        return output
+
+    def library(self, x: torch.Tensor) -> torch.Tensor:
+        """The library path: the module's `F.linear` and the epilogue."""
+        y = F.linear(x, self.weight, self.bias)
+        if self.site in (DenseSite.LINEAR0, DenseSite.LINEAR1):
+            return F.leaky_relu(y, reference.LEAKY_SLOPE)
+        if self.site is DenseSite.CLASSIFIER:
+            return torch.log_softmax(y, dim=-1)
+        return y
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.site.value}, Linear({self._k}, {self._n}) then {_EPILOGUES[self.site]}, "
+            f"math={self.math}, plans={self.entries()}"
+        )
+
+    def _plan_operands(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        weight = self.weight.detach()
+        # the linears take [k, n] (nn.Linear keeps [n, k]); seg_1 takes nn.Linear's layout
+        weight = weight if self.site is DenseSite.EMBEDDING else weight.t()
+        return weight.contiguous(), self.bias.detach().contiguous()
+
+    def _shape_key(self, batch: int) -> object:
+        return batch * self._rows
+
+    def _key_of(self, x: torch.Tensor) -> object:
+        if x.dim() < 2 or x.shape[-1] != self._k:
+            return None
+        return x.numel() // self._k
+
+    def _plan(
+        self,
+        runtime: CudaRuntime,
+        kernels: LoadedKernels,
+        batch: int,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+    ) -> DenseOxide:
+        spec = DenseSpec(self.site, batch, self.math)
+        pin = DenseOxide.implemented_pin(spec, kernels.tier, runtime.device)
+        return DenseOxide.plan(runtime, kernels, spec, weight, bias, pin)
+
+
+class PlannedConv1d(_Planned):
+    """A valid five-tap `nn.Conv1d` at sincnet.conv1 (80 -> 60 channels) or conv2
+    (60 -> 60): pyspk plans for `(1 or 32, cin, L)` inputs of the boundary's length L
+    (5325, 1773), the module's library path otherwise.
+
+    pyspk's convolutions have no bias. `bias="add"` adds the module's bias after the
+    plan (one more elementwise kernel); `bias="drop"` leaves it out, which is exact only
+    where what follows cancels a per-channel constant (in PyanNet a max-pool and then an
+    InstanceNorm, which subtracts each channel's mean); the library path then drops it
+    too, so both paths compute the same function."""
+
+    def __init__(
+        self,
+        conv: nn.Conv1d,
+        site: SegConvSite,
+        math: CudaMath | str = CudaMath.FP32,
+        bias: Literal["add", "drop"] = "add",
+    ) -> None:
+        self.site = site
+        self._context = f"pyspk.torch {site.value}"
+        _, self._n, k, self._length = site.dimensions()
+        self._cin = k // CONV_TAPS
+        shape = (conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride)
+        fixed = (conv.padding, conv.dilation, conv.groups, conv.padding_mode)
+        if shape != (self._cin, self._n, (5,), (1,)) or fixed != ((0,), (1,), 1, "zeros"):
+            raise GeometryInvalid(
+                self._context,
+                f"{site.value} is a valid Conv1d({self._cin}, {self._n}, 5) with stride 1, "
+                f"not {conv}",
+            )
+        if bias not in ("add", "drop"):
+            raise ValueError(f"{self._context}: bias must be 'add' or 'drop', not {bias!r}")
+        self.bias_mode = bias
+        super().__init__(conv, math)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self._check_call(x)
+        plan = self._served(x)
+        if plan is None:
+            return self.library(x)
+        output = x.new_empty((x.shape[0], self._n, self._length - 4))
+        self._enqueue(plan, x.contiguous(), output)
+        if self.bias_mode == "add" and self.bias is not None:
+            output += self.bias.view(1, -1, 1)
+        return output
+
+    def library(self, x: torch.Tensor) -> torch.Tensor:
+        """The library path: the module's convolution, with the bias unless dropped."""
+        return F.conv1d(x, self.weight, self.bias if self.bias_mode == "add" else None)
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.site.value}, Conv1d({self._cin}, {self._n}, 5), bias={self.bias_mode}, "
+            f"math={self.math}, plans={self.entries()}"
+        )
+
+    def _plan_operands(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return self.weight.detach().contiguous(), None
+
+    def _shape_key(self, batch: int) -> object:
+        return (batch, self._cin, self._length)
+
+    def _key_of(self, x: torch.Tensor) -> object:
+        return tuple(x.shape)
+
+    def _plan(
+        self,
+        runtime: CudaRuntime,
+        kernels: LoadedKernels,
+        batch: int,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+    ) -> SegConvOxide:
+        spec = SegConvSpec(self.site, batch, self.math)
+        pin = SegConvOxide.implemented_pin(spec, kernels.tier, runtime.device)
+        return SegConvOxide.plan(runtime, kernels, spec, weight, pin)
+
+
+def planned_modules(module: nn.Module) -> Iterator[tuple[str, _Planned]]:
+    """(name, wrapper) for every pyspk wrapper inside `module`."""
+    for name, child in module.named_modules():
+        if isinstance(child, _Planned):
+            yield name, child
