@@ -41,3 +41,21 @@ def torch():
             pytest.fail("PYSPK_REQUIRE_GPU=1 but PyTorch has no CUDA device", pytrace=False)
         pytest.skip("PyTorch has no CUDA device")
     return torch
+
+
+@pytest.fixture(scope="session")
+def pyannote(torch):
+    """pyspk.pyannote: skipped without pyannote.audio (the `pyannote` extra), failed
+    instead when PYSPK_REQUIRE_PYANNOTE=1."""
+    import warnings
+
+    os.environ.setdefault("PYANNOTE_METRICS_ENABLED", "false")  # no telemetry
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # pyannote's notices about optional decoders
+            import pyspk.pyannote
+    except ImportError as error:
+        if os.environ.get("PYSPK_REQUIRE_PYANNOTE") == "1":
+            pytest.fail(f"PYSPK_REQUIRE_PYANNOTE=1 but {error}", pytrace=False)
+        pytest.skip(f"pyannote.audio is missing ({error})")
+    return pyspk.pyannote

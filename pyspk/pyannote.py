@@ -1,0 +1,381 @@
+"""pyannote.audio on pyspk plans: the segmentation-3.0 `PyanNet` and `WeSpeakerResNet34`
+models, and a once-per-chunk embedding path for the `SpeakerDiarization` pipeline.
+
+`accelerate(model, math)` replaces, inside a model already on its CUDA device, each
+module at a pyspk boundary with a `pyspk.torch` wrapper that shares its parameters:
+PyanNet's `sincnet.conv1d[1]` and `[2]` (their bias dropped: the max-pool and the
+InstanceNorm without running statistics that follow cancel it), `linear[0]` and
+`linear[1]` with the LeakyReLU that `PyanNet.forward` applies after them, and
+`classifier` with its LogSoftmax activation; WeSpeaker's `resnet.seg_1`. A PyanNet's
+`forward` is replaced by one that leaves out the activations the plans fuse. Shapes no
+plan serves take each module's library path. `Acceleration.undo()` puts every original
+module back.
+
+The stock pipeline embeds each (chunk, speaker) pair on its own, so the ResNet trunk runs
+three times on every chunk and seg_1 sees 32 rows at a time. `embed_once_per_chunk`
+makes a pipeline run the trunk once per chunk (`forward_frames`) and pool the chunk's
+speaker masks together (`forward_embedding` with `(B, speakers, frames)` weights): the
+same embeddings, a third of the trunk's work, and 3 or 96 rows for seg_1, which are the
+rows of pyspk's embedding plans.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from pyannote.audio.models.embedding.wespeaker import BaseWeSpeakerResNet, WeSpeakerResNet34
+from pyannote.audio.models.segmentation import PyanNet
+from pyannote.core import SlidingWindowFeature
+from torch import nn
+
+from pyspk.candidate import DenseSite, PlanError, SegConvSite
+from pyspk.cuda import CudaMath
+from pyspk.torch import PlannedConv1d, PlannedDense
+
+__all__ = [
+    "CHUNK_BATCH",
+    "Acceleration",
+    "ChunkEmbeddings",
+    "PipelineAcceleration",
+    "accelerate",
+    "accelerate_pipeline",
+    "embed_chunks",
+    "embed_once_per_chunk",
+    "offline_pipeline",
+    "segmentation_3_0",
+    "wespeaker_resnet34",
+]
+
+CHUNK_BATCH = 32
+"""Chunks per trunk call on the once-per-chunk path: seg_1 then sees 96 rows."""
+
+
+class Acceleration:
+    """The modules `accelerate` replaced in one model, and how to put them back."""
+
+    def __init__(self, model: nn.Module, math: CudaMath) -> None:
+        self.model = model
+        self.math = math
+        self.modules: dict[str, PlannedDense | PlannedConv1d] = {}
+        self.skipped: dict[str, str] = {}  # module path -> why it keeps the library path
+        self._restore: list[Callable[[], None]] = []
+        self.undone = False
+
+    def replace(
+        self, path: str, parent: nn.Module, key: str | int, build: Callable[[], Any]
+    ) -> None:
+        """Swap `parent[key]` (or `parent.key`) for `build()`; a planning refusal leaves
+        the module as it is and records why."""
+        original = parent[key] if isinstance(key, int) else getattr(parent, key)
+        try:
+            planned = build()
+        except (PlanError, ValueError) as error:
+            self.skipped[path] = str(error)
+            return
+        _set_child(parent, key, planned)
+        self.modules[path] = planned
+        self._restore.append(lambda: _set_child(parent, key, original))
+
+    def on_undo(self, step: Callable[[], None]) -> None:
+        self._restore.append(step)
+
+    def undo(self) -> None:
+        """Puts every original module (and forward) back and frees the plans (idempotent)."""
+        if self.undone:
+            return
+        self.undone = True
+        for step in reversed(self._restore):
+            step()
+        for planned in self.modules.values():
+            planned.close()
+
+    def __enter__(self) -> Acceleration:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.undo()
+
+    def __repr__(self) -> str:
+        planned = ", ".join(f"{path}: {m.entries()}" for path, m in self.modules.items())
+        return f"Acceleration({type(self.model).__name__}, math={self.math}, {{{planned}}})"
+
+
+def _set_child(parent: nn.Module, key: str | int, module: nn.Module) -> None:
+    if isinstance(key, int):
+        parent[key] = module
+    else:
+        setattr(parent, key, module)
+
+
+def accelerate(model: nn.Module, math: CudaMath | str = CudaMath.FP32) -> Acceleration:
+    """Puts `model` (a `PyanNet` or a WeSpeaker ResNet, on a CUDA device) on pyspk plans
+    for FP32 or TF32 math (`CudaMath` or "fp32"/"tf32"); see the module's docstring."""
+    math = math if isinstance(math, CudaMath) else CudaMath.parse(math)
+    if not isinstance(model, (PyanNet, BaseWeSpeakerResNet)):
+        raise TypeError(
+            f"accelerate takes a PyanNet or a WeSpeaker ResNet, not {type(model).__name__}"
+        )
+    device = next(model.parameters()).device
+    if device.type != "cuda":
+        raise ValueError(f"accelerate: the model is on {device}; move it to a CUDA device first")
+    acceleration = Acceleration(model, math)
+    if isinstance(model, PyanNet):
+        _accelerate_pyannet(model, acceleration)
+    else:
+        resnet = model.resnet
+        acceleration.replace(
+            "resnet.seg_1",
+            resnet,
+            "seg_1",
+            lambda: PlannedDense(resnet.seg_1, DenseSite.EMBEDDING, math),
+        )
+    return acceleration
+
+
+def _accelerate_pyannet(model: PyanNet, acceleration: Acceleration) -> None:
+    math = acceleration.math
+    convs, norms = model.sincnet.conv1d, model.sincnet.norm1d
+    for index, site in ((1, SegConvSite.CONV1), (2, SegConvSite.CONV2)):
+        conv = convs[index]
+        # InstanceNorm subtracts each channel's own mean only without running statistics
+        bias = "add" if norms[index].track_running_stats else "drop"
+        acceleration.replace(
+            f"sincnet.conv1d.{index}",
+            convs,
+            index,
+            lambda conv=conv, site=site, bias=bias: PlannedConv1d(conv, site, math, bias),
+        )
+    linears = model.linear
+    for index, site in ((0, DenseSite.LINEAR0), (1, DenseSite.LINEAR1)):
+        if index < len(linears):
+            linear = linears[index]
+            acceleration.replace(
+                f"linear.{index}",
+                linears,
+                index,
+                lambda linear=linear, site=site: PlannedDense(linear, site, math),
+            )
+    activation = model.activation
+    if isinstance(activation, nn.LogSoftmax) and activation.dim in (-1, 2):
+        classifier = model.classifier
+        acceleration.replace(
+            "classifier",
+            model,
+            "classifier",
+            lambda: PlannedDense(classifier, DenseSite.CLASSIFIER, math),
+        )
+    else:
+        acceleration.skipped["classifier"] = f"its activation is {activation}, not LogSoftmax"
+    model.forward = _planned_pyannet_forward.__get__(model)
+    acceleration.on_undo(lambda: model.__dict__.pop("forward", None))
+
+
+def _planned_pyannet_forward(self: PyanNet, waveforms: torch.Tensor) -> torch.Tensor:
+    """`PyanNet.forward` (pyannote.audio 4.0) with the activations a plan fuses left to
+    the plan: LeakyReLU after each planned linear, LogSoftmax after a planned classifier."""
+    outputs = self.sincnet(waveforms)
+    if self.hparams.lstm["monolithic"]:
+        outputs, _ = self.lstm(rearrange(outputs, "batch feature frame -> batch frame feature"))
+    else:
+        outputs = rearrange(outputs, "batch feature frame -> batch frame feature")
+        for i, lstm in enumerate(self.lstm):
+            outputs, _ = lstm(outputs)
+            if i + 1 < self.hparams.lstm["num_layers"]:
+                outputs = self.dropout(outputs)
+    if self.hparams.linear["num_layers"] > 0:
+        for linear in self.linear:
+            outputs = linear(outputs)
+            if not isinstance(linear, PlannedDense):
+                outputs = F.leaky_relu(outputs)
+    if isinstance(self.classifier, PlannedDense):
+        return self.classifier(outputs)
+    return self.activation(self.classifier(outputs))
+
+
+def embed_chunks(
+    model: BaseWeSpeakerResNet, waveforms: torch.Tensor, masks: torch.Tensor
+) -> torch.Tensor:
+    """`(B, speakers, dimension)` embeddings of `(B, 1, samples)` chunks and their
+    `(B, speakers, frames)` masks, the trunk run once per chunk."""
+    return model.forward_embedding(model.forward_frames(waveforms), weights=masks)
+
+
+class ChunkEmbeddings:
+    """A pipeline's `get_embeddings` on the once-per-chunk path; `undo()` restores the
+    stock method."""
+
+    def __init__(self, pipeline: Any, batch_size: int = CHUNK_BATCH) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be positive, not {batch_size}")
+        embedding = getattr(pipeline, "_embedding", None)
+        model = getattr(embedding, "model_", None)
+        if not isinstance(model, BaseWeSpeakerResNet):
+            raise TypeError(
+                "embed_once_per_chunk needs a pipeline whose embedding model is a pyannote "
+                f"WeSpeaker ResNet, not {type(model).__name__}"
+            )
+        self.pipeline = pipeline
+        self.batch_size = batch_size
+        self._stock = pipeline.get_embeddings
+        pipeline.get_embeddings = self.get_embeddings
+
+    def undo(self) -> None:
+        if self.pipeline.__dict__.get("get_embeddings") == self.get_embeddings:
+            del self.pipeline.get_embeddings
+
+    def get_embeddings(
+        self,
+        file: Any,
+        binary_segmentations: SlidingWindowFeature,
+        exclude_overlap: bool = False,
+        hook: Callable[..., Any] | None = None,
+    ) -> np.ndarray:
+        """`(chunks, speakers, dimension)` embeddings, as the stock method returns them,
+        with the same choice of mask per (chunk, speaker)."""
+        pipeline = self.pipeline
+        if pipeline.training:  # the stock method's embedding cache serves training
+            return self._stock(file, binary_segmentations, exclude_overlap, hook)
+        embedding = pipeline._embedding
+        num_chunks, num_frames, _ = binary_segmentations.data.shape
+        masks = np.nan_to_num(binary_segmentations.data, nan=0.0).astype(np.float32)
+        if exclude_overlap:
+            # the stock rule: overlapping frames zeroed, unless too few frames remain
+            duration = binary_segmentations.sliding_window.duration
+            num_samples = duration * embedding.sample_rate
+            min_num_frames = math.ceil(num_frames * embedding.min_num_samples / num_samples)
+            clean = masks * (np.sum(binary_segmentations.data, axis=2, keepdims=True) < 2)
+            enough = np.sum(clean, axis=1, keepdims=True) > min_num_frames
+            masks = np.where(enough, clean, masks).astype(np.float32)
+        # (chunks, frames, speakers) -> (chunks, speakers, frames)
+        masks = np.ascontiguousarray(masks.transpose(0, 2, 1))
+        window = binary_segmentations.sliding_window
+        batches = []
+        total = math.ceil(num_chunks / self.batch_size)
+        if hook is not None:
+            hook("embeddings", None, total=total, completed=0)
+        for index, start in enumerate(range(0, num_chunks, self.batch_size), 1):
+            stop = min(start + self.batch_size, num_chunks)
+            waveforms = torch.vstack(
+                [
+                    pipeline._audio.crop(file, window[chunk], mode="pad")[0][None]
+                    for chunk in range(start, stop)
+                ]
+            )
+            with torch.inference_mode(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                batch = embed_chunks(
+                    embedding.model_,
+                    waveforms.to(embedding.device),
+                    torch.from_numpy(masks[start:stop]).to(embedding.device),
+                )
+            batch = batch.cpu().numpy()
+            batches.append(batch)
+            if hook is not None:
+                hook("embeddings", batch.reshape(-1, batch.shape[-1]), total=total, completed=index)
+        return np.concatenate(batches)
+
+
+def embed_once_per_chunk(pipeline: Any, batch_size: int = CHUNK_BATCH) -> ChunkEmbeddings:
+    """Makes `pipeline` (a pyannote `SpeakerDiarization`) compute its embeddings on the
+    once-per-chunk path, `batch_size` chunks per trunk call; `.undo()` restores it."""
+    return ChunkEmbeddings(pipeline, batch_size)
+
+
+class PipelineAcceleration:
+    """A `SpeakerDiarization` pipeline's two models on pyspk plans and its embeddings on
+    the once-per-chunk path; `undo()` (or leaving a `with` block) restores all three."""
+
+    def __init__(self, pipeline: Any, math: CudaMath | str, batch_size: int) -> None:
+        self.segmentation = accelerate(pipeline._segmentation.model, math)
+        try:
+            self.embedding = accelerate(pipeline._embedding.model_, math)
+            try:
+                self.embeddings = embed_once_per_chunk(pipeline, batch_size)
+            except BaseException:
+                self.embedding.undo()
+                raise
+        except BaseException:
+            self.segmentation.undo()
+            raise
+
+    def undo(self) -> None:
+        self.embeddings.undo()
+        self.embedding.undo()
+        self.segmentation.undo()
+
+    def __enter__(self) -> PipelineAcceleration:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.undo()
+
+
+def accelerate_pipeline(
+    pipeline: Any, math: CudaMath | str = CudaMath.FP32, batch_size: int = CHUNK_BATCH
+) -> PipelineAcceleration:
+    """`accelerate` on both models of `pipeline` (a pyannote `SpeakerDiarization`
+    already on its CUDA device) and `embed_once_per_chunk` on its embeddings."""
+    return PipelineAcceleration(pipeline, math, batch_size)
+
+
+# -- models and a pipeline without a download (random weights) ----------------------
+
+
+def segmentation_3_0(seed: int | None = None) -> PyanNet:
+    """A PyanNet with segmentation-3.0's architecture (SincNet stride 10, four BiLSTM
+    layers, three speakers in powerset classes) and random weights, built offline."""
+    from pyannote.audio.core.task import Problem, Resolution, Specifications
+
+    if seed is not None:
+        torch.manual_seed(seed)
+    model = PyanNet(sincnet={"stride": 10}, lstm={"num_layers": 4, "dropout": 0.5})
+    model.specifications = Specifications(
+        problem=Problem.MONO_LABEL_CLASSIFICATION,
+        resolution=Resolution.FRAME,
+        duration=10.0,
+        classes=["speaker#1", "speaker#2", "speaker#3"],
+        powerset_max_classes=2,
+        permutation_invariant=True,
+    )
+    model.setup()  # the classifier (128 -> 7) and its LogSoftmax
+    return model.eval()
+
+
+def wespeaker_resnet34(seed: int | None = None) -> WeSpeakerResNet34:
+    """A WeSpeaker ResNet34 with random weights, built offline."""
+    if seed is not None:
+        torch.manual_seed(seed)
+    return WeSpeakerResNet34().eval()
+
+
+def offline_pipeline(
+    segmentation: PyanNet, embedding: BaseWeSpeakerResNet, batch_size: int = 32
+) -> Any:
+    """A `SpeakerDiarization` pipeline over these models with agglomerative clustering,
+    instantiated with its default segmentation parameters: no download (its PLDA, which
+    only VBx clustering reads, is left unloaded)."""
+    from pyannote.audio.core.plda import PLDA
+    from pyannote.audio.pipelines import SpeakerDiarization
+
+    pipeline = SpeakerDiarization(
+        segmentation=segmentation,
+        embedding=embedding,
+        plda=PLDA.__new__(PLDA),
+        clustering="AgglomerativeClustering",
+        embedding_batch_size=batch_size,
+        segmentation_batch_size=batch_size,
+    )
+    pipeline.instantiate(
+        {
+            "segmentation": {"min_duration_off": 0.0},
+            "clustering": {"method": "centroid", "min_cluster_size": 12, "threshold": 0.7},
+        }
+    )
+    return pipeline
