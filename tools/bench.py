@@ -17,9 +17,10 @@ with perf_counter_ns, synchronized outside the timed region (`pyspk.testing.per_
 Writes <device>-bench.md, .json and .png into --out, rewritten after every row (marked
 incomplete until the last). `--compiled` adds a third arm, the library function through
 `torch.compile(mode="max-autotune-no-cudagraphs")` compiled per tuple (minutes of
-autotuning in all), and names the files <device>-bench-compiled.*. The pure parts (tuple
-filter, summary, rendering) are `pyspk.benchmark`, importable without torch or a GPU and covered
-by tests/test_bench.py; this file keeps the runner.
+autotuning in all; `--compile-only` runs, one per part of the tuples and side by side,
+fill TorchInductor's caches first), and names the files <device>-bench-compiled.*. The
+pure parts (tuple filter, summary, rendering) are `pyspk.benchmark`, importable without
+torch or a GPU and covered by tests/test_bench.py; this file keeps the runner.
 """
 
 from __future__ import annotations
@@ -417,6 +418,21 @@ def planned_rows(
     return plan, refused
 
 
+def compile_only(args: argparse.Namespace, cases: Sequence[Case]) -> int:
+    """Compile (and autotune) the compiled arm of each case and exit: processes running
+    this on parts of the tuples fill TorchInductor's on-disk caches, so that a later
+    `--compiled` run compiles from them instead of autotuning each tuple in turn."""
+    bench = Bench(args)
+    torch = bench.torch
+    with torch.cuda.device(bench.ordinal), torch.cuda.stream(bench.stream):
+        for case in cases:
+            started = time.perf_counter()
+            _LibraryArm(bench, case, compiled=True).close()
+            print(f"compiled {case.key()} in {time.perf_counter() - started:.1f} s", flush=True)
+    bench.runtime.close()
+    return 0
+
+
 def run(args: argparse.Namespace, cases: Sequence[Case], forced: Sequence[Entry]) -> int:
     started = time.perf_counter()
     bench = Bench(args)
@@ -557,6 +573,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help=f'add the library function through torch.compile(mode="{COMPILE_MODE}")',
     )
     parser.add_argument(
+        "--compile-only",
+        action="store_true",
+        help="only compile the compiled arm of the tuples (fills the compile caches), then exit",
+    )
+    parser.add_argument(
         "--dry-run", metavar="PROFILE", help="print the rows for a device profile and exit"
     )
     args = parser.parse_args(argv)
@@ -578,6 +599,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.dry_run is not None:
         return dry_run(args.dry_run, args.tier, args.cases, args.entries)
+    if args.compile_only:
+        return compile_only(args, args.cases)
     return run(args, args.cases, args.entries)
 
 
