@@ -230,6 +230,33 @@ def library(torch: Any, site: Site, ops: dict[str, np.ndarray], math: CudaMath) 
     return y.cpu().numpy().reshape(-1)
 
 
+def torch_graph(torch: Any, call: Callable[[], Any]) -> tuple[Any, Any]:
+    """A `torch.cuda.CUDAGraph` of `call()`, captured after one warm-up call on a side
+    stream (as PyTorch asks of captured work); the graph and the captured output."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        output = call()
+    return graph, output
+
+
+def torch_replay_matches_eager(torch: Any, call: Callable[[Any], Any], static_input: Any) -> bool:
+    """Captures `call(static_input)`, refills the input with fresh values and replays:
+    whether the replayed output has the bits of an eager call on those values."""
+    graph, static_output = torch_graph(torch, lambda: call(static_input))
+    fresh = torch.randn_like(static_input)
+    static_input.copy_(fresh)
+    graph.replay()
+    torch.cuda.synchronize()
+    matches = bool(torch.equal(static_output, call(fresh)))
+    del graph
+    return matches
+
+
 def errors(y: np.ndarray, exact: np.ndarray) -> tuple[float, float]:
     """(max-abs, relative-L2) of `y` against float64 `exact`, both flat."""
     difference = np.asarray(y, np.float64).reshape(-1) - exact

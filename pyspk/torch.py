@@ -112,6 +112,7 @@ class _Planned(nn.Module):
     per served shape, the inference-only and stale-weight checks, and `replan`/`close`."""
 
     _context: str
+    site: DenseSite | SegConvSite
 
     def __init__(self, module: nn.Module, math: CudaMath | str) -> None:
         super().__init__()
@@ -233,7 +234,14 @@ class _Planned(nn.Module):
         weight: torch.Tensor,
         bias: torch.Tensor | None,
     ) -> DenseOxide | SegConvOxide:
-        raise NotImplementedError
+        """The rule's pick for this site, batch and math on the device, planned."""
+        if isinstance(self.site, DenseSite):
+            spec = DenseSpec(self.site, batch, self.math)
+            pin = DenseOxide.implemented_pin(spec, kernels.tier, runtime.device)
+            return DenseOxide.plan(runtime, kernels, spec, weight, bias, pin)
+        conv = SegConvSpec(self.site, batch, self.math)
+        pin = SegConvOxide.implemented_pin(conv, kernels.tier, runtime.device)
+        return SegConvOxide.plan(runtime, kernels, conv, weight, pin)
 
 
 _EPILOGUES = {
@@ -303,18 +311,6 @@ class PlannedDense(_Planned):
             return None
         return x.numel() // self._k
 
-    def _plan(
-        self,
-        runtime: CudaRuntime,
-        kernels: LoadedKernels,
-        batch: int,
-        weight: torch.Tensor,
-        bias: torch.Tensor | None,
-    ) -> DenseOxide:
-        spec = DenseSpec(self.site, batch, self.math)
-        pin = DenseOxide.implemented_pin(spec, kernels.tier, runtime.device)
-        return DenseOxide.plan(runtime, kernels, spec, weight, bias, pin)
-
 
 class PlannedConv1d(_Planned):
     """A valid five-tap `nn.Conv1d` at sincnet.conv1 (80 -> 60 channels) or conv2
@@ -380,18 +376,6 @@ class PlannedConv1d(_Planned):
 
     def _key_of(self, x: torch.Tensor) -> object:
         return tuple(x.shape)
-
-    def _plan(
-        self,
-        runtime: CudaRuntime,
-        kernels: LoadedKernels,
-        batch: int,
-        weight: torch.Tensor,
-        bias: torch.Tensor | None,
-    ) -> SegConvOxide:
-        spec = SegConvSpec(self.site, batch, self.math)
-        pin = SegConvOxide.implemented_pin(spec, kernels.tier, runtime.device)
-        return SegConvOxide.plan(runtime, kernels, spec, weight, pin)
 
 
 def planned_modules(module: nn.Module) -> Iterator[tuple[str, _Planned]]:

@@ -91,19 +91,12 @@ class Timer:
 
     def graphs(self, arms: Sequence[Callable[[], Any]]) -> list[float]:
         """Median microseconds per call of each arm replayed as a CUDA graph of CALLS."""
-        torch = self.torch
-        graphs = []
-        for arm in arms:
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                arm()
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                for _ in range(CALLS):
-                    arm()
-            graphs.append(graph)
+        from pyspk.testing import torch_graph
+
+        graphs = [
+            torch_graph(self.torch, lambda arm=arm: [arm() for _ in range(CALLS)])[0]
+            for arm in arms
+        ]
         times = self.per_call([graph.replay for graph in graphs], 1)
         return [t / CALLS for t in times]
 

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from pyspk.cuda import CudaMath
-from pyspk.testing import library_math
+from pyspk.testing import library_math, torch_replay_matches_eager
 
 pytestmark = pytest.mark.gpu
 
@@ -109,21 +109,7 @@ def test_accelerated_embeddings_are_as_exact_as_stock(torch, pyannote, embedding
 def test_a_captured_accelerated_forward_replays_its_bits(torch, pyannote, segmentation):
     static_x = torch.randn((32, 1, CHUNK_SAMPLES), device="cuda")
     with torch.inference_mode(), pyannote.accelerate(segmentation, "tf32"):
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            segmentation(static_x)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            static_y = segmentation(static_x)
-        fresh = torch.randn_like(static_x)
-        static_x.copy_(fresh)
-        graph.replay()
-        torch.cuda.synchronize()
-        eager = segmentation(fresh)
-        assert torch.equal(static_y, eager)
-        del graph
+        assert torch_replay_matches_eager(torch, segmentation, static_x)
 
 
 def test_an_accelerated_forward_on_a_busy_user_stream(torch, pyannote, segmentation):

@@ -14,6 +14,7 @@ import pytest
 
 from pyspk.candidate import DenseSite, SegConvSite
 from pyspk.cuda import CudaMath
+from pyspk.testing import torch_replay_matches_eager
 
 pytestmark = pytest.mark.gpu
 
@@ -51,6 +52,10 @@ def _linear(torch, site: DenseSite, seed: int):
     _, n, k = site.dimensions()
     torch.manual_seed(seed)
     return torch.nn.Linear(k, n).cuda()
+
+
+def _planned(torch, ptorch, site: DenseSite, seed: int, math: CudaMath = CudaMath.FP32):
+    return ptorch.PlannedDense(_linear(torch, site, seed), site, math)
 
 
 @pytest.mark.parametrize("math", list(CudaMath), ids=str)
@@ -121,39 +126,21 @@ def test_enqueues_follow_the_current_user_stream(torch, ptorch):
 
 
 def test_a_captured_graph_replays_the_plans_bits(torch, ptorch):
-    site = DenseSite.EMBEDDING
-    linear = _linear(torch, site, seed=13)
-    planned = ptorch.PlannedDense(linear, site, CudaMath.TF32)
-    static_x = torch.randn((32, 3, 5120), device="cuda")
-    graph = torch.cuda.CUDAGraph()
+    planned = _planned(torch, ptorch, DenseSite.EMBEDDING, seed=13, math=CudaMath.TF32)
     with torch.inference_mode():
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            planned(static_x)  # warm-up off the capture
-        torch.cuda.current_stream().wait_stream(side)
-        with torch.cuda.graph(graph):
-            static_y = planned(static_x)
-        fresh = torch.randn_like(static_x)
-        static_x.copy_(fresh)
-        graph.replay()
-        torch.cuda.synchronize()
-        eager = planned(fresh)
-    assert torch.equal(static_y, eager)
-    del graph
+        static_x = torch.randn((32, 3, 5120), device="cuda")
+        assert torch_replay_matches_eager(torch, planned, static_x)
     planned.close()
 
 
 def test_autograd_is_refused(torch, ptorch):
-    site = DenseSite.LINEAR0
-    linear = _linear(torch, site, seed=17)
-    planned = ptorch.PlannedDense(linear, site)
+    planned = _planned(torch, ptorch, DenseSite.LINEAR0, seed=17)
     x = torch.randn((1, 589, 256), device="cuda")
     with pytest.raises(ptorch.InferenceOnlyError, match="inference_mode"):
         planned(x)  # the parameters require grad and autograd records
     with torch.no_grad():
         planned(x)
-    linear.requires_grad_(False)
+    planned.requires_grad_(False)
     planned(x)  # nothing to record
     with pytest.raises(ptorch.InferenceOnlyError):
         planned(x.requires_grad_())
@@ -163,7 +150,7 @@ def test_autograd_is_refused(torch, ptorch):
 def test_changed_weights_are_refused_until_replanned(torch, ptorch):
     site = DenseSite.LINEAR1
     linear = _linear(torch, site, seed=19)
-    planned = ptorch.PlannedDense(linear, site)
+    planned = ptorch.PlannedDense(linear, site)  # holds the module's own parameters
     x = torch.randn((32, 589, 128), device="cuda")
     with torch.inference_mode():
         before = planned(x)
