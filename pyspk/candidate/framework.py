@@ -7,7 +7,7 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar, runtime_checkable
 
 import attrs
 
@@ -96,12 +96,16 @@ _CONV_DIMENSIONS = {
 CONV_TAPS = 5
 
 
-@attrs.frozen
-class _Spec:
-    """What both specs share: site, batch and math, and the construction checks (a
-    positive integer batch, every buffer within 32-bit kernel indexing)."""
+SiteT = TypeVar("SiteT", "DenseSite", "SegConvSite")
 
-    _site: DenseSite | SegConvSite = attrs.field(alias="site")
+
+@attrs.frozen
+class _Spec(Generic[SiteT]):
+    """What both specs share: site, batch and math, and the construction checks, which
+    validate the batch (a positive integer) and that every buffer fits 32-bit kernel
+    indexing."""
+
+    _site: SiteT = attrs.field(alias="site")
     _batch: int = attrs.field(alias="batch")
     _math: CudaMath = attrs.field(alias="math")
 
@@ -115,6 +119,9 @@ class _Spec:
             raise GeometryUnimplemented(
                 context, f"batch {batch} needs {largest} elements, past 32-bit kernel indexing"
             )
+
+    def site(self) -> SiteT:
+        return self._site
 
     def batch(self) -> int:
         return self._batch
@@ -135,13 +142,8 @@ class _Spec:
 
 
 @attrs.frozen
-class DenseSpec(_Spec):
-    """One dense boundary call: `y[m, n] = epilogue(x[m, k] @ W + b)`, m = batch * rows.
-
-    Construction validates the batch and that every buffer fits 32-bit indexing."""
-
-    def site(self) -> DenseSite:
-        return self._site  # type: ignore[return-value]
+class DenseSpec(_Spec[DenseSite]):
+    """One dense boundary call: `y[m, n] = epilogue(x[m, k] @ W + b)`, m = batch * rows."""
 
     def rows(self) -> int:
         """m, the rows of the whole batch."""
@@ -158,13 +160,8 @@ class DenseSpec(_Spec):
 
 
 @attrs.frozen
-class SegConvSpec(_Spec):
-    """One valid five-tap NCW convolution call without bias: `[b, cin, L] -> [b, 60, L-4]`.
-
-    Construction validates the batch and that every buffer fits 32-bit indexing."""
-
-    def site(self) -> SegConvSite:
-        return self._site  # type: ignore[return-value]
+class SegConvSpec(_Spec[SegConvSite]):
+    """One valid five-tap NCW convolution call without bias: `[b, cin, L] -> [b, 60, L-4]`."""
 
     def input_channels(self) -> int:
         return self._site.dimensions()[2] // CONV_TAPS
@@ -427,33 +424,10 @@ class DriverCandidate(Protocol):
     @classmethod
     def broad_evidence(cls) -> BroadEvidence | None: ...
 
-    @classmethod
-    def driver_pin(
-        cls,
-        boundary: BoundaryId,
-        batch: int,
-        math: CudaMath,
-        device: DeviceAttributes,
-        tier: PtxTier,
-        fp16: Fp16Policy,
-    ) -> Any: ...
-
-    @classmethod
-    def tuning_fp32_pin(
-        cls,
-        boundary: BoundaryId,
-        batch: int,
-        math: CudaMath,
-        device: DeviceAttributes,
-        tier: PtxTier,
-    ) -> Any: ...
-
-    @classmethod
-    def tuning_tf32_pin(
-        cls,
-        boundary: BoundaryId,
-        batch: int,
-        math: CudaMath,
-        device: DeviceAttributes,
-        tier: PtxTier,
-    ) -> Any: ...
+    # the pin a boundary gets from (boundary, batch, math, device, tier[, fp16]); the
+    # tuning pins are None where a tuning run has no candidate
+    driver_pin: ClassVar[
+        Callable[[BoundaryId, int, CudaMath, DeviceAttributes, PtxTier, Fp16Policy], Any]
+    ]
+    tuning_fp32_pin: ClassVar[Callable[[BoundaryId, int, CudaMath, DeviceAttributes, PtxTier], Any]]
+    tuning_tf32_pin: ClassVar[Callable[[BoundaryId, int, CudaMath, DeviceAttributes, PtxTier], Any]]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pyspk.candidate.framework import BoundaryId, BroadEvidence, Coverage, Fp16Policy
 from pyspk.candidate.segdense.selection import (
     BROAD_EVIDENCE,
@@ -13,6 +15,24 @@ from pyspk.cuda.device import DeviceAttributes
 from pyspk.cuda.kernels import KernelModule
 from pyspk.cuda.math import CudaMath
 from pyspk.cuda.tier import PtxTier
+
+
+def _tuning_pin(select: Callable[..., SegdensePin | None]) -> classmethod:
+    """`Area`'s tuning pin on `select` (a `SegdensePin` selector, whose docstring it
+    takes): the boundary's site, then the selector's own arguments."""
+
+    def pin(
+        cls: type,
+        boundary: BoundaryId,
+        batch: int,
+        math: CudaMath,
+        device: DeviceAttributes,
+        tier: PtxTier,
+    ) -> SegdensePin | None:
+        return select(Site.from_boundary(boundary), batch, math, tier, device)
+
+    pin.__doc__ = select.__doc__
+    return classmethod(pin)
 
 
 class Area:
@@ -40,25 +60,5 @@ class Area:
     ) -> SegdensePin:
         return SegdensePin.select(Site.from_boundary(boundary), batch, math, tier, device)
 
-    @classmethod
-    def tuning_fp32_pin(
-        cls,
-        boundary: BoundaryId,
-        batch: int,
-        math: CudaMath,
-        device: DeviceAttributes,
-        tier: PtxTier,
-    ) -> SegdensePin | None:
-        return SegdensePin.select_fp32(Site.from_boundary(boundary), batch, math, tier, device)
-
-    @classmethod
-    def tuning_tf32_pin(
-        cls,
-        boundary: BoundaryId,
-        batch: int,
-        math: CudaMath,
-        device: DeviceAttributes,
-        tier: PtxTier,
-    ) -> SegdensePin | None:
-        site = Site.from_boundary(boundary)
-        return SegdensePin.select_tuning_tf32(site, batch, math, tier, device)
+    tuning_fp32_pin = _tuning_pin(SegdensePin.select_fp32)
+    tuning_tf32_pin = _tuning_pin(SegdensePin.select_tuning_tf32)
