@@ -116,6 +116,70 @@ struct Shape {
                   "whole partials of whole stages");
 };
 
+// Out through shared tiles: the last stage's barrier is behind every thread, so the
+// stage buffers are free. GROUPS == 1 stores the total the stage loop kept; otherwise
+// the groups' partials are combined in group order first.
+template <class K>
+__device__ __forceinline__ void write_out(float (&acc)[TILE_POS][TILE_CH], float* smem, u32 t,
+                                          u32 g, u32 pg, u32 cg, u32 pos0,
+                                          float* __restrict__ y) {
+    auto tile_row = [&](u32 row) { return smem + row * K::POS + pg * 4; };
+    // Consecutive threads store consecutive positions of a channel: a thread stores
+    // position p = t % POS (THREADS is a multiple of POS) of channels t / POS + CH_STEP j.
+    constexpr u32 CH_STEP = K::THREADS / K::POS;
+    const u32 p = t % K::POS;
+    const u32 o0 = t / K::POS;
+    const bool in_range = pos0 + p < K::P;
+    float* const yo = y + (u64(blockIdx.y) * OUT + o0) * K::P + pos0 + p;
+    const float* const part = smem + o0 * K::POS + p;
+
+    if constexpr (K::GROUPS == 1) {
+        // the last partial went into the total before the loop's final barrier
+        if (in_range) {
+#pragma unroll
+            for (u32 o = 0; o < OUT; ++o) {
+                yo[o * K::P] = part[K::TOTAL_AT + o * K::POS];
+            }
+        }
+    } else {
+        // Combine: groups HALF.. write their partials, groups ..HALF add them in (h_g),
+        // every thread sums the h_g of its outputs in group order.
+        constexpr u32 HALF = K::PARTIALS;
+        if (g >= HALF) {
+#pragma unroll
+            for (u32 c = 0; c < TILE_CH; ++c) {
+                store4(tile_row((g - HALF) * OUT + TILE_CH * cg + c),
+                       make_float4(acc[0][c], acc[1][c], acc[2][c], acc[3][c]));
+            }
+        }
+        __syncthreads();
+        if (g < HALF) {
+            // written over the partial just read: no other thread touches these addresses
+#pragma unroll
+            for (u32 c = 0; c < TILE_CH; ++c) {
+                float* at = tile_row(g * OUT + TILE_CH * cg + c);
+                const float4 other = lds4(at);
+                store4(at, make_float4(acc[0][c] + other.x, acc[1][c] + other.y,
+                                       acc[2][c] + other.z, acc[3][c] + other.w));
+            }
+        }
+        __syncthreads();
+        if (in_range) {
+#pragma unroll
+            for (u32 j = 0; j < (OUT + CH_STEP - 1) / CH_STEP; ++j) {
+                if (OUT % CH_STEP == 0 || o0 + j * CH_STEP < OUT) {
+                    float sum = part[j * CH_STEP * K::POS];
+#pragma unroll
+                    for (u32 h = 1; h < HALF; ++h) {
+                        sum += part[h * K::TILE + j * CH_STEP * K::POS];
+                    }
+                    yo[j * CH_STEP * K::P] = sum;
+                }
+            }
+        }
+    }
+}
+
 // The whole kernel for one shape; returns without writing on any mismatch.
 template <class K>
 __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
@@ -335,61 +399,7 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
         __syncthreads();
     }
 
-    // Out through shared tiles, so that consecutive threads store consecutive positions
-    // of a channel: a thread stores position p = t % POS (THREADS is a multiple of POS)
-    // of channels t / POS + CH_STEP j.
-    constexpr u32 CH_STEP = K::THREADS / K::POS;
-    const u32 p = t % K::POS;
-    const u32 o0 = t / K::POS;
-    const bool in_range = pos0 + p < K::P;
-    float* const yo = y + (u64(blockIdx.y) * OUT + o0) * K::P + pos0 + p;
-    const float* const part = smem + o0 * K::POS + p;
-
-    if constexpr (K::GROUPS == 1) {
-        // the last partial went into the total before the loop's final barrier
-        if (in_range) {
-#pragma unroll
-            for (u32 o = 0; o < OUT; ++o) {
-                yo[o * K::P] = part[K::TOTAL_AT + o * K::POS];
-            }
-        }
-    } else {
-        // Combine: groups HALF.. write their partials, groups ..HALF add them in (h_g),
-        // every thread sums the h_g of its outputs in group order.
-        constexpr u32 HALF = K::PARTIALS;
-        if (g >= HALF) {
-#pragma unroll
-            for (u32 c = 0; c < TILE_CH; ++c) {
-                store4(tile_row((g - HALF) * OUT + TILE_CH * cg + c),
-                       make_float4(acc[0][c], acc[1][c], acc[2][c], acc[3][c]));
-            }
-        }
-        __syncthreads();
-        if (g < HALF) {
-            // written over the partial just read: no other thread touches these addresses
-#pragma unroll
-            for (u32 c = 0; c < TILE_CH; ++c) {
-                float* at = tile_row(g * OUT + TILE_CH * cg + c);
-                const float4 other = lds4(at);
-                store4(at, make_float4(acc[0][c] + other.x, acc[1][c] + other.y,
-                                       acc[2][c] + other.z, acc[3][c] + other.w));
-            }
-        }
-        __syncthreads();
-        if (in_range) {
-#pragma unroll
-            for (u32 j = 0; j < (OUT + CH_STEP - 1) / CH_STEP; ++j) {
-                if (OUT % CH_STEP == 0 || o0 + j * CH_STEP < OUT) {
-                    float sum = part[j * CH_STEP * K::POS];
-#pragma unroll
-                    for (u32 h = 1; h < HALF; ++h) {
-                        sum += part[h * K::TILE + j * CH_STEP * K::POS];
-                    }
-                    yo[j * CH_STEP * K::P] = sum;
-                }
-            }
-        }
-    }
+    write_out<K>(acc, smem, t, g, pg, cg, pos0, y);
 }
 
 // conv2_b1 stages 16 ci at a time and has no shared memory for the pitch; the others

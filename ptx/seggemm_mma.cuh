@@ -112,6 +112,48 @@ __device__ __forceinline__ void a_fragment(saddr at, uint4& hi, uint4& lo) {
     lo = make_uint4(l[0], l[1], l[2], l[3]);
 }
 
+// The in-block k-split's meeting: groups 1.. leave their sums in shared memory and
+// group 0 adds them in group order; false for the threads of groups 1.., which are done.
+template <class G>
+__device__ __forceinline__ bool meet_groups(float (&acc)[G::MT][G::NT][4], saddr base, u32 group,
+                                            u32 t) {
+    cp_async_wait<0>();
+    __syncthreads();
+    const saddr mine = base + 4 * ((group - 1) * G::GROUP + t % G::GROUP) * 4;
+    constexpr u32 PITCH = 4 * G::GROUP * 4;  // bytes between a thread's float4s
+    if (group > 0) {
+#pragma unroll
+        for (u32 i = 0; i < G::MT; ++i) {
+#pragma unroll
+            for (u32 j = 0; j < G::NT; ++j) {
+                const float* a = acc[i][j];
+                sts4(mine + (i * G::NT + j) * (G::KSPLIT - 1) * PITCH,
+                     make_float4(a[0], a[1], a[2], a[3]));
+            }
+        }
+    }
+    __syncthreads();
+    if (group > 0) {
+        return false;
+    }
+#pragma unroll
+    for (u32 other = 1; other < G::KSPLIT; ++other) {
+        const saddr from = base + 4 * ((other - 1) * G::GROUP + t) * 4;
+#pragma unroll
+        for (u32 i = 0; i < G::MT; ++i) {
+#pragma unroll
+            for (u32 j = 0; j < G::NT; ++j) {
+                const float4 v = lds4(from + (i * G::NT + j) * (G::KSPLIT - 1) * PITCH);
+                acc[i][j][0] += v.x;
+                acc[i][j][1] += v.y;
+                acc[i][j][2] += v.z;
+                acc[i][j][3] += v.w;
+            }
+        }
+    }
+    return true;
+}
+
 template <class G>
 __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
                                     const float* __restrict__ w, u64 w_len,
@@ -296,40 +338,8 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
     }
 
     if constexpr (G::KSPLIT > 1) {
-        // groups 1.. leave their sums in shared memory, group 0 adds them in order
-        cp_async_wait<0>();
-        __syncthreads();
-        const saddr mine = base + 4 * ((group - 1) * G::GROUP + t % G::GROUP) * 4;
-        constexpr u32 PITCH = 4 * G::GROUP * 4;  // bytes between a thread's float4s
-        if (group > 0) {
-#pragma unroll
-            for (u32 i = 0; i < G::MT; ++i) {
-#pragma unroll
-                for (u32 j = 0; j < G::NT; ++j) {
-                    const float* a = acc[i][j];
-                    sts4(mine + (i * G::NT + j) * (G::KSPLIT - 1) * PITCH,
-                         make_float4(a[0], a[1], a[2], a[3]));
-                }
-            }
-        }
-        __syncthreads();
-        if (group > 0) {
+        if (!meet_groups<G>(acc, base, group, t)) {
             return;
-        }
-#pragma unroll
-        for (u32 other = 1; other < G::KSPLIT; ++other) {
-            const saddr from = base + 4 * ((other - 1) * G::GROUP + t) * 4;
-#pragma unroll
-            for (u32 i = 0; i < G::MT; ++i) {
-#pragma unroll
-                for (u32 j = 0; j < G::NT; ++j) {
-                    const float4 v = lds4(from + (i * G::NT + j) * (G::KSPLIT - 1) * PITCH);
-                    acc[i][j][0] += v.x;
-                    acc[i][j][1] += v.y;
-                    acc[i][j][2] += v.z;
-                    acc[i][j][3] += v.w;
-                }
-            }
         }
     }
 
