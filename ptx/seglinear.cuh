@@ -131,7 +131,8 @@ __device__ __forceinline__ void gemm_b32(const float* __restrict__ x, u64 x_len,
         x_next2 += STEP;
         w_next += STEP * N;
         // keeps the next step's loads above this step's products (ptxas otherwise sinks
-        // them mid-step): 39.3 -> 36.4 us per launch of the 64-row linear0_b32
+        // them mid-step): 39.3 -> 36.4 us per launch of linear0_b32 when its blocks took
+        // 64 rows (before the 72-row blocks above)
         loads_issued();
     };
     auto put_x = [](float* xp, float4 v) {
