@@ -191,6 +191,8 @@ def new_row(case: Case, pin: SegdensePin, *, forced: bool, simt: bool) -> dict[s
         "compiled_us": None,
         "compiled_max_abs": None,
         "compiled_rel_l2": None,
+        # the compiled arm's whole setup: compile and autotune, eager warm-up and error,
+        # graph capture
         "compile_seconds": None,
         "compiled_round_ms": [],
     }

@@ -15,8 +15,9 @@ The stock pipeline embeds each (chunk, speaker) pair on its own, so the ResNet t
 three times on every chunk and seg_1 sees 32 rows at a time. `embed_once_per_chunk`
 makes a pipeline run the trunk once per chunk (`forward_frames`) and pool the chunk's
 speaker masks together (`forward_embedding` with `(B, speakers, frames)` weights): the
-same embeddings, a third of the trunk's work, and 3 or 96 rows for seg_1, which are the
-rows of pyspk's embedding plans.
+same embeddings, a third of the trunk's work, and 96 rows for seg_1 (3 for a lone
+chunk), which are the rows of pyspk's embedding plans; a last batch of 2 to 31 chunks
+takes seg_1's library path.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from torch import nn
 
 from pyspk.candidate import DenseSite, PlanError, SegConvSite
 from pyspk.cuda import CudaMath
-from pyspk.torch import PlannedConv1d, PlannedDense
+from pyspk.torch import PlannedConv1d, PlannedDense, planned_modules
 
 __all__ = [
     "CHUNK_BATCH",
@@ -69,7 +70,11 @@ class Acceleration:
         self.undone = False
 
     def replace(
-        self, path: str, parent: nn.Module, key: str | int, build: Callable[[], Any]
+        self,
+        path: str,
+        parent: nn.Module,
+        key: str | int,
+        build: Callable[[], PlannedDense | PlannedConv1d],
     ) -> None:
         """Swap `parent[key]` (or `parent.key`) for `build()`; a planning refusal leaves
         the module as it is and records why."""
@@ -84,6 +89,7 @@ class Acceleration:
         self._restore.append(lambda: _set_child(parent, key, original))
 
     def on_undo(self, step: Callable[[], None]) -> None:
+        """Run `step` at `undo()`, before the steps registered earlier."""
         self._restore.append(step)
 
     def undo(self) -> None:
@@ -107,6 +113,14 @@ class Acceleration:
         return f"Acceleration({type(self.model).__name__}, math={self.math}, {{{planned}}})"
 
 
+def _restore_attribute(owner: Any, name: str, before: Any) -> None:
+    """Put back the instance attribute `name` as it was (`before`: None when absent)."""
+    if before is None:
+        owner.__dict__.pop(name, None)
+    else:
+        setattr(owner, name, before)
+
+
 def _set_child(parent: nn.Module, key: str | int, module: nn.Module) -> None:
     if isinstance(key, int):
         parent[key] = module
@@ -117,7 +131,7 @@ def _set_child(parent: nn.Module, key: str | int, module: nn.Module) -> None:
 def accelerate(model: nn.Module, math: CudaMath | str = CudaMath.FP32) -> Acceleration:
     """Puts `model` (a `PyanNet` or a WeSpeaker ResNet, on a CUDA device) on pyspk plans
     for FP32 or TF32 math (`CudaMath` or "fp32"/"tf32"); see the module's docstring."""
-    math = math if isinstance(math, CudaMath) else CudaMath.parse(math)
+    math = CudaMath.parse(math)
     if not isinstance(model, (PyanNet, BaseWeSpeakerResNet)):
         raise TypeError(
             f"accelerate takes a PyanNet or a WeSpeaker ResNet, not {type(model).__name__}"
@@ -125,17 +139,27 @@ def accelerate(model: nn.Module, math: CudaMath | str = CudaMath.FP32) -> Accele
     device = next(model.parameters()).device
     if device.type != "cuda":
         raise ValueError(f"accelerate: the model is on {device}; move it to a CUDA device first")
-    acceleration = Acceleration(model, math)
-    if isinstance(model, PyanNet):
-        _accelerate_pyannet(model, acceleration)
-    else:
-        resnet = model.resnet
-        acceleration.replace(
-            "resnet.seg_1",
-            resnet,
-            "seg_1",
-            lambda: PlannedDense(resnet.seg_1, DenseSite.EMBEDDING, math),
+    planned = [name for name, _ in planned_modules(model)]
+    if planned:
+        raise ValueError(
+            f"accelerate: {type(model).__name__} is accelerated already ({', '.join(planned)});"
+            " undo() that first"
         )
+    acceleration = Acceleration(model, math)
+    try:
+        if isinstance(model, PyanNet):
+            _accelerate_pyannet(model, acceleration)
+        else:
+            resnet = model.resnet
+            acceleration.replace(
+                "resnet.seg_1",
+                resnet,
+                "seg_1",
+                lambda: PlannedDense(resnet.seg_1, DenseSite.EMBEDDING, math, "resnet.seg_1"),
+            )
+    except BaseException:
+        acceleration.undo()  # nothing half-replaced: the stock model again
+        raise
     return acceleration
 
 
@@ -146,21 +170,24 @@ def _accelerate_pyannet(model: PyanNet, acceleration: Acceleration) -> None:
         conv = convs[index]
         # InstanceNorm subtracts each channel's own mean only without running statistics
         bias = "add" if norms[index].track_running_stats else "drop"
+        path = f"sincnet.conv1d.{index}"
         acceleration.replace(
-            f"sincnet.conv1d.{index}",
+            path,
             convs,
             index,
-            lambda conv=conv, site=site, bias=bias: PlannedConv1d(conv, site, math, bias),
+            lambda conv=conv, site=site, bias=bias, path=path: PlannedConv1d(
+                conv, site, math, bias, path
+            ),
         )
     linears = model.linear
     for index, site in ((0, DenseSite.LINEAR0), (1, DenseSite.LINEAR1)):
         if index < len(linears):
-            linear = linears[index]
+            linear, path = linears[index], f"linear.{index}"
             acceleration.replace(
-                f"linear.{index}",
+                path,
                 linears,
                 index,
-                lambda linear=linear, site=site: PlannedDense(linear, site, math),
+                lambda linear=linear, site=site, path=path: PlannedDense(linear, site, math, path),
             )
     activation = model.activation
     if isinstance(activation, nn.LogSoftmax) and activation.dim in (-1, 2):
@@ -169,12 +196,13 @@ def _accelerate_pyannet(model: PyanNet, acceleration: Acceleration) -> None:
             "classifier",
             model,
             "classifier",
-            lambda: PlannedDense(classifier, DenseSite.CLASSIFIER, math),
+            lambda: PlannedDense(classifier, DenseSite.CLASSIFIER, math, "classifier"),
         )
     else:
         acceleration.skipped["classifier"] = f"its activation is {activation}, not LogSoftmax"
+    before = model.__dict__.get("forward")  # an instance forward of the caller's, if any
     model.forward = _planned_pyannet_forward.__get__(model)
-    acceleration.on_undo(lambda: model.__dict__.pop("forward", None))
+    acceleration.on_undo(lambda: _restore_attribute(model, "forward", before))
 
 
 def _planned_pyannet_forward(self: PyanNet, waveforms: torch.Tensor) -> torch.Tensor:
@@ -223,12 +251,14 @@ class ChunkEmbeddings:
             )
         self.pipeline = pipeline
         self.batch_size = batch_size
+        self._before = pipeline.__dict__.get("get_embeddings")  # an earlier hook, if any
         self._stock = pipeline.get_embeddings
         pipeline.get_embeddings = self.get_embeddings
 
     def undo(self) -> None:
+        """Puts back the method the pipeline had before (idempotent)."""
         if self.pipeline.__dict__.get("get_embeddings") == self.get_embeddings:
-            del self.pipeline.get_embeddings
+            _restore_attribute(self.pipeline, "get_embeddings", self._before)
 
     def get_embeddings(
         self,

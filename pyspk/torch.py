@@ -25,7 +25,7 @@ keep the wrapper open (not `close()`d) while such a graph lives.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Literal
 
 import torch
@@ -52,6 +52,8 @@ __all__ = [
     "PlannedConv1d",
     "PlannedDense",
     "WeightsChangedError",
+    "epilogue",
+    "planned_modules",
     "shared_runtime",
 ]
 
@@ -103,8 +105,23 @@ def _current_stream_handle(ordinal: int) -> int:
 _current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", _current_stream_handle)
 
 
-def _parse_math(math: CudaMath | str) -> CudaMath:
-    return math if isinstance(math, CudaMath) else CudaMath.parse(math)
+def epilogue(site: DenseSite) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """What a model applies after the `nn.Linear` at `site`, which the plans fuse:
+    LeakyReLU(0.01) after linear0 and linear1, log-softmax after the classifier, nothing
+    (None) after seg_1."""
+    if site in (DenseSite.LINEAR0, DenseSite.LINEAR1):
+        return _leaky_relu
+    if site is DenseSite.CLASSIFIER:
+        return _log_softmax
+    return None
+
+
+def _leaky_relu(y: torch.Tensor) -> torch.Tensor:
+    return F.leaky_relu(y, reference.LEAKY_SLOPE)
+
+
+def _log_softmax(y: torch.Tensor) -> torch.Tensor:
+    return torch.log_softmax(y, dim=-1)
 
 
 class _Planned(nn.Module):
@@ -114,17 +131,13 @@ class _Planned(nn.Module):
     _context: str
     site: DenseSite | SegConvSite
 
-    def __init__(self, module: nn.Module, math: CudaMath | str) -> None:
+    def __init__(self, module: nn.Module, math: CudaMath | str, name: str | None) -> None:
         super().__init__()
+        if name is not None:
+            self._context += f" ({name})"
         self.weight = module.weight
         self.bias = module.bias
-        self.math = _parse_math(math)
-        if self.weight.device.type != "cuda":
-            raise ValueError(
-                f"{self._context}: the weight is on {self.weight.device}; move the module "
-                "to a CUDA device before planning"
-            )
-        self._ordinal = _ordinal(self.weight.device)
+        self.math = CudaMath.parse(math)
         self._plans: dict[object, DenseOxide | SegConvOxide] = {}
         self._planned_state: tuple[int, ...] = ()
         self.replan()
@@ -132,15 +145,16 @@ class _Planned(nn.Module):
     # -- planning --------------------------------------------------------------------
 
     def replan(self) -> None:
-        """Plans every served shape again from the current parameters (after a weight
-        change, or to reopen a closed wrapper)."""
+        """Plans every served shape again from the current parameters, on their device
+        (after a weight change or a move, or to reopen a closed wrapper)."""
         self.close()
+        self._ordinal = self._weight_ordinal()
         runtime, kernels = shared_runtime(self._ordinal)
         with torch.no_grad(), torch.cuda.device(self._ordinal):
-            # the weights may still be being written on PyTorch's stream; the plans pack
-            # them on the runtime's stream and wait for that
-            torch.cuda.current_stream().synchronize()
             weight, bias = self._plan_operands()
+            # the plans pack on the runtime's stream: the weights, and the layout copies
+            # just made of them, must have landed on PyTorch's
+            torch.cuda.current_stream().synchronize()
             plans = {}
             try:
                 for batch in BATCHES:
@@ -151,11 +165,16 @@ class _Planned(nn.Module):
                     plan.close()
                 raise
         self._plans = plans
-        parameters = [p for p in (self.weight, self.bias) if p is not None]
-        # inference tensors keep no version counter: only their storage is watched
-        self._versioned = [p for p in parameters if not p.is_inference()]
-        self._addressed = parameters
         self._planned_state = self._state()
+
+    def _weight_ordinal(self) -> int:
+        device = self.weight.device
+        if device.type != "cuda":
+            raise ValueError(
+                f"{self._context}: the weight is on {device}; move the module to a CUDA "
+                "device before planning"
+            )
+        return _ordinal(device)
 
     def close(self) -> None:
         """Frees the plans (idempotent); later calls take the library path."""
@@ -176,44 +195,55 @@ class _Planned(nn.Module):
         }
 
     def _state(self) -> tuple[int, ...]:
-        return (
-            *(p._version for p in self._versioned),
-            *(p.data_ptr() for p in self._addressed),
-        )
+        """What a parameter change alters: each parameter's identity and storage, and
+        its version counter (inference tensors keep none)."""
+        state: list[int] = []
+        for p in (self.weight, self.bias):
+            if p is not None:
+                state += (id(p), p.data_ptr(), -1 if p.is_inference() else p._version)
+        return tuple(state)
 
     # -- calling ---------------------------------------------------------------------
 
-    def _check_call(self, x: torch.Tensor) -> None:
-        parameters = self._parameters.values()
+    def _served(self, x: torch.Tensor) -> DenseOxide | SegConvOxide | None:
+        """The plan for `x`, checked, or None where the library path serves it. A call
+        a plan would serve is refused while autograd records or after the parameters
+        changed; the library path serves whatever the module did."""
+        if not self._plans or x.dtype is not torch.float32 or x.get_device() != self._ordinal:
+            return None
+        plan = self._plans.get(self._key_of(x))
+        if plan is None:
+            return None
         if torch.is_grad_enabled() and (
-            x.requires_grad or any(p is not None and p.requires_grad for p in parameters)
+            x.requires_grad
+            or self.weight.requires_grad
+            or (self.bias is not None and self.bias.requires_grad)
         ):
             raise InferenceOnlyError(
                 f"{self._context}: pyspk plans are inference-only; call under "
                 "torch.inference_mode() or torch.no_grad()"
             )
-        if self._plans and self._state() != self._planned_state:
+        if self._state() != self._planned_state:
             raise WeightsChangedError(
                 f"{self._context}: the parameters changed after planning (an in-place "
-                "update, load_state_dict or .to()); call replan() to plan from the new "
-                "weights"
+                "update, load_state_dict, a new Parameter or .to()); call replan() to plan "
+                "from the new weights"
             )
-
-    def _served(self, x: torch.Tensor) -> DenseOxide | SegConvOxide | None:
-        """The plan for `x`, or None where the library path serves it."""
-        if not self._plans or x.dtype is not torch.float32 or x.get_device() != self._ordinal:
-            return None
-        return self._plans.get(self._key_of(x))
+        return plan
 
     def _enqueue(
         self, plan: DenseOxide | SegConvOxide, x: torch.Tensor, output: torch.Tensor
     ) -> None:
+        # a split-K plan's partial planes come from PyTorch's allocator on the current
+        # stream, so calls on other streams or from captured graphs never share them
+        workspace = plan.producer.workspace_len
+        partials = x.new_empty(workspace) if workspace else None
         stream = _current_raw_stream(self._ordinal)
         if torch.cuda.current_device() == self._ordinal:
-            plan.enqueue(x, output, stream=stream)
+            plan.enqueue(x, output, stream=stream, partials=partials)
             return
         with torch.cuda.device(self._ordinal):  # the plan's context current for the launch
-            plan.enqueue(x, output, stream=stream)
+            plan.enqueue(x, output, stream=stream, partials=partials)
 
     # -- per wrapper -----------------------------------------------------------------
 
@@ -244,7 +274,7 @@ class _Planned(nn.Module):
         return SegConvOxide.plan(runtime, kernels, conv, weight, pin)
 
 
-_EPILOGUES = {
+_EPILOGUE_NAMES = {
     DenseSite.LINEAR0: "LeakyReLU(0.01)",
     DenseSite.LINEAR1: "LeakyReLU(0.01)",
     DenseSite.CLASSIFIER: "log-softmax",
@@ -258,10 +288,15 @@ class PlannedDense(_Planned):
     for seg_1), the module's library path otherwise."""
 
     def __init__(
-        self, linear: nn.Linear, site: DenseSite, math: CudaMath | str = CudaMath.FP32
+        self,
+        linear: nn.Linear,
+        site: DenseSite,
+        math: CudaMath | str = CudaMath.FP32,
+        name: str | None = None,
     ) -> None:
         self.site = site
         self._context = f"pyspk.torch {site.value}"
+        self._epilogue = epilogue(site)
         self._rows, self._n, self._k = site.dimensions()
         if (linear.in_features, linear.out_features) != (self._k, self._n):
             raise GeometryInvalid(
@@ -271,10 +306,9 @@ class PlannedDense(_Planned):
             )
         if linear.bias is None:
             raise GeometryInvalid(self._context, f"{site.value} takes a bias; the module has none")
-        super().__init__(linear, math)
+        super().__init__(linear, math, name)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self._check_call(x)
         plan = self._served(x)
         if plan is None:
             return self.library(x)
@@ -285,15 +319,11 @@ class PlannedDense(_Planned):
     def library(self, x: torch.Tensor) -> torch.Tensor:
         """The library path: the module's `F.linear` and the epilogue."""
         y = F.linear(x, self.weight, self.bias)
-        if self.site in (DenseSite.LINEAR0, DenseSite.LINEAR1):
-            return F.leaky_relu(y, reference.LEAKY_SLOPE)
-        if self.site is DenseSite.CLASSIFIER:
-            return torch.log_softmax(y, dim=-1)
-        return y
+        return y if self._epilogue is None else self._epilogue(y)
 
     def extra_repr(self) -> str:
         return (
-            f"{self.site.value}, Linear({self._k}, {self._n}) then {_EPILOGUES[self.site]}, "
+            f"{self.site.value}, Linear({self._k}, {self._n}) then {_EPILOGUE_NAMES[self.site]}, "
             f"math={self.math}, plans={self.entries()}"
         )
 
@@ -329,6 +359,7 @@ class PlannedConv1d(_Planned):
         site: SegConvSite,
         math: CudaMath | str = CudaMath.FP32,
         bias: Literal["add", "drop"] = "add",
+        name: str | None = None,
     ) -> None:
         self.site = site
         self._context = f"pyspk.torch {site.value}"
@@ -345,10 +376,9 @@ class PlannedConv1d(_Planned):
         if bias not in ("add", "drop"):
             raise ValueError(f"{self._context}: bias must be 'add' or 'drop', not {bias!r}")
         self.bias_mode = bias
-        super().__init__(conv, math)
+        super().__init__(conv, math, name)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self._check_call(x)
         plan = self._served(x)
         if plan is None:
             return self.library(x)

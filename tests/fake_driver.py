@@ -114,6 +114,7 @@ class FakeApi(types.SimpleNamespace):
         # 64-bit parameter slots whose values each launch records, read at launch time
         self.read_params: tuple[int, ...] = ()
         self.param_values: list[tuple[int, ...]] = []
+        self.next_address = 0x7F00_0000_0000
 
     def _new(self) -> int:
         self.next_handle += 0x100
@@ -221,7 +222,9 @@ class FakeApi(types.SimpleNamespace):
         self.calls.append("cuMemAlloc")
         if nbytes > 1 << 30:
             return (Result.CUDA_ERROR_OUT_OF_MEMORY, None)
-        address = self._new() << 8
+        # distinct, non-overlapping ranges, as a real allocator's (a 256-byte gap after each)
+        address = self.next_address
+        self.next_address += (max(nbytes, 1) + 511) // 256 * 256
         self.memory[address] = bytearray(b"\xff" * nbytes)  # garbage until set
         self.owner[address] = int(self.current) - 0xC0
         return (SUCCESS, CUdeviceptr(address))

@@ -12,7 +12,14 @@ import pytest
 
 from pyspk.candidate import DenseSite, DenseSpec, DeviceUnsupported, PlanError
 from pyspk.candidate.segdense import DenseOxide, Entry, SegdensePin
-from pyspk.cuda import BufferLayoutError, ClosedError, CudaMath, CudaRuntime, driver
+from pyspk.cuda import (
+    BufferLayoutError,
+    BufferLengthError,
+    ClosedError,
+    CudaMath,
+    CudaRuntime,
+    driver,
+)
 from pyspk.cuda.kernels import KernelModule, load_kernels
 from pyspk.cuda.tier import PtxTier
 from tests.fake_driver import FakeApi
@@ -165,3 +172,48 @@ def test_an_enqueue_on_a_given_stream_launches_there(fake: FakeApi, runtime: Cud
 class RecordingPhases:
     def op(self, op: object, launch: object) -> None:
         raise AssertionError("not reached")
+
+
+def _split_k_plan(runtime: CudaRuntime) -> DenseOxide:
+    kernels = runtime.load_kernels(KernelModule.SEGDENSE)
+    pin = SegdensePin.forced(Entry.EMBED_B32, CudaMath.FP32, kernels.tier, runtime.device)
+    spec = DenseSpec(DenseSite.EMBEDDING, 32, CudaMath.FP32)
+    weight = runtime.upload(np.zeros(256 * 5120, np.float32))
+    bias = runtime.upload(np.zeros(256, np.float32))
+    return DenseOxide.plan(runtime, kernels, spec, weight, bias, pin)
+
+
+def test_a_callers_partials_serve_one_enqueue(fake: FakeApi, runtime: CudaRuntime) -> None:
+    """`partials=` points the split-K launch and its reduction at the caller's scratch for
+    that call; the next call without it goes back to the plan's own."""
+    oxide = _split_k_plan(runtime)
+    producer = oxide.producer
+    x, y = runtime.alloc_zeros(96 * 5120), runtime.alloc_zeros(96 * 256)
+    mine = runtime.alloc_zeros(producer.workspace_len)
+    fake.read_params = (0,)  # the main launch's x, the reduction's partials
+    oxide.enqueue(x, y, partials=mine)
+    oxide.enqueue(x, y)
+    reduce_reads = [values[0] for f, *values in fake.param_values if "reduce" in str(f)]
+    assert reduce_reads == [mine.ptr, producer._own_partials]
+    assert producer._own_partials not in (0, mine.ptr)
+    main = producer._main
+    oxide.enqueue(x, y, partials=mine)
+    assert main.value("y") == mine.ptr and main.value("y_len") == producer.workspace_len
+
+
+def test_partials_are_checked(fake: FakeApi, runtime: CudaRuntime) -> None:
+    split = _split_k_plan(runtime)
+    x, y = runtime.alloc_zeros(96 * 5120), runtime.alloc_zeros(96 * 256)
+    launches = len(fake.launches)
+    with pytest.raises(BufferLengthError, match="partials"):
+        split.enqueue(x, y, partials=runtime.alloc_zeros(split.producer.workspace_len - 1))
+    workspace = split.producer.workspace_len
+    both = runtime.alloc_zeros(96 * 5120 + workspace)
+    # partials that begin on the input's last float
+    over = _View(both.ptr + 4 * (96 * 5120 - 1), workspace)
+    with pytest.raises(BufferLayoutError, match="partials share bytes with the input"):
+        split.enqueue(_View(both.ptr, 96 * 5120), y, partials=over)
+    single = _plan(runtime)
+    with pytest.raises(BufferLayoutError, match="without split-K"):
+        single.enqueue(runtime.alloc_zeros(3 * 5120), runtime.alloc_zeros(3 * 256), partials=y)
+    assert len(fake.launches) == launches  # nothing launched

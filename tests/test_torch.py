@@ -6,7 +6,9 @@ extras)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import types
 import warnings
 
 import numpy as np
@@ -86,3 +88,108 @@ def test_once_per_chunk_embeddings_equal_the_stock_pipelines(pyannote) -> None:
         # float32 sums over other batch compositions: rounding only
         scale = np.nanmax(np.abs(stock))
         assert np.nanmax(np.abs(ours - stock)) <= 1e-5 * scale
+
+
+# -- the wrappers' own logic, with the plans faked (no GPU) ----------------------------
+
+
+class _FakePlan:
+    """Records each enqueue and writes the library's result, so the wrapper's output can
+    be checked; `workspace_len` as a split-K plan of the entry would have."""
+
+    def __init__(self, entry: str, workspace: int, library) -> None:
+        self.producer = types.SimpleNamespace(
+            pin=types.SimpleNamespace(entry=lambda: types.SimpleNamespace(name=entry)),
+            workspace_len=workspace,
+        )
+        self.library = library
+        self.calls: list[dict] = []
+        self.closed = False
+
+    def enqueue(self, x, output, *, stream, partials) -> None:
+        assert not self.closed
+        self.calls.append({"stream": stream, "partials": partials, "shape": tuple(x.shape)})
+        output.copy_(self.library(x).reshape(output.shape))
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.fixture
+def faked(monkeypatch: pytest.MonkeyPatch) -> list[_FakePlan]:
+    """pyspk.torch on CPU tensors: device 0, stream 0x5EED, and plans that record."""
+    plans: list[_FakePlan] = []
+
+    def plan(self, runtime, kernels, batch, weight, bias):
+        workspace = 66 * 96 * 256 if (self.site, batch) == (DenseSite.EMBEDDING, 32) else 0
+        made = _FakePlan(f"{self.site.name}_B{batch}", workspace, self.library)
+        plans.append(made)
+        return made
+
+    monkeypatch.setattr(ptorch._Planned, "_weight_ordinal", lambda self: 0)
+    monkeypatch.setattr(ptorch._Planned, "_plan", plan)
+    monkeypatch.setattr(ptorch, "shared_runtime", lambda ordinal: (None, None))
+    monkeypatch.setattr(ptorch, "_current_raw_stream", lambda ordinal: 0x5EED)
+    monkeypatch.setattr(torch.Tensor, "get_device", lambda self: 0)
+    monkeypatch.setattr(torch.cuda, "device", lambda ordinal: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(
+        torch.cuda, "current_stream", lambda *_: types.SimpleNamespace(synchronize=lambda: None)
+    )
+    return plans
+
+
+def test_calls_a_plan_serves_go_to_it_on_the_current_stream(faked) -> None:
+    linear = torch.nn.Linear(5120, 256)
+    planned = ptorch.PlannedDense(linear, DenseSite.EMBEDDING, name="resnet.seg_1")
+    b1, b32 = faked
+    with torch.inference_mode():
+        y = planned(torch.randn(32, 3, 5120))  # 96 rows: the batch-32 plan
+        planned(torch.randn(3, 5120))  # 3 rows: batch 1
+        z = planned(torch.randn(2, 3, 5120))  # 6 rows: no plan
+    assert y.shape == (32, 3, 256) and z.shape == (2, 3, 256)
+    assert [c["shape"] for c in b32.calls] == [(32, 3, 5120)]
+    assert [c["shape"] for c in b1.calls] == [(3, 5120)]
+    assert b32.calls[0]["stream"] == 0x5EED
+    # split-K partials come from PyTorch per call; the batch-1 plan takes none
+    assert b32.calls[0]["partials"].numel() == b32.producer.workspace_len
+    assert b1.calls[0]["partials"] is None
+    assert planned.entries() == {1: "EMBEDDING_B1", 32: "EMBEDDING_B32"}
+
+
+def test_refusals_apply_only_where_a_plan_serves(faked) -> None:
+    linear = torch.nn.Linear(256, 128)
+    planned = ptorch.PlannedDense(linear, DenseSite.LINEAR0, name="linear.0")
+    served, unserved = torch.randn(1, 589, 256), torch.randn(2, 589, 256)
+    with pytest.raises(ptorch.InferenceOnlyError, match=r"linear0 \(linear\.0\)"):
+        planned(served)
+    assert planned(unserved).requires_grad  # the library path records as the module does
+    with torch.no_grad():
+        linear.weight.mul_(2.0)  # an in-place update
+        with pytest.raises(ptorch.WeightsChangedError, match="replan"):
+            planned(served)
+        planned(unserved)  # the library path reads the current weights
+    planned.replan()
+    assert all(plan.closed for plan in faked[:2]) and len(faked) == 4
+    with torch.no_grad():
+        planned(served)
+        linear.weight = torch.nn.Parameter(linear.weight.detach().clone())
+        planned.weight = linear.weight  # a new Parameter object, same storage values
+        with pytest.raises(ptorch.WeightsChangedError):
+            planned(served)
+
+
+def test_close_leaves_the_library_path(faked) -> None:
+    planned = ptorch.PlannedDense(torch.nn.Linear(128, 7), DenseSite.CLASSIFIER)
+    planned.close()
+    x = torch.randn(1, 589, 128)
+    with torch.inference_mode():
+        assert torch.equal(planned(x), planned.library(x))
+    assert all(not plan.calls for plan in faked)
+
+
+def test_epilogues_are_the_models_activations() -> None:
+    y = torch.tensor([-2.0, 0.5])
+    assert torch.equal(ptorch.epilogue(DenseSite.LINEAR0)(y), torch.tensor([-0.02, 0.5]))
+    assert torch.allclose(ptorch.epilogue(DenseSite.CLASSIFIER)(y), torch.log_softmax(y, -1))
+    assert ptorch.epilogue(DenseSite.EMBEDDING) is None

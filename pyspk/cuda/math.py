@@ -16,7 +16,10 @@ class CudaMath(enum.Enum):
         return self.value
 
     @classmethod
-    def parse(cls, text: str) -> CudaMath:
+    def parse(cls, text: str | CudaMath) -> CudaMath:
+        """`text` ("fp32", "tf32", any case), or a `CudaMath` as it is."""
+        if isinstance(text, cls):
+            return text
         wanted = text.strip().lower()
         for math in cls:
             if math.value == wanted:

@@ -1,7 +1,8 @@
 """compute-sanitizer over every real entry of both PTX tiers: one plan (its weight pack
 included) and one enqueue (with its split-K reduction) each, under memcheck (no
 out-of-bounds or misaligned access) and racecheck (no shared-memory hazard). The sm75
-tier carries the SIMT entries for real and stubs for the rest; the sm80 tier all 32."""
+tier carries its 13 SIMT entries for real and stubs for the rest; the sm80 tier all 25
+entries (with the packs and reductions they launch)."""
 
 from __future__ import annotations
 

@@ -40,12 +40,11 @@ def _dense_input(torch, site: DenseSite, batch: int, generator):
 
 
 def _dense_exact(torch, site: DenseSite, linear, x):
+    from pyspk.torch import epilogue
+
     y = torch.nn.functional.linear(x.double(), linear.weight.double(), linear.bias.double())
-    if site in (DenseSite.LINEAR0, DenseSite.LINEAR1):
-        return torch.nn.functional.leaky_relu(y, 0.01)
-    if site is DenseSite.CLASSIFIER:
-        return torch.log_softmax(y, dim=-1)
-    return y
+    after = epilogue(site)
+    return y if after is None else after(y)
 
 
 def _linear(torch, site: DenseSite, seed: int):
@@ -74,11 +73,8 @@ def test_planned_dense_serves_its_batches_and_falls_back_for_others(torch, ptorc
         # batch 2 has no plan: the module's own library path, to the bit
         x = _dense_input(torch, site, 2, generator)
         assert torch.equal(planned(x), planned.library(x))
-        expected = linear(x)
-        if site in (DenseSite.LINEAR0, DenseSite.LINEAR1):
-            expected = torch.nn.functional.leaky_relu(expected)
-        elif site is DenseSite.CLASSIFIER:
-            expected = torch.log_softmax(expected, dim=-1)
+        after = ptorch.epilogue(site)
+        expected = linear(x) if after is None else after(linear(x))
         assert torch.equal(planned(x), expected)
     planned.close()
 
@@ -199,4 +195,25 @@ def test_weights_moved_to_new_storage_are_refused(torch, ptorch):
     linear.weight.data = linear.weight.data.clone()
     with torch.inference_mode(), pytest.raises(ptorch.WeightsChangedError):
         planned(torch.randn((1, 589, 128), device="cuda"))
+    planned.close()
+
+
+def test_a_split_k_plan_on_two_busy_streams_at_once(torch, ptorch):
+    """seg_1 at batch 32 runs split-K: each call takes its partial planes from PyTorch's
+    allocator on its own stream, so two streams whose calls overlap in time each get
+    their own batch's result."""
+    planned = _planned(torch, ptorch, DenseSite.EMBEDDING, seed=37)
+    inputs = [torch.randn((32, 3, 5120), device="cuda") for _ in range(2)]
+    with torch.inference_mode():
+        expected = [planned(x) for x in inputs]
+        streams = [torch.cuda.Stream() for _ in inputs]
+        torch.cuda.synchronize()
+        outputs = []
+        for stream, x in zip(streams, inputs, strict=True):
+            with torch.cuda.stream(stream):
+                torch.cuda._sleep(100_000_000)  # both streams' work lines up behind this
+                outputs.append([planned(x) for _ in range(20)])
+        torch.cuda.synchronize()
+    for want, got in zip(expected, outputs, strict=True):
+        assert all(torch.equal(y, want) for y in got)
     planned.close()

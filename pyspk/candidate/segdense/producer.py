@@ -137,6 +137,11 @@ class Producer:
         stream = runtime.stream
         self._set_input = main.setter("x")
         self._set_output = (main if reduce is None else reduce).setter("y")
+        # split-K: the partial planes' length, and where the launches read them now (the
+        # plan's own scratch, or the last caller's `partials`)
+        self.workspace_len = 0 if reduce is None else reduce.value("partials_len")
+        self._own_partials = 0 if reduce is None else reduce.value("partials")
+        self._partials_at = self._own_partials
         self._launch_main = main.bind(stream)
         self._launch_reduce = None if reduce is None else reduce.bind(stream)
         # launchers bound to the caller streams seen (PyTorch's current streams), so an
@@ -185,13 +190,19 @@ class Producer:
         phases: Phases = PASS_THROUGH,
         *,
         stream: int | None = None,
+        partials: object | None = None,
     ) -> None:
         """Queues the producer and, for split-K, its fixed-order reduction, on the plan's
         runtime stream, or on `stream` (a raw handle of a stream in the runtime's context,
         e.g. `torch.cuda.current_stream().cuda_stream`; not with `phases`). Checks the
-        plan, its runtime and both buffers (their lengths, devices, and that they share
+        plan, its runtime and the buffers (their lengths, devices, and that they share
         no byte: no kernel works in place) before launching anything. Safe to call from
-        several threads: each call launches with its own buffers."""
+        several threads: each call launches with its own buffers.
+
+        A split-K plan writes its partial planes to scratch it owns, so its enqueues must
+        not overlap in time (one stream, or graphs replayed one after another);
+        `partials` (`workspace_len` floats) gives one call scratch of its own instead,
+        e.g. from the caller's stream-ordered allocator."""
         runtime = self.runtime
         if self._closed or runtime._closed:
             what = "plan" if self._closed else "runtime of this plan"
@@ -216,6 +227,9 @@ class Producer:
             raise BufferLayoutError(
                 CONTEXT, "output", "shares bytes with input; the kernels do not work in place"
             )
+        partials_at = self._own_partials
+        if partials is not None:
+            partials_at = self._partials_address(partials, x_ptr, y_ptr)
         if stream is not None and phases is not PASS_THROUGH:
             raise ValueError(f"{CONTEXT}: phases time the runtime stream; give no stream")
         if runtime._capturing:
@@ -224,6 +238,10 @@ class Producer:
         try:
             self._set_input(x_ptr)
             self._set_output(y_ptr)
+            if partials_at != self._partials_at:
+                self._main.set("y", partials_at)
+                self._reduce.set("partials", partials_at)  # type: ignore[union-attr]
+                self._partials_at = partials_at
             if stream is not None:
                 launchers = self._stream_launchers.get(stream)
                 if launchers is None:
@@ -243,6 +261,23 @@ class Producer:
                 phases.op(Op.REDUCE, self._launch_reduce)
         finally:
             self._release()
+
+    def _partials_address(self, partials: object, x_ptr: int, y_ptr: int) -> int:
+        """The checked address of a caller's partials: a split-K plan's only, of
+        `workspace_len` floats, sharing no byte with the input or the output."""
+        if self._reduce is None:
+            raise BufferLayoutError(
+                CONTEXT, "partials", "given to a plan without split-K, which has none"
+            )
+        length = self.workspace_len
+        at = device_address(partials, length, CONTEXT, "partials", self._ordinal, writable=True)
+        for name, ptr, other_len in (
+            ("input", x_ptr, self.input_len),
+            ("output", y_ptr, self.output_len),
+        ):
+            if at < ptr + 4 * other_len and ptr < at + 4 * length:
+                raise BufferLayoutError(CONTEXT, "partials", f"share bytes with the {name}")
+        return at
 
     def _bind_stream(self, stream: int) -> _Launchers:
         if len(self._stream_launchers) >= _BOUND_STREAMS:
