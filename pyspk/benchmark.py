@@ -539,11 +539,15 @@ def write_outputs(
     meta: Mapping[str, Any],
     rows: Sequence[Mapping[str, Any]],
     summary: Mapping[str, Any],
+    chart: bool = True,
 ) -> list[str]:
+    """The report, the data and (with `chart`) the speedup chart; a line for each."""
     out.mkdir(parents=True, exist_ok=True)
     markdown, data = out / f"{stem}.md", out / f"{stem}.json"
     markdown.write_text(render_markdown(meta, rows, summary))
     data.write_text(render_json(meta, rows, summary))
+    if not chart:
+        return [f"report {markdown}", f"data {data}"]
     title = f"segdense speedup over the library, {meta['device']['name']} ({meta['tier']})"
     try:
         chart = write_chart(out / f"{stem}.png", rows, title)

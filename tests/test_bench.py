@@ -456,3 +456,14 @@ def test_importing_the_tool_loads_neither_torch_nor_the_driver() -> None:
         "assert not loaded, loaded\n"
     )
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
+
+
+def test_write_outputs_without_the_chart(tmp_path: Path) -> None:
+    rows = _rows()
+    summary = benchmark.summarize(rows, H200_SIMT)
+    messages = benchmark.write_outputs(tmp_path, "h200-bench", _meta(), rows, summary, chart=False)
+    assert messages == [
+        f"report {tmp_path / 'h200-bench.md'}",
+        f"data {tmp_path / 'h200-bench.json'}",
+    ]
+    assert not (tmp_path / "h200-bench.png").exists()

@@ -452,15 +452,16 @@ def run(args: argparse.Namespace, cases: Sequence[Case], forced: Sequence[Entry]
         simt = simt_keys(tier, device)
         stem = output_stem(device.name, args.tier, args.compiled)
         rows: list[dict[str, Any]] = []
-        outputs: list[str] = []
         for index, (case, row, pin) in enumerate(plan, 1):
             bench.measure(case, row, pin)
             rows.append(row)
             print(f"[{index:2}/{len(plan)}] {progress_line(row)}", flush=True)
-            # rewritten after every row: a run stopped early leaves its rows so far
-            meta = _meta(args, bench, cases, forced, refused, started, len(rows) == len(plan))
-            outputs = write_outputs(args.out, stem, meta, rows, summarize(rows, simt))
-        summary = summarize(rows, simt)
+            # report and data rewritten after every row, so a run stopped early leaves
+            # its rows so far; the chart is drawn once, after the last
+            complete = index == len(plan)
+            meta = _meta(args, bench, cases, forced, refused, started, complete)
+            summary = summarize(rows, simt)
+            outputs = write_outputs(args.out, stem, meta, rows, summary, chart=complete)
         for line in summary_lines(summary):
             print(line)
         for line in outputs:
