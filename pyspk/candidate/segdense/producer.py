@@ -242,23 +242,19 @@ class Producer:
                 self._main.set("y", partials_at)
                 self._reduce.set("partials", partials_at)  # type: ignore[union-attr]
                 self._partials_at = partials_at
-            if stream is not None:
-                launchers = self._stream_launchers.get(stream)
-                if launchers is None:
-                    launchers = self._bind_stream(stream)
+            if stream is None:
+                launch_main, launch_reduce = self._launch_main, self._launch_reduce
+            else:
+                launchers = self._stream_launchers.get(stream) or self._bind_stream(stream)
                 launch_main, launch_reduce = launchers
+            if phases is PASS_THROUGH:
                 launch_main()
                 if launch_reduce is not None:
                     launch_reduce()
                 return
-            if phases is PASS_THROUGH:
-                self._launch_main()
-                if self._launch_reduce is not None:
-                    self._launch_reduce()
-                return
-            phases.op(Op.MAIN, self._launch_main)
-            if self._launch_reduce is not None:
-                phases.op(Op.REDUCE, self._launch_reduce)
+            phases.op(Op.MAIN, launch_main)
+            if launch_reduce is not None:
+                phases.op(Op.REDUCE, launch_reduce)
         finally:
             self._release()
 
