@@ -74,6 +74,18 @@ __device__ __forceinline__ void store2(float* pointer, float2 value) {
     *reinterpret_cast<float2*>(pointer) = value;
 }
 
+// Global stores of 16 and 8 bytes kept as one instruction each. Through a cast as above,
+// nvcc 13 splits some of them (the GEMMs' and split-K partial planes' output stores) into
+// scalar stores, each of which half-writes its sectors.
+__device__ __forceinline__ void stg4(float* pointer, float4 v) {
+    asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(pointer), "f"(v.x), "f"(v.y),
+                 "f"(v.z), "f"(v.w)
+                 : "memory");
+}
+__device__ __forceinline__ void stg2(float* pointer, float2 v) {
+    asm volatile("st.global.v2.f32 [%0], {%1, %2};" ::"l"(pointer), "f"(v.x), "f"(v.y) : "memory");
+}
+
 // Shared-memory operand reads go through one PTX load each, at 32-bit shared addresses
 // computed once. Left to itself, nvcc 13 may split float4 reads in unrolled loops into
 // overlapping partial loads marked with a `used_bytes_mask` pragma, which needs PTX ISA

@@ -39,7 +39,15 @@
 // so it keeps one). HALF for linear0_b1, 4.41 us against 3.80, for rel-L2 2.06e-4 against
 // 2.76e-4 (cuBLAS's TF32 path: equal to TF32's within 1e-4 of it, either side); HALF cost
 // linear1_b32 15.2 against 11.2 us and e64 8.2 against 7.0, more than their margin over
-// the library, so they keep TF32.
+// the library, so they keep TF32. Output pairs stored by stg2: through a float2 cast the
+// split-K kernels' partial stores became scalar ones, and one instruction per pair took
+// embed tf32 from 14.27 to 7.36 us, k2 9.41 to 6.79, e64 6.87 to 6.13, x3 10.04 to 8.81
+// (the f16 entry's stores took the same path). Staging the partial tile in shared memory
+// for 16-byte stores then gained nothing, so the fragments store directly. Copy addresses
+// as one source pointer per operand plus constants, rather than recomputed per copy:
+// Select 20.91 to 20.24 us, linear0_b1 4.40 to 4.21, the others within 0.25. Tried and
+// left out: an L2 prefetch of each block's slice at its start (Select 1.9 us slower,
+// linear1_b32 1.3, e64 1.0, x3 0.9) and four stages for e64 and x3 (0.16, 0.24 us slower).
 
 namespace spk {
 namespace gemm {
@@ -197,37 +205,46 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
         }
     }
 
-    auto issue = [&](u32 stage) {
-        const saddr at = base + 4 * (stage % G::STAGES) * G::STAGE;
-        const u32 k = k0 + stage * G::KT;
+    // Copy i of a stage is copy 0 moved THREADS copies on: A_STEP rows of x, B_STEP rows
+    // of w further, at the same column. So each thread keeps one source pointer per
+    // operand, advanced by a stage's k, and one shared offset, and every copy's address
+    // is those plus constants; rows past m are a mask fixed for the whole loop.
+    static_assert(G::THREADS % (G::KT / 4) == 0 && G::THREADS % (G::BN / 4) == 0, "copy rows");
+    constexpr u32 A_STEP = G::THREADS / (G::KT / 4), B_STEP = G::THREADS / (G::BN / 4);
+    const u32 a_r = t / (G::KT / 4), a_v = t % (G::KT / 4);
+    const u32 b_r = t / (G::BN / 4), b_v = t % (G::BN / 4);
+    const float* x_from = x + u64(row0 + a_r) * G::K + k0 + 4 * a_v;
+    const float* w_from = w + u64(k0 + b_r) * G::N + col0 + 4 * b_v;
+    const saddr a_to = base + 4 * (a_r * G::A_ROW + 4 * a_v);
+    const saddr b_to = base + 4 * (G::A_STAGE + b_r * G::B_ROW + 4 * b_v);
+    u32 real = 0;
+#pragma unroll
+    for (u32 i = 0; i < (G::A_COPIES + G::THREADS - 1) / G::THREADS; ++i) {
+        real |= u32(row0 + a_r + i * A_STEP < G::M) << i;
+    }
+    auto issue = [&](u32 stage, u32 slot) {
+        const u32 at = 4 * slot * G::STAGE;
 #pragma unroll
         for (u32 i = 0; i < (G::A_COPIES + G::THREADS - 1) / G::THREADS; ++i) {
-            const u32 copy = t + i * G::THREADS;
-            if (G::A_COPIES % G::THREADS == 0 || copy < G::A_COPIES) {
-                const u32 r = copy / (G::KT / 4);
-                const u32 v = copy % (G::KT / 4);
-                const bool real = row0 + r < G::M;
-                cp_async16_fill(at + 4 * (r * G::A_ROW + 4 * v),
-                                x + (real ? u64(row0 + r) * G::K + k + 4 * v : 0),
-                                real ? 16 : 0);
+            if (G::A_COPIES % G::THREADS == 0 || t + i * G::THREADS < G::A_COPIES) {
+                const bool r = (real >> i) & 1;
+                cp_async16_fill(a_to + at + 4 * i * A_STEP * G::A_ROW,
+                                r ? x_from + u64(i) * A_STEP * G::K + stage * G::KT : x,
+                                r ? 16 : 0);
             }
         }
 #pragma unroll
         for (u32 i = 0; i < (G::B_COPIES + G::THREADS - 1) / G::THREADS; ++i) {
-            const u32 copy = t + i * G::THREADS;
-            if (G::B_COPIES % G::THREADS == 0 || copy < G::B_COPIES) {
-                const u32 r = copy / (G::BN / 4);
-                const u32 v = copy % (G::BN / 4);
-                cp_async16_fill(at + 4 * (G::A_STAGE + r * G::B_ROW + 4 * v),
-                                w + u64(k + r) * G::N + col0 + 4 * v, 16);
+            if (G::B_COPIES % G::THREADS == 0 || t + i * G::THREADS < G::B_COPIES) {
+                cp_async16_fill(b_to + at + 4 * i * B_STEP * G::B_ROW,
+                                w_from + (u64(i) * B_STEP + stage * G::KT) * G::N, 16);
             }
         }
     };
-
 #pragma unroll
     for (u32 s = 0; s < G::STAGES - 1; ++s) {
         if (s < stages) {
-            issue(s);
+            issue(s, s);
         }
         cp_async_commit();
     }
@@ -238,16 +255,20 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
     const u32 a_at = 4 * ((wr * G::WM + g) * G::A_ROW + group * 8 * G::BKS + q);
     const u32 b_at = 4 * (G::A_STAGE + (group * 8 * G::BKS + q) * G::B_ROW + wc * G::WN + g);
 
+    // the ring slot of this stage and of the one issued in it, STAGES - 1 ahead
+    u32 slot = 0, ahead = G::STAGES - 1;
 #pragma unroll 1
     for (u32 stage = 0; stage < stages; ++stage) {
         cp_async_wait<G::STAGES - 2>();
         __syncthreads();
         if (stage + G::STAGES - 1 < stages) {
-            issue(stage + G::STAGES - 1);
+            issue(stage + G::STAGES - 1, ahead);
         }
         cp_async_commit();
 
-        const saddr stage_at = base + 4 * (stage % G::STAGES) * G::STAGE;
+        const saddr stage_at = base + 4 * slot * G::STAGE;
+        slot = slot + 1 == G::STAGES ? 0 : slot + 1;
+        ahead = ahead + 1 == G::STAGES ? 0 : ahead + 1;
 #pragma unroll
         for (u32 kk = 0; kk < G::BKS; ++kk) {
             const saddr at = stage_at + 4 * 8 * kk;  // x columns 8 kk ..
@@ -358,7 +379,7 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
                     v = make_float2(lin::leaky(v.x + bias2[j].x), lin::leaky(v.y + bias2[j].y));
                 }
                 if (r < G::M) {
-                    store2(out + u64(r) * G::N + col, v);
+                    stg2(out + u64(r) * G::N + col, v);
                 }
             }
         }
@@ -613,7 +634,7 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
             for (u32 h = 0; h < 2; ++h) {
                 const u32 row = wr * 32 + i * 16 + g + 8 * h;
                 const float r_inv = smem[row];
-                store2(plane + row * EMBED_COLS + col,
+                stg2(plane + row * EMBED_COLS + col,
                        make_float2(sum[2 * h] * r_inv * c0, sum[2 * h + 1] * r_inv * c1));
             }
         }

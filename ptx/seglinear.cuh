@@ -354,11 +354,6 @@ __device__ __forceinline__ void stsd2(double* p, double a, double b) {
                  "d"(a), "d"(b)
                  : "memory");
 }
-__device__ __forceinline__ void stg4(float* p, float4 v) {
-    asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v.x), "f"(v.y),
-                 "f"(v.z), "f"(v.w)
-                 : "memory");
-}
 
 // Element-type dispatch for code shared by the float32 and float64 bodies
 __device__ __forceinline__ float2 lds_pair(saddr address, float) { return lds2(address); }
