@@ -143,6 +143,13 @@ __device__ __forceinline__ void cp_async16_fill(saddr shared, const float* globa
                  "r"(bytes)
                  : "memory");
 }
+// The same copy through L1 (.ca): blocks resident on one SM that read the same bytes
+// at about the same time share them there.
+__device__ __forceinline__ void cp_async16_fill_l1(saddr shared, const float* global, u32 bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;" ::"r"(shared), "l"(global),
+                 "r"(bytes)
+                 : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() {
     asm volatile("cp.async.commit_group;" ::: "memory");
 }
