@@ -249,7 +249,7 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
         for (u32 i = 0; i < (G::B_COPIES + G::THREADS - 1) / G::THREADS; ++i) {
             if (G::B_COPIES % G::THREADS == 0 || t + i * G::THREADS < G::B_COPIES) {
                 cp_async16_fill_w<G>(b_to + at + 4 * i * B_STEP * G::B_ROW,
-                                w_from + (u64(i) * B_STEP + stage * G::KT) * G::N, 16);
+                                     w_from + (u64(i) * B_STEP + stage * G::KT) * G::N, 16);
             }
         }
     };
