@@ -5,8 +5,6 @@ buffers, and an entry the module lacks is a `PlanError`."""
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
 
@@ -22,6 +20,7 @@ from pyspk.cuda import (
 )
 from pyspk.cuda.kernels import KernelModule, load_kernels
 from pyspk.cuda.tier import PtxTier
+from tests.concurrency import run_together
 from tests.fake_driver import FakeApi
 
 SPEC = DenseSpec(DenseSite.EMBEDDING, 1, CudaMath.FP32)
@@ -138,11 +137,7 @@ def test_concurrent_enqueues_launch_their_own_buffers(fake: FakeApi, runtime: Cu
         for _ in range(300):
             oxide.enqueue(x, y)
 
-    threads = [threading.Thread(target=drive, args=pair) for pair in pairs]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_together(drive, pairs)
     launched = [(x, y) for kernel, x, y in fake.param_values if kernel == KERNEL]
     assert sorted(launched) == sorted((x.ptr, y.ptr) for x, y in pairs for _ in range(300))
 

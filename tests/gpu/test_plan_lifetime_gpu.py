@@ -6,7 +6,6 @@ no device memory, and `pyspk info` reports the device and what it loads."""
 from __future__ import annotations
 
 import json
-import threading
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ from pyspk import cli
 from pyspk.candidate.segdense import Entry, Site
 from pyspk.cuda import BufferLayoutError, ClosedError, CudaMath, driver
 from pyspk.testing import operands, plan, run_eager
+from tests.concurrency import run_together
 
 pytestmark = pytest.mark.gpu
 
@@ -70,11 +70,7 @@ def test_concurrent_enqueues_give_each_caller_its_bits(runtime, kernels) -> None
         for _ in range(50):
             oxide.enqueue(x, y)
 
-    threads = [threading.Thread(target=drive, args=pair) for pair in buffers]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_together(drive, buffers)
     runtime.synchronize()
     for (_, y), bits in zip(buffers, expected, strict=True):
         assert np.array_equal(runtime.download(y).view(np.uint32), bits)

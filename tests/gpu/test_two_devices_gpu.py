@@ -6,7 +6,6 @@ fails instead)."""
 from __future__ import annotations
 
 import os
-import threading
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ from pyspk.candidate.segdense import Entry, Site
 from pyspk.cuda import BufferLayoutError, CudaMath, CudaRuntime, driver
 from pyspk.cuda.kernels import KernelModule
 from pyspk.testing import operands, plan, run_eager
+from tests.concurrency import run_together
 
 pytestmark = pytest.mark.gpu
 
@@ -81,14 +81,7 @@ def test_two_threads_on_two_devices_match_a_serial_run(runtime, kernels, second)
         results[index] = [rt.download(out).view(np.uint32) for out in outs]
         oxide.close()
 
-    threads = [
-        threading.Thread(target=drive, args=(0, runtime, kernels)),
-        threading.Thread(target=drive, args=(1, one_runtime, one_kernels)),
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_together(drive, [(0, runtime, kernels), (1, one_runtime, one_kernels)])
     runtime.synchronize()
     assert sorted(results) == [0, 1]
     for bits in results[0] + results[1]:
