@@ -70,13 +70,9 @@ __device__ __forceinline__ void store4(float* pointer, float4 value) {
     *reinterpret_cast<float4*>(pointer) = value;
 }
 
-__device__ __forceinline__ void store2(float* pointer, float2 value) {
-    *reinterpret_cast<float2*>(pointer) = value;
-}
-
-// Global stores of 16 and 8 bytes kept as one instruction each. Through a cast as above,
-// nvcc 13 splits some of them (the GEMMs' and split-K partial planes' output stores) into
-// scalar stores, each of which half-writes its sectors.
+// Global stores of 16 and 8 bytes kept as one instruction each. Through a cast as in
+// store4, nvcc 13 split some of them (a linear's output rows, the split-K partial planes)
+// into scalar stores, each of which half-writes its sectors.
 __device__ __forceinline__ void stg4(float* pointer, float4 v) {
     asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(pointer), "f"(v.x), "f"(v.y),
                  "f"(v.z), "f"(v.w)
