@@ -4,9 +4,11 @@
 // the split-K embedding on scaled FP16 products (embed_b32_f16).
 // sm80 tier only; the sm75 tier exports the same names as trapping stubs.
 //
-// y[m, n] = x[m, k] w[k, n]: x row-major, w row-major [k, n] (the linears' own layout;
-// the embedding's [n, k] weight packed to [k, n] at plan time). The products run on
-// mma.sync.m16n8k8 with FP32 accumulation; x rows are the fragment rows.
+// y[m, n] = x[m, k] w[k, n]: x row-major; w as pack_gemm_mma lays it out at plan time
+// (pyspk/candidate/segdense/packing.py): TF32-rounded b fragments, per column tile of
+// BN the k-steps in order, per k-step the pairs of 8-column mma tiles, per pair a float4
+// per lane ((b0, b1) of both tiles), one such plane or two (value, residual). The
+// products run on mma.sync.m16n8k8 with FP32 accumulation; x rows are the fragment rows.
 //
 // Block tile BM x BN of output (x, y) = (rows, columns); split-K entries take slice z
 // of the reduction from blockIdx.z and write partial plane z, which the fixed-order
@@ -14,12 +16,14 @@
 // groups; in a group, warp (wr, wc) owns rows wr WM .. + WM and columns wc WN .. + WN.
 // A stage is KSPLIT k-steps of 8 (group g takes k-step g of every stage), STAGES deep in
 // a cp.async ring with one commit group per stage, empty or not.
-// Shared rows: x at KT + 4 floats, w at BN + 8, so each fragment read of a warp hits 32
-// distinct banks. x rows past m are zero-filled (copied from nowhere).
+// Shared rows of x: KT + 4 floats, or KT + 8 where PAIRED, so each fragment read of a
+// warp hits distinct banks; w stages as packed, each lane's float4s consecutive. x rows
+// past m are zero-filled (copied from nowhere).
 //
-// Products (a = x, b = w): TF32 rounds both; HALF splits b into its TF32 value and
-// residual (2xTF32: only a's rounding remains, about 0.74x the TF32 error); SPLIT is
-// 3xTF32; SELECT is TF32 plus the 3xTF32 residuals of 16 selected k.
+// Products (a = x, b = w): TF32 rounds both (b at plan time, with the bits cvt.rna
+// gives); HALF splits b into its TF32 value and residual (2xTF32: only a's rounding
+// remains, about 0.74x the TF32 error); SPLIT is 3xTF32; SELECT is TF32 plus the 3xTF32
+// residuals of 16 selected k, whose rows of w follow the list in FP32.
 // Order of each output: per group, the k-steps of its stages in order, each chained
 // into the accumulator (TF32; HALF: a b_lo, then a b_hi) or summed from zero in its own
 // fragment and then added in FP32 (SPLIT: a_lo b_hi, a_hi b_lo, a_hi b_hi); SELECT then
@@ -48,6 +52,13 @@
 // Select 20.91 to 20.24 us, linear0_b1 4.40 to 4.21, the others within 0.25. Tried and
 // left out: an L2 prefetch of each block's slice at its start (Select 1.9 us slower,
 // linear1_b32 1.3, e64 1.0, x3 0.9) and four stages for e64 and x3 (0.16, 0.24 us slower).
+// w packed as rounded fragments (one 16-byte read per lane and pair of tiles, no
+// rounding in the loop) over [k, n] rows rounded as read: Select 19.35 -> 17.37 us,
+// linear1_b32 10.40 -> 9.21, linear0_b1 4.04 -> 3.92, embed tf32 7.30 -> 7.06, k2
+// 6.67 -> 6.33, e64 6.07 -> 5.81, x3 8.71 -> 8.22, the same bits. PAIRED on top (x read
+// by 8-byte loads, the k of w permuted to match, the same bits again): linear0_b1 3.73,
+// e64 5.72 (5.63 against 5.80 in a second run), but Select 18.84, linear1_b32 9.30 and
+// embed tf32 7.11, so only those two pair (k2 and x3 have no shared memory left for it).
 
 namespace spk {
 namespace gemm {
@@ -58,7 +69,7 @@ enum class Out { LEAKY, PARTIAL };
 constexpr u32 SELECT_ROWS = 16;  // as the reference's SELECT_ROWS
 
 template <u32 M_, u32 N_, u32 K_, u32 BM_, u32 BN_, u32 WM_, u32 WN_, u32 KSPLIT_, u32 BKS_,
-          u32 STAGES_, Products PRODUCTS_, Out OUT_>
+          u32 STAGES_, Products PRODUCTS_, Out OUT_, bool PAIRED_ = false>
 struct Shape {
     static constexpr u32 M = M_, N = N_, K = K_, BM = BM_, BN = BN_, WM = WM_, WN = WN_,
                          KSPLIT = KSPLIT_, STAGES = STAGES_;
@@ -71,21 +82,30 @@ struct Shape {
     static constexpr u32 THREADS = GROUP * KSPLIT;
     static constexpr u32 KT = 8 * BKS * KSPLIT;           // k per stage
     static constexpr u32 STEPS = K / KT;                  // stages over the whole k
-    static constexpr u32 A_ROW = KT + 4, B_ROW = BN + 8;
+    // x's k read in pairs: mma k-slots q and q + 4 of a k-step are its columns 2 q, 2 q + 1
+    static constexpr bool PAIRED = PAIRED_;
+    // w: TF32 planes (the value; for HALF and SPLIT also the residual) in fragment order
+    static constexpr u32 PLANES = PRODUCTS == Products::HALF || PRODUCTS == Products::SPLIT ? 2 : 1;
+    static constexpr u32 PAIR = PLANES * 128;  // floats of one k-step x 16 columns
+    static constexpr u32 A_ROW = KT + (PAIRED ? 8 : 4);
     static constexpr u32 A_STAGE = BM * A_ROW;
-    static constexpr u32 STAGE = A_STAGE + KT * B_ROW;
-    static constexpr u32 A_COPIES = BM * KT / 4, B_COPIES = KT * BN / 4;
+    static constexpr u32 B_STAGE = KT / 8 * BN / 16 * PAIR;
+    static constexpr u32 STAGE = A_STAGE + B_STAGE;
+    static constexpr u32 A_COPIES = BM * KT / 4, B_COPIES = B_STAGE / 4;
     static constexpr u32 RING = STAGES * STAGE;
     static constexpr u32 RED = (KSPLIT - 1) * GROUP * MT * NT * 4;
     static constexpr u32 SHARED = RING > RED ? RING : RED;  // floats, static
     static constexpr u32 SELECT = PRODUCTS == Products::SELECT ? SELECT_ROWS : 0;
     static constexpr u32 SLOTS = SELECT / 8 / KSPLIT;      // selected k-steps per group
+    // the planes, then (Select) the selected k and their rows of w in FP32
+    static constexpr u32 W_LEN = K * N * PLANES + SELECT * (1 + N);
     static constexpr u32 GRID_X = (M + BM - 1) / BM, GRID_Y = N / BN;
 
     static_assert(BM % WM == 0 && BN % WN == 0 && WM % 16 == 0 && WN % 8 == 0, "tiles");
     static_assert(K % KT == 0 && N % BN == 0 && STAGES >= 2, "whole stages and tiles");
-    static_assert(A_ROW % 8 == 4, "conflict-free x fragments");
-    static_assert(B_ROW % 32 == 8 || B_ROW % 32 == 24, "conflict-free w fragments");
+    static_assert(PAIRED ? A_ROW % 32 == 8 || A_ROW % 32 == 24 : A_ROW % 8 == 4,
+                  "conflict-free x fragments");
+    static_assert(NT % 2 == 0, "w fragments of column pairs");
     static_assert(SELECT % (8 * KSPLIT) == 0, "whole selected k-steps per group");
     static_assert(SHARED * 4 <= 48 * 1024, "static shared memory");
     static_assert(OUT == Out::LEAKY || (PRODUCTS != Products::SELECT && GRID_X == 1),
@@ -104,8 +124,14 @@ namespace gemm {
 // the stage (rows g and g + 8, columns t and t + 4) rounded, or split, for the mma.
 template <class G>
 __device__ __forceinline__ void a_fragment(saddr at, uint4& hi, uint4& lo) {
-    const float v[4] = {lds1(at), lds1(at + 4 * 8 * G::A_ROW), lds1(at + 4 * 4),
-                        lds1(at + 4 * (8 * G::A_ROW + 4))};
+    float v[4];
+    if constexpr (G::PAIRED) {
+        const float2 top = lds2(at), bottom = lds2(at + 4 * 8 * G::A_ROW);
+        v[0] = top.x, v[1] = bottom.x, v[2] = top.y, v[3] = bottom.y;
+    } else {
+        v[0] = lds1(at), v[1] = lds1(at + 4 * 8 * G::A_ROW), v[2] = lds1(at + 4 * 4),
+        v[3] = lds1(at + 4 * (8 * G::A_ROW + 4));
+    }
     u32 h[4], l[4];
 #pragma unroll
     for (u32 e = 0; e < 4; ++e) {
@@ -182,7 +208,7 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
     constexpr bool SPLIT_K = G::OUT == Out::PARTIAL;
     const u32 splits = SPLIT_K ? gridDim.z : 1;
     const u64 outputs = u64(G::M) * G::N;
-    if (x_len != u64(G::M) * G::K | w_len != u64(G::K) * G::N + G::SELECT |
+    if (x_len != u64(G::M) * G::K | w_len != G::W_LEN |
         bias_len != G::N | y_len != splits * outputs | splits < 1 |
         splits > EMBED_MAX_SPLITS | !aligned16(x) | !aligned16(w) | !aligned16(y) |
         !launch_is(G::GRID_X, G::GRID_Y, splits, G::THREADS)) {
@@ -221,14 +247,14 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
     // of w further, at the same column. So each thread keeps one source pointer per
     // operand, advanced by a stage's k, and one shared offset, and every copy's address
     // is those plus constants; rows past m are a mask fixed for the whole loop.
-    static_assert(G::THREADS % (G::KT / 4) == 0 && G::THREADS % (G::BN / 4) == 0, "copy rows");
-    constexpr u32 A_STEP = G::THREADS / (G::KT / 4), B_STEP = G::THREADS / (G::BN / 4);
+    // A column tile's stages of w lie one after another, each as the ring holds it.
+    static_assert(G::THREADS % (G::KT / 4) == 0, "copy rows");
+    constexpr u32 A_STEP = G::THREADS / (G::KT / 4);
     const u32 a_r = t / (G::KT / 4), a_v = t % (G::KT / 4);
-    const u32 b_r = t / (G::BN / 4), b_v = t % (G::BN / 4);
     const float* x_from = x + u64(row0 + a_r) * G::K + k0 + 4 * a_v;
-    const float* w_from = w + u64(k0 + b_r) * G::N + col0 + 4 * b_v;
+    const float* w_from = w + (u64(col0) * G::K + u64(k0) * G::BN) * G::PLANES + 4 * t;
     const saddr a_to = base + 4 * (a_r * G::A_ROW + 4 * a_v);
-    const saddr b_to = base + 4 * (G::A_STAGE + b_r * G::B_ROW + 4 * b_v);
+    const saddr b_to = base + 4 * (G::A_STAGE + 4 * t);
     u32 real = 0;
 #pragma unroll
     for (u32 i = 0; i < (G::A_COPIES + G::THREADS - 1) / G::THREADS; ++i) {
@@ -248,8 +274,8 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
 #pragma unroll
         for (u32 i = 0; i < (G::B_COPIES + G::THREADS - 1) / G::THREADS; ++i) {
             if (G::B_COPIES % G::THREADS == 0 || t + i * G::THREADS < G::B_COPIES) {
-                cp_async16_fill_w<G>(b_to + at + 4 * i * B_STEP * G::B_ROW,
-                                     w_from + (u64(i) * B_STEP + stage * G::KT) * G::N, 16);
+                cp_async16_fill_w<G>(b_to + at + 4 * 4 * i * G::THREADS,
+                                     w_from + u64(stage) * G::B_STAGE + 4 * i * G::THREADS, 16);
             }
         }
     };
@@ -264,8 +290,11 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
     float acc[G::MT][G::NT][4];
     zero(acc);
     // group g takes the stage's k-steps g BKS .. g BKS + BKS - 1
-    const u32 a_at = 4 * ((wr * G::WM + g) * G::A_ROW + group * 8 * G::BKS + q);
-    const u32 b_at = 4 * (G::A_STAGE + (group * 8 * G::BKS + q) * G::B_ROW + wc * G::WN + g);
+    const u32 a_at = 4 * ((wr * G::WM + g) * G::A_ROW + group * 8 * G::BKS +
+                          (G::PAIRED ? 2 * q : q));
+    // w: pair p of k-step s of the stage at (s BN / 16 + p) PAIR, lane l's float4 at 4 l
+    const u32 b_at = 4 * (G::A_STAGE + (group * G::BKS * G::BN / 16 + wc * G::WN / 16) * G::PAIR +
+                          4 * lane);
 
     // the ring slot of this stage and of the one issued in it, STAGES - 1 ahead
     u32 slot = 0, ahead = G::STAGES - 1;
@@ -290,36 +319,33 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
                 a_fragment<G>(at + a_at + 4 * i * 16 * G::A_ROW, a_hi[i], a_lo[i]);
             }
 #pragma unroll
-            for (u32 j = 0; j < G::NT; ++j) {
-                const saddr b = stage_at + b_at + 4 * (8 * kk * G::B_ROW + j * 8);
-                const float b0 = lds1(b), b1 = lds1(b + 4 * 4 * G::B_ROW);
-                if constexpr (G::PRODUCTS == Products::SPLIT) {
-                    u32 h0, h1, l0, l1;
-                    tf32_split(b0, h0, l0);
-                    tf32_split(b1, h1, l1);
+            for (u32 p = 0; p < G::NT / 2; ++p) {
+                // (b0, b1) of column tiles 2 p and 2 p + 1: one float4 per plane
+                const saddr b = stage_at + b_at + 4 * (kk * G::BN / 16 + p) * G::PAIR;
+                const float4 high = lds4(b);
+                const float4 low = G::PLANES == 2 ? lds4(b + 4 * 128) : high;
+#pragma unroll
+                for (u32 half = 0; half < 2; ++half) {
+                    const u32 j = 2 * p + half;
+                    const u32 h0 = __float_as_uint(half ? high.z : high.x);
+                    const u32 h1 = __float_as_uint(half ? high.w : high.y);
+                    const u32 l0 = __float_as_uint(half ? low.z : low.x);
+                    const u32 l1 = __float_as_uint(half ? low.w : low.y);
 #pragma unroll
                     for (u32 i = 0; i < G::MT; ++i) {
-                        float chunk[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                        mma_split(chunk, a_hi[i], a_lo[i], h0, h1, l0, l1);
+                        if constexpr (G::PRODUCTS == Products::SPLIT) {
+                            float chunk[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                            mma_split(chunk, a_hi[i], a_lo[i], h0, h1, l0, l1);
 #pragma unroll
-                        for (u32 e = 0; e < 4; ++e) {
-                            acc[i][j][e] += chunk[e];
+                            for (u32 e = 0; e < 4; ++e) {
+                                acc[i][j][e] += chunk[e];
+                            }
+                        } else if constexpr (G::PRODUCTS == Products::HALF) {
+                            mma_tf32(acc[i][j], a_hi[i], l0, l1);
+                            mma_tf32(acc[i][j], a_hi[i], h0, h1);
+                        } else {
+                            mma_tf32(acc[i][j], a_hi[i], h0, h1);
                         }
-                    }
-                } else if constexpr (G::PRODUCTS == Products::HALF) {
-                    u32 h0, h1, l0, l1;
-                    tf32_split(b0, h0, l0);
-                    tf32_split(b1, h1, l1);
-#pragma unroll
-                    for (u32 i = 0; i < G::MT; ++i) {
-                        mma_tf32(acc[i][j], a_hi[i], l0, l1);
-                        mma_tf32(acc[i][j], a_hi[i], h0, h1);
-                    }
-                } else {
-                    const u32 h0 = tf32(b0), h1 = tf32(b1);
-#pragma unroll
-                    for (u32 i = 0; i < G::MT; ++i) {
-                        mma_tf32(acc[i][j], a_hi[i], h0, h1);
                     }
                 }
             }
@@ -359,8 +385,9 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
             for (u32 j = 0; j < G::NT; ++j) {
                 const u32 col = col0 + wc * G::WN + j * 8 + g;
                 u32 h0, h1, l0, l1;
-                tf32_split(__ldg(w + k_lo * G::N + col), h0, l0);
-                tf32_split(__ldg(w + k_hi * G::N + col), h1, l1);
+                const float* rows = w + u64(G::K) * G::N + G::SELECT + 8 * slot * G::N + col;
+                tf32_split(__ldg(rows + q * G::N), h0, l0);
+                tf32_split(__ldg(rows + (q + 4) * G::N), h1, l1);
 #pragma unroll
                 for (u32 i = 0; i < G::MT; ++i) {
                     mma_tf32(acc[i][j], x_lo[i], h0, h1);
@@ -409,13 +436,13 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
 namespace spk {
 namespace gemm {
 using P = Products;
-//                  M      N    K     BM  BN   WM  WN KSPLIT BKS STAGES
-using Linear0B1 = Shape<589, 128, 256, 32, 32, 16, 32, 2, 2, 3, P::HALF, Out::LEAKY>;
+//                  M      N    K     BM  BN   WM  WN KSPLIT BKS STAGES        PAIRED
+using Linear0B1 = Shape<589, 128, 256, 32, 32, 16, 32, 2, 2, 3, P::HALF, Out::LEAKY, true>;
 using Linear0B32 = Shape<18848, 128, 256, 64, 128, 32, 64, 1, 2, 3, P::SELECT, Out::LEAKY>;
 using Linear1B32 = Shape<18848, 128, 128, 64, 128, 32, 64, 1, 2, 3, P::TF32, Out::LEAKY>;
 using EmbedTf32 = Shape<96, 256, 5120, 96, 128, 32, 64, 1, 2, 2, P::TF32, Out::PARTIAL>;
 using EmbedTf32K2 = Shape<96, 256, 5120, 96, 128, 32, 64, 2, 1, 3, P::TF32, Out::PARTIAL>;
-using EmbedTf32E64 = Shape<96, 256, 5120, 96, 64, 32, 64, 2, 1, 3, P::TF32, Out::PARTIAL>;
+using EmbedTf32E64 = Shape<96, 256, 5120, 96, 64, 32, 64, 2, 1, 3, P::TF32, Out::PARTIAL, true>;
 using EmbedX3 = Shape<96, 256, 5120, 96, 64, 32, 32, 1, 2, 3, P::SPLIT, Out::PARTIAL>;
 }  // namespace gemm
 }  // namespace spk

@@ -13,6 +13,7 @@ from pyspk.candidate.segdense.packing import (
     f16_bits,
     half_scale,
     pack_conv_mma,
+    pack_gemm_mma,
     pack_half_columns,
     round_tf32,
     selected_rows,
@@ -532,6 +533,9 @@ def test_round_tf32_rounds_to_nearest_ties_away() -> None:
     assert np.array_equal(round_tf32(values), expected)
     assert np.all((_bits(round_tf32(np.random.default_rng(0).standard_normal(99))) & 0x1FFF) == 0)
     assert np.isinf(round_tf32(np.float32(np.finfo(np.float32).max)))
+    # an add alone would carry the all-ones NaNs into the sign bit: 0x7fffffff -> -0
+    nans = np.array([0x7FFF_FFFF, 0xFFFF_FFFF, 0x7FC0_0000], np.uint32).view(np.float32)
+    assert np.all(np.isnan(round_tf32(nans)))
 
 
 @pytest.mark.parametrize(("cin", "cin_pad"), [(80, 80), (60, 64)])
@@ -560,6 +564,42 @@ def test_pack_conv_mma_places_each_weight_in_its_fragment(cin: int, cin_pad: int
     error = np.abs(full.astype(np.float64) - restored[0] - restored[1])
     assert np.all(error <= 2.0**-22 * np.abs(full))
     assert np.array_equal(pack_conv_mma(weight, cin, cin_pad, 1), packed[0].reshape(-1))
+
+
+@pytest.mark.parametrize("paired", [False, True])
+def test_pack_gemm_mma_pairs_each_weight_with_the_x_column_the_kernel_reads(paired: bool) -> None:
+    """Read back as the GEMM kernels read it: lane l = 4 g + q takes, for mma tile 2 p + h
+    of a column tile, registers 2 h (k-slot q) and 2 h + 1 (k-slot q + 4) of its float4,
+    at column 16 p + 8 h + g; a k-slot multiplies x's column q (q + 4), or 2 q (2 q + 1)
+    where x is read in pairs. Every weight lands once, in TF32 plus its residual."""
+    k, n, cols = 24, 64, 32
+    weight = np.random.default_rng(7).standard_normal((k, n)).astype(np.float32)
+    packed = pack_gemm_mma(weight, n, k, cols, 2, paired).reshape(
+        n // cols, k // 8, cols // 16, 2, 32, 4
+    )
+    restored = np.full((2, k, n), np.nan, np.float32)
+    for tile, step, pair, lane, e in np.ndindex(n // cols, k // 8, cols // 16, 32, 4):
+        q, g = lane % 4, lane // 4
+        x_column = 2 * q + e % 2 if paired else q + 4 * (e % 2)
+        col = tile * cols + pair * 16 + 8 * (e // 2) + g
+        restored[:, step * 8 + x_column, col] = packed[tile, step, pair, :, lane, e]
+    high = round_tf32(weight)
+    assert np.array_equal(restored[0], high)
+    assert np.array_equal(restored[1], round_tf32(weight - high))
+    one_plane = pack_gemm_mma(weight, n, k, cols, 1, paired)
+    assert np.array_equal(one_plane, packed[:, :, :, 0].reshape(-1))
+
+
+def test_pack_gemm_mma_refuses_bad_shapes() -> None:
+    weight = np.zeros((16, 64), np.float32)
+    with pytest.raises(ValueError, match="1 or 2 planes"):
+        pack_gemm_mma(weight, 64, 16, 32, 3)
+    with pytest.raises(ValueError, match="cols a multiple of 16 dividing n"):
+        pack_gemm_mma(weight, 64, 16, 24, 1)
+    with pytest.raises(ValueError, match="k a multiple of 8"):
+        pack_gemm_mma(np.zeros((12, 64), np.float32), 64, 12, 32, 1)
+    with pytest.raises(ValueError, match=r"expected \(16, 64\)"):
+        pack_gemm_mma(np.zeros((64, 16), np.float32), 64, 16, 32, 1)
 
 
 def test_pack_conv_mma_refuses_bad_shapes() -> None:

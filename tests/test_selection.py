@@ -45,6 +45,7 @@ from pyspk.candidate.segdense import (
     Config,
     Conv,
     Entry,
+    Fragments,
     Gemm,
     Gemv,
     Hardware,
@@ -403,16 +404,21 @@ SHARED_TC = 4 * max(3 * (8 * (128 + 16) + 2560 * 1), 64 * (128 + 8))  # lines 50
 SHARED_X3 = 4 * max(3 * (8 * (128 + 16) + 2560 * 2), 64 * (128 + 8))
 
 
-def _split(kernel: str, cols: int, splits: int, block: int) -> Config:
+def _split(
+    kernel: str, cols: int, splits: int, block: int, fragments: Fragments | None = None
+) -> Config:
     return Config(
         kernel=kernel,
-        kind=Split(rows=96, cols=cols, splits=splits, weights=SplitWeights.FP32),
+        kind=Split(
+            rows=96, cols=cols, splits=splits, weights=SplitWeights.FP32, fragments=fragments
+        ),
         block=block,
         shared=0,
     )
 
 
-# name -> (site, batch, config for `splits` slices), from lines 379-460
+# name -> (site, batch, config for `splits` slices), from lines 379-460; the tensor-core
+# GEMMs' `fragments` (their weights packed as mma fragments) are pyspk's own
 ENTRY_TABLE = {
     "CONV1_B1": (
         "CONV1",
@@ -497,7 +503,7 @@ ENTRY_TABLE = {
         1,
         lambda s: Config(
             kernel="spk_segdense_linear0_b1_tf32",
-            kind=Gemm(rows=32, cols=32, select=0),
+            kind=Gemm(rows=32, cols=32, select=0, fragments=Fragments(planes=2, paired=True)),
             block=128,
             shared=0,
         ),
@@ -517,7 +523,7 @@ ENTRY_TABLE = {
         32,
         lambda s: Config(
             kernel="spk_segdense_linear0_b32_tf32",
-            kind=Gemm(rows=64, cols=128, select=16),
+            kind=Gemm(rows=64, cols=128, select=16, fragments=Fragments(planes=1)),
             block=128,
             shared=0,
         ),
@@ -557,7 +563,7 @@ ENTRY_TABLE = {
         32,
         lambda s: Config(
             kernel="spk_segdense_linear1_b32_tf32",
-            kind=Gemm(rows=64, cols=128, select=0),
+            kind=Gemm(rows=64, cols=128, select=0, fragments=Fragments(planes=1)),
             block=128,
             shared=0,
         ),
@@ -585,19 +591,23 @@ ENTRY_TABLE = {
     "EMBED_B32_TF32": (
         "EMBEDDING",
         32,
-        lambda s: _split("spk_segdense_embed_b32_tf32", 128, s, 192),
+        lambda s: _split("spk_segdense_embed_b32_tf32", 128, s, 192, Fragments(1)),
     ),
     "EMBED_B32_TF32_K2": (
         "EMBEDDING",
         32,
-        lambda s: _split("spk_segdense_embed_b32_tf32_k2", 128, s, 384),
+        lambda s: _split("spk_segdense_embed_b32_tf32_k2", 128, s, 384, Fragments(1)),
     ),
     "EMBED_B32_TF32_E64": (
         "EMBEDDING",
         32,
-        lambda s: _split("spk_segdense_embed_b32_tf32_e64", 64, s, 192),
+        lambda s: _split("spk_segdense_embed_b32_tf32_e64", 64, s, 192, Fragments(1, paired=True)),
     ),
-    "EMBED_B32_X3": ("EMBEDDING", 32, lambda s: _split("spk_segdense_embed_b32_x3", 64, s, 192)),
+    "EMBED_B32_X3": (
+        "EMBEDDING",
+        32,
+        lambda s: _split("spk_segdense_embed_b32_x3", 64, s, 192, Fragments(2)),
+    ),
     "EMBED_B32_F16": (
         "EMBEDDING",
         32,

@@ -2,7 +2,13 @@
 heads and the embedding `seg_1` projection."""
 
 from pyspk.candidate.segdense.area import Area
-from pyspk.candidate.segdense.packing import f16_bits, half_scale, pack_half_columns, selected_rows
+from pyspk.candidate.segdense.packing import (
+    f16_bits,
+    half_scale,
+    pack_gemm_mma,
+    pack_half_columns,
+    selected_rows,
+)
 from pyspk.candidate.segdense.producer import DenseOxide, SegConvOxide
 from pyspk.candidate.segdense.selection import (
     BATCHES,
@@ -26,6 +32,7 @@ from pyspk.candidate.segdense.selection import (
     Config,
     Conv,
     Entry,
+    Fragments,
     Gemm,
     Gemv,
     Hardware,
@@ -64,6 +71,7 @@ __all__ = [
     "Conv",
     "DenseOxide",
     "Entry",
+    "Fragments",
     "Gemm",
     "Gemv",
     "Hardware",
@@ -79,6 +87,7 @@ __all__ = [
     "TensorConv",
     "f16_bits",
     "half_scale",
+    "pack_gemm_mma",
     "pack_half_columns",
     "selected_rows",
 ]

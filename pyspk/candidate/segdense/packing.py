@@ -19,6 +19,7 @@ __all__ = [
     "f16_bits",
     "half_scale",
     "pack_conv_mma",
+    "pack_gemm_mma",
     "pack_half_columns",
     "round_tf32",
     "selected_rows",
@@ -220,15 +221,56 @@ def selected_rows(weight: npt.ArrayLike, n: int, count: int) -> np.ndarray:
 
 def round_tf32(values: npt.ArrayLike) -> np.ndarray:
     """float32 `values` rounded to TF32 (10 stored mantissa bits), ties away from zero,
-    as `cvt.rna.tf32.f32` rounds finite values: the low 13 bits come out zero, and a
-    carry past the largest finite value gives infinity."""
-    bits = _float32(values).view(_U32)
-    return ((bits + _U32(0x1000)) & _U32(0xFFFF_E000)).view(np.float32)
+    as `cvt.rna.tf32.f32` rounds: the low 13 bits come out zero, a carry past the
+    largest finite value gives infinity, and NaN stays NaN (the add alone could carry a
+    NaN's mantissa into its sign)."""
+    array = _float32(values)
+    rounded = ((array.view(_U32) + _U32(0x1000)) & _U32(0xFFFF_E000)).view(np.float32)
+    return np.where(np.isnan(array), np.float32(np.nan), rounded)
 
 
 # the m16n8k8 A fragment: four 16-channel tiles x 32 lanes x 4 registers per k-step
 _MMA_TILES, _MMA_LANES, _MMA_REGISTERS = 4, 32, 4
 _CONV_OUT = SegConvSite.CONV1.dimensions()[1]  # both convolutions have 60 outputs
+
+
+def pack_gemm_mma(
+    weight: npt.ArrayLike, n: int, k: int, cols: int, planes: int, paired: bool = False
+) -> np.ndarray:
+    """Packs `weight [k, n]` (row-major) as the tensor-core GEMMs read their w operand.
+
+    Returns float32 `[n / cols][k / 8][cols / 16][planes][32][4]` (column tile of the
+    block, k-step, pair of 8-column mma tiles, plane, lane, register): register e of
+    lane l in pair p of step s holds `w[8 s + r][16 p + l // 4 + 8 (e // 2)]` of the
+    column tile, with `r = l % 4 + 4 (e % 2)`, or `r = 2 (l % 4) + e % 2` when `paired`
+    (kernels that read x's columns 2 q and 2 q + 1 as mma k-slots q and q + 4). So a
+    block's stages lie one after another and a lane reads the b fragments of two mma
+    tiles with one 16-byte load. Plane 0 holds `round_tf32(w)`, plane 1 (when
+    `planes == 2`) `round_tf32(w - round_tf32(w))`: the bits the kernels' own rounding
+    gave.
+    """
+    if planes not in (1, 2):
+        raise ValueError(f"pack_gemm_mma packs 1 or 2 planes, got {planes}")
+    if cols < 16 or cols % 16 or n % cols or k % 8:
+        raise ValueError(
+            f"pack_gemm_mma needs cols a multiple of 16 dividing n, k a multiple of 8; "
+            f"got n={n}, k={k}, cols={cols}"
+        )
+    matrix = _weight_matrix(weight, k, n, "pack_gemm_mma")
+    tile, step, pair, lane, register = np.meshgrid(
+        np.arange(n // cols),
+        np.arange(k // 8),
+        np.arange(cols // 16),
+        np.arange(_MMA_LANES),
+        np.arange(_MMA_REGISTERS),
+        indexing="ij",
+    )
+    row = step * 8 + (2 * (lane % 4) + register % 2 if paired else lane % 4 + 4 * (register % 2))
+    col = tile * cols + pair * 16 + lane // 4 + 8 * (register // 2)
+    values = matrix[row, col][:, :, :, None]
+    high = round_tf32(values)
+    stacked = high if planes == 1 else np.concatenate([high, round_tf32(values - high)], axis=3)
+    return stacked.reshape(-1)
 
 
 def pack_conv_mma(weight: npt.ArrayLike, cin: int, cin_pad: int, planes: int) -> np.ndarray:

@@ -25,7 +25,7 @@ from pyspk.candidate.framework import (
     SegConvSpec,
     SpecialValues,
 )
-from pyspk.candidate.segdense.packing import pack_half_columns, selected_rows
+from pyspk.candidate.segdense.packing import pack_gemm_mma, pack_half_columns, selected_rows
 from pyspk.candidate.segdense.selection import (
     CONTEXT,
     CONV_PADDED,
@@ -39,6 +39,7 @@ from pyspk.candidate.segdense.selection import (
     Classifier,
     Config,
     Conv,
+    Fragments,
     Gemm,
     Gemv,
     Kind,
@@ -485,13 +486,20 @@ def _pack(
             return _pack_on_device(runtime, pack, source, n * k, length, dims)
         case Split(weights=SplitWeights.SCALED_HALF):
             return runtime.upload(pack_half_columns(runtime.download(weight), n, k))
+        case Split(cols=cols, fragments=Fragments(planes=planes, paired=paired)):
+            by_k = runtime.download(weight).reshape(n, k).T
+            return runtime.upload(pack_gemm_mma(by_k, n, k, cols, planes, paired))
         case Split():
             pack = _function(kernels, "spk_segdense_pack")
             return _pack_on_device(runtime, pack, source, n * k, k * n, (n, k, n))
-        case Gemm(select=select) if select > 0:
-            host = runtime.download(weight)
+        case Gemm(cols=cols, select=select, fragments=Fragments(planes=planes, paired=paired)):
+            host = runtime.download(weight).reshape(k, n)
+            packed = pack_gemm_mma(host, n, k, cols, planes, paired)
+            if select == 0:
+                return runtime.upload(packed)
             rows = selected_rows(host, n, select)
-            return runtime.upload(np.concatenate([host, rows.view(np.float32)]))
+            tail = [rows.view(np.float32), host[rows].ravel()]
+            return runtime.upload(np.concatenate([packed, *tail]))
     copy = runtime.alloc_zeros(n * k)
     runtime.copy(copy, weight)
     return copy

@@ -395,13 +395,26 @@ class TensorConv:
 
 
 @attrs.frozen
+class Fragments:
+    """Weights a tensor-core GEMM reads as `pack_gemm_mma` lays them out: TF32 mma
+    fragments in `planes` planes (2: value and residual), per column tile of the kind's
+    `cols`; `paired` when the kernel reads the k of x in pairs, so w's k is permuted to
+    match."""
+
+    planes: int
+    paired: bool = False
+
+
+@attrs.frozen
 class Gemm:
-    """One block per `rows x cols` output tile; weights [k, n], followed by the indices
-    of the `select` reduction rows the kernel recomputes in 3xTF32."""
+    """One block per `rows x cols` output tile; weights [k, n], or `fragments` of them,
+    followed by the indices of the `select` reduction rows the kernel recomputes in
+    3xTF32 and those rows of w in FP32."""
 
     rows: int
     cols: int
     select: int
+    fragments: Fragments | None = None
 
 
 @attrs.frozen
@@ -421,7 +434,7 @@ class Gemv:
 class SplitWeights(enum.Enum):
     """How a split-K kernel reads its weights."""
 
-    # FP32 [k, n]
+    # FP32 [k, n], or the kind's `fragments` of them
     FP32 = "fp32"
     # FP16 pairs of adjacent reduction rows as [k / 2, n] words, scaled by a power of two
     # per column, then the n inverse scales (`pack_half_columns`)
@@ -437,6 +450,7 @@ class Split:
     cols: int
     splits: int
     weights: SplitWeights
+    fragments: Fragments | None = None
 
 
 Kind = Conv | TensorConv | Gemm | Classifier | Gemv | Split
@@ -468,22 +482,31 @@ class Config:
         return cls(kernel, TensorConv(positions, cin_pad, planes), block, 4 * floats)
 
     @classmethod
-    def gemm(cls, kernel: str, rows: int, cols: int, block: int) -> Config:
-        return cls(kernel, Gemm(rows, cols, 0), block, 0)
+    def gemm(
+        cls, kernel: str, rows: int, cols: int, block: int, fragments: Fragments | None = None
+    ) -> Config:
+        return cls(kernel, Gemm(rows, cols, 0, fragments), block, 0)
 
     @classmethod
     def select_gemm(cls, kernel: str, rows: int, cols: int, block: int) -> Config:
         """A TF32 GEMM recomputing SELECT_ROWS reduction rows in 3xTF32."""
-        return cls(kernel, Gemm(rows, cols, SELECT_ROWS), block, 0)
+        return cls(kernel, Gemm(rows, cols, SELECT_ROWS, Fragments(1)), block, 0)
 
     @classmethod
     def classifier(cls, kernel: str, rows: int, block: int) -> Config:
         return cls(kernel, Classifier(rows), block, 0)
 
     @classmethod
-    def split(cls, kernel: str, cols: int, splits: int, block: int) -> Config:
+    def split(
+        cls,
+        kernel: str,
+        cols: int,
+        splits: int,
+        block: int,
+        fragments: Fragments | None = None,
+    ) -> Config:
         """An embedding split-K kernel with 96-row tiles of `cols` columns."""
-        return cls(kernel, Split(96, cols, splits, SplitWeights.FP32), block, 0)
+        return cls(kernel, Split(96, cols, splits, SplitWeights.FP32, fragments), block, 0)
 
     @classmethod
     def half_split(cls, splits: int) -> Config:
@@ -505,7 +528,9 @@ _CONFIGS = {
     Entry.CONV2_B32_TC: lambda _: Config.tensor_conv("spk_segdense_conv2_b32_tc", 128, 64, 1, 128),
     Entry.CONV2_B32_X3: lambda _: Config.tensor_conv("spk_segdense_conv2_b32_x3", 128, 64, 2, 256),
     Entry.LINEAR0_B1: lambda _: Config.gemm("spk_segdense_linear0_b1", 16, 32, 128),
-    Entry.LINEAR0_B1_TF32: lambda _: Config.gemm("spk_segdense_linear0_b1_tf32", 32, 32, 128),
+    Entry.LINEAR0_B1_TF32: lambda _: Config.gemm(
+        "spk_segdense_linear0_b1_tf32", 32, 32, 128, Fragments(2, paired=True)
+    ),
     Entry.LINEAR0_B32: lambda _: Config.gemm("spk_segdense_linear0_b32", 64, 128, 128),
     Entry.LINEAR0_B32_SELECT: lambda _: Config.select_gemm(
         "spk_segdense_linear0_b32_tf32", 64, 128, 128
@@ -513,15 +538,25 @@ _CONFIGS = {
     Entry.LINEAR1_B1: lambda _: Config.gemm("spk_segdense_linear1_b1", 16, 32, 128),
     Entry.LINEAR1_B1_TF32: lambda _: Config.gemm("spk_segdense_linear1_b1_tf32", 16, 32, 128),
     Entry.LINEAR1_B32: lambda _: Config.gemm("spk_segdense_linear1_b32", 64, 128, 128),
-    Entry.LINEAR1_B32_TF32: lambda _: Config.gemm("spk_segdense_linear1_b32_tf32", 64, 128, 128),
+    Entry.LINEAR1_B32_TF32: lambda _: Config.gemm(
+        "spk_segdense_linear1_b32_tf32", 64, 128, 128, Fragments(1)
+    ),
     Entry.CLASSIFIER_B1: lambda _: Config.classifier("spk_segdense_classifier_b1", 8, 64),
     Entry.CLASSIFIER_B32: lambda _: Config.classifier("spk_segdense_classifier_b32", 128, 256),
     Entry.EMBED_B1: lambda _: Config("spk_segdense_embed_b1", Gemv(2), 256, 0),
     Entry.EMBED_B32: lambda s: Config.split("spk_segdense_embed_b32", 128, s, 192),
-    Entry.EMBED_B32_TF32: lambda s: Config.split("spk_segdense_embed_b32_tf32", 128, s, 192),
-    Entry.EMBED_B32_TF32_K2: lambda s: Config.split("spk_segdense_embed_b32_tf32_k2", 128, s, 384),
-    Entry.EMBED_B32_TF32_E64: lambda s: Config.split("spk_segdense_embed_b32_tf32_e64", 64, s, 192),
-    Entry.EMBED_B32_X3: lambda s: Config.split("spk_segdense_embed_b32_x3", 64, s, 192),
+    Entry.EMBED_B32_TF32: lambda s: Config.split(
+        "spk_segdense_embed_b32_tf32", 128, s, 192, Fragments(1)
+    ),
+    Entry.EMBED_B32_TF32_K2: lambda s: Config.split(
+        "spk_segdense_embed_b32_tf32_k2", 128, s, 384, Fragments(1)
+    ),
+    Entry.EMBED_B32_TF32_E64: lambda s: Config.split(
+        "spk_segdense_embed_b32_tf32_e64", 64, s, 192, Fragments(1, paired=True)
+    ),
+    Entry.EMBED_B32_X3: lambda s: Config.split(
+        "spk_segdense_embed_b32_x3", 64, s, 192, Fragments(2)
+    ),
     Entry.EMBED_B32_F16: Config.half_split,
 }
 
