@@ -101,6 +101,9 @@ def _current_stream_handle(ordinal: int) -> int:
     return torch.cuda.current_stream(ordinal).cuda_stream
 
 
+# streams whose split-K partial planes a wrapper keeps (beyond: all are dropped)
+_KEPT_PARTIALS = 16
+
 # the raw handle without building a torch.cuda.Stream (what compiled PyTorch code calls)
 _current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", _current_stream_handle)
 
@@ -140,6 +143,7 @@ class _Planned(nn.Module):
         self.math = CudaMath.parse(math)
         self._plans: dict[object, DenseOxide | SegConvOxide] = {}
         self._planned_state: tuple[int, ...] = ()
+        self._stream_partials: dict[tuple[int, int], torch.Tensor] = {}
         self.replan()
 
     # -- planning --------------------------------------------------------------------
@@ -179,6 +183,7 @@ class _Planned(nn.Module):
     def close(self) -> None:
         """Frees the plans (idempotent); later calls take the library path."""
         plans, self._plans = self._plans, {}
+        self._stream_partials.clear()
         for plan in plans.values():
             plan.close()
 
@@ -234,16 +239,31 @@ class _Planned(nn.Module):
     def _enqueue(
         self, plan: DenseOxide | SegConvOxide, x: torch.Tensor, output: torch.Tensor
     ) -> None:
-        # a split-K plan's partial planes come from PyTorch's allocator on the current
-        # stream, so calls on other streams or from captured graphs never share them
         workspace = plan.producer.workspace_len
-        partials = x.new_empty(workspace) if workspace else None
         stream = _current_raw_stream(self._ordinal)
+        partials = self._partials(stream, workspace, x) if workspace else None
         if torch.cuda.current_device() == self._ordinal:
             plan.enqueue(x, output, stream=stream, partials=partials)
             return
         with torch.cuda.device(self._ordinal):  # the plan's context current for the launch
             plan.enqueue(x, output, stream=stream, partials=partials)
+
+    def _partials(self, stream: int, workspace: int, x: torch.Tensor) -> torch.Tensor:
+        """Scratch for a split-K call's partial planes that no other stream uses: while
+        `stream` captures, a new buffer from the graph's own pool (replays on any stream
+        never share it); otherwise one buffer kept per stream, which the stream's calls
+        use in its order (as PyTorch keeps cuBLAS workspaces per stream), so an eager
+        call does not pay for an allocation."""
+        if torch.cuda.is_current_stream_capturing():
+            return x.new_empty(workspace)
+        key = (stream, workspace)
+        kept = self._stream_partials.get(key)
+        if kept is None:
+            if len(self._stream_partials) >= _KEPT_PARTIALS:
+                # freed to the caching allocator's pool of its stream, reused in its order
+                self._stream_partials.clear()
+            kept = self._stream_partials[key] = x.new_empty(workspace)
+        return kept
 
     # -- per wrapper -----------------------------------------------------------------
 

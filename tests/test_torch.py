@@ -130,6 +130,7 @@ def faked(monkeypatch: pytest.MonkeyPatch) -> list[_FakePlan]:
     monkeypatch.setattr(ptorch._Planned, "_plan", plan)
     monkeypatch.setattr(ptorch, "shared_runtime", lambda ordinal: (None, None))
     monkeypatch.setattr(ptorch, "_current_raw_stream", lambda ordinal: 0x5EED)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     monkeypatch.setattr(torch.Tensor, "get_device", lambda self: 0)
     monkeypatch.setattr(torch.cuda, "device", lambda ordinal: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
@@ -151,10 +152,33 @@ def test_calls_a_plan_serves_go_to_it_on_the_current_stream(faked) -> None:
     assert [c["shape"] for c in b32.calls] == [(32, 3, 5120)]
     assert [c["shape"] for c in b1.calls] == [(3, 5120)]
     assert b32.calls[0]["stream"] == 0x5EED
-    # split-K partials come from PyTorch per call; the batch-1 plan takes none
+    # split-K partials come from PyTorch; the batch-1 plan takes none
     assert b32.calls[0]["partials"].numel() == b32.producer.workspace_len
     assert b1.calls[0]["partials"] is None
     assert planned.entries() == {1: "EMBEDDING_B1", 32: "EMBEDDING_B32"}
+
+
+def test_split_k_partials_are_kept_per_stream_and_new_while_capturing(
+    faked, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    planned = ptorch.PlannedDense(torch.nn.Linear(5120, 256), DenseSite.EMBEDDING)
+    b32 = faked[1]
+    x = torch.randn(32, 3, 5120)
+    stream = [0x5EED]
+    monkeypatch.setattr(ptorch, "_current_raw_stream", lambda ordinal: stream[0])
+    with torch.inference_mode():
+        planned(x)
+        planned(x)  # the same stream: the same scratch, in that stream's order
+        stream[0] = 0xBEEF
+        planned(x)  # another stream: scratch of its own
+        monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+        planned(x)
+        planned(x)  # captured: new scratch each time, from the graph's pool
+    used = [call["partials"] for call in b32.calls]
+    assert used[0] is used[1]
+    assert len({id(p) for p in used[1:]}) == 4
+    planned.close()
+    assert not planned._stream_partials
 
 
 def test_refusals_apply_only_where_a_plan_serves(faked) -> None:
