@@ -354,8 +354,8 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
 
     // Select: the residual products of the selected k, read from global memory once the
     // main loop's registers are free. Slot s of group g holds the k listed at
-    // 8 (g SLOTS + s) + {q, q + 4}; an index past k reads k - 1 (a corrupt list only
-    // miscomputes).
+    // 8 (g SLOTS + s) + {q, q + 4}, their rows of w after the list in its order; an index
+    // past k reads x's column k - 1 (a corrupt list only miscomputes).
     if constexpr (G::SLOTS > 0) {
 #pragma unroll
         for (u32 s = 0; s < G::SLOTS; ++s) {
