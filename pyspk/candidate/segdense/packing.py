@@ -257,17 +257,15 @@ def pack_gemm_mma(
             f"got n={n}, k={k}, cols={cols}"
         )
     matrix = _weight_matrix(weight, k, n, "pack_gemm_mma")
-    tile, step, pair, lane, register = np.meshgrid(
-        np.arange(n // cols),
-        np.arange(k // 8),
-        np.arange(cols // 16),
-        np.arange(_MMA_LANES),
-        np.arange(_MMA_REGISTERS),
-        indexing="ij",
-    )
-    row = step * 8 + (2 * (lane % 4) + register % 2 if paired else lane % 4 + 4 * (register % 2))
-    col = tile * cols + pair * 16 + lane // 4 + 8 * (register // 2)
-    values = matrix[row, col][:, :, :, None]
+    # k = 8 s + q + 4 r (paired: 8 s + 2 q + r), n = cols tile + 16 p + 8 h + g, and
+    # lane 4 g + q holds register e = r + 2 h
+    if paired:
+        axes = matrix.reshape(k // 8, 4, 2, n // cols, cols // 16, 2, 8)  # s q r tile p h g
+        order = (3, 0, 4, 6, 1, 5, 2)
+    else:
+        axes = matrix.reshape(k // 8, 2, 4, n // cols, cols // 16, 2, 8)  # s r q tile p h g
+        order = (3, 0, 4, 6, 2, 5, 1)
+    values = axes.transpose(order).reshape(n // cols, k // 8, cols // 16, 1, 128)
     high = round_tf32(values)
     stacked = high if planes == 1 else np.concatenate([high, round_tf32(values - high)], axis=3)
     return stacked.reshape(-1)
