@@ -1,8 +1,8 @@
 // segconv kernels of the segdense module (included by segdense.cu)
 //
 // Valid five-tap NCW convolutions without bias, FP32 SIMT (both tiers):
-//   y[b][o][p] = sum_{ci, tap} w[(ci * 5 + tap) * 64 + o] * x[b][ci][p + tap]
-// x [b, cin, L]; w the packed [cin * 5, 64] weight (columns 60..63 zero);
+//   y[b][o][p] = sum_{ci, tap} w[(ci * 5 + tap) * 64 + slot(o)] * x[b][ci][p + tap]
+// x [b, cin, L]; w the packed [cin * 5, 64] weight, each row in slot order (below);
 // y [b, 60, P], P = L - 4. Grid (ceil(P / POS), b, 1): block (x, y) owns positions
 // [POS x, POS x + POS) of item y and all 60 channels.
 //
@@ -24,9 +24,16 @@
 // s * GROUPS + g is group g's s-th ci of the stage). Its x window (ROWS rows of
 // POS + 4 positions) and its ROWS * 5 contiguous weight rows are loaded into registers
 // during stage st - 1's products and stored to the idle one of two shared buffers;
-// one barrier per stage. Shared weight rows are remapped (remap below) so that
-// channel group cg reads channels 15 cg + 4 q + {0..3} as one aligned float4: the four
-// channel groups of a warp read 64 contiguous bytes, its eight position groups 128.
+// one barrier per stage.
+//
+// Slot order (`pack_conv_rows` at plan time): a packed weight row holds channel
+// o = 15 cg + 4 q + e at column slot(o) = 16 q + 4 cg + e and zeros in columns 51, 55,
+// 59 and 63 (q = 3, e = 3), so channel group cg reads channels 15 cg + 4 q + {0..3} as one aligned
+// float4 (the four channel groups of a warp: 64 contiguous bytes) and a stage's rows
+// are copied to shared memory unchanged, one float4 store each. Staged from the plain
+// [k, 64] layout, each float4 took four scalar stores to its remapped slots (and rows
+// padded to 72 floats against their bank conflicts): 11.62 -> 11.27 us per enqueue of
+// conv1_b1, 6.46 -> 6.12 of conv2_b1 (H200 benchmark, same output bits).
 
 namespace spk {
 namespace conv {
@@ -37,33 +44,6 @@ constexpr u32 PACKED = 64;    // packed weight row: OUT + zero padding
 constexpr u32 TILE_CH = 15;   // channels per thread
 constexpr u32 TILE_POS = 4;   // positions per thread
 
-// Slot of column c (0..63) in a remapped shared weight row: channel 15 cg + 4 q + e
-// goes to 16 q + 4 (cg ^ (q / 2)) + e, the swizzle only with SWIZZLE; the zero columns
-// 60..63 fill the four slots no channel uses (q = 3, e = 3), so each staged float4
-// scatters without a predicate.
-//
-// The scatter of one warp stores two consecutive rows x 16 column quads; unswizzled
-// rows of 64 floats put up to four of its 32 scalar stores in one bank. Either a row
-// pitch of 72 or the swizzle makes that two (the fewest either reaches): the pitch
-// costs shared memory, the swizzle a second weight address in registers.
-template <bool SWIZZLE>
-__host__ __device__ constexpr u32 slot(u32 cg, u32 q, u32 e) {
-    return q * 16 + (SWIZZLE ? cg ^ (q / 2) : cg) * 4 + e;
-}
-
-// The slot of column c. Both arms are computed and one selected: as a branch, each of a
-// thread's four remaps became a basic block that ptxas would not hoist the first
-// stage's loads above, so they left after ~150 prologue instructions instead of ~50
-// (conv2_b1 6.90 -> 6.58 us in the timing harness, same output bits).
-template <bool SWIZZLE>
-__host__ __device__ constexpr u32 remap(u32 c) {
-    const u32 real = c < OUT ? c : 0;
-    const u32 r = real % TILE_CH;
-    const u32 real_slot = slot<SWIZZLE>(real / TILE_CH, r / 4, r % 4);
-    const u32 zero_slot = slot<SWIZZLE>((c - OUT) & 3, 3, 3);
-    return c < OUT ? real_slot : zero_slot;
-}
-
 // An opaque copy: left alone, the compiler recomputes thread-index arithmetic from
 // %tid.x inside the stage loop instead of holding the result in a register.
 __device__ __forceinline__ u32 held(u32 value) {
@@ -71,12 +51,10 @@ __device__ __forceinline__ u32 held(u32 value) {
     return value;
 }
 
-template <u32 CIN_, u32 L_, u32 BATCH_, u32 POS_, u32 GROUPS_, u32 S_, u32 PITCH_,
-          bool SWIZZLE_>
+template <u32 CIN_, u32 L_, u32 BATCH_, u32 POS_, u32 GROUPS_, u32 S_>
 struct Shape {
     static constexpr u32 CIN = CIN_, L = L_, BATCH = BATCH_, POS = POS_, GROUPS = GROUPS_,
-                         S = S_, PITCH = PITCH_;  // PITCH: floats per shared weight row
-    static constexpr bool SWIZZLE = SWIZZLE_;
+                         S = S_;
     static constexpr u32 P = L - 4;
     static constexpr u32 THREADS = GROUPS * POS;  // POS / 4 position groups x 4 cg
     static constexpr u32 BLOCKS = (P + POS - 1) / POS;
@@ -86,8 +64,7 @@ struct Shape {
     static constexpr u32 XCOLS = POS + 4;
     static constexpr u32 XS = ROWS * XCOLS;
     static constexpr u32 WCI = TAPS * PACKED;     // one ci's weights in w
-    static constexpr u32 WROW = TAPS * PITCH;     // one ci's weights in shared memory
-    static constexpr u32 WS = ROWS * WROW;
+    static constexpr u32 WS = ROWS * WCI;
     static constexpr u32 STAGE = XS + WS;         // floats per buffer
     static constexpr u32 WF4 = ROWS * WCI / 4;    // weight float4 per stage
     static constexpr u32 WLOADS = (WF4 + THREADS - 1) / THREADS;
@@ -108,8 +85,7 @@ struct Shape {
     static_assert(HALO <= THREADS, "one halo element per thread at most");
     static_assert(WF4 % 32 == 0, "weight loads by whole warps");
     static_assert(XCOLS % 4 == 0 && TILE % 4 == 0, "float4 alignment");
-    static_assert(PITCH >= PACKED && PITCH % 8 == 0 && XS % 8 == 0 && STAGE % 8 == 0,
-                  "weight rows at 8 n (float4 reads; the swizzle flips bit 2)");
+    static_assert(XS % 4 == 0 && STAGE % 4 == 0, "float4 weight rows");
     static_assert(SHARED * 4 <= 48 * 1024, "static shared limit");
     static_assert(ROWS <= CIN, "a moved last stage stays inside the input");
     static_assert(GROUPS > 1 || (BLOCK_CI % S == 0 && CIN % BLOCK_CI == 0 && EXACT),
@@ -207,7 +183,7 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
     const u32 pg = (u / 32) * 8 + (lane & 1) + ((lane >> 2) & 3) * 2;
     const u32 cg = ((lane >> 1) & 1) + (lane >> 4) * 2;
     const u32 x_tile = held(g * K::XCOLS + pg * 4);
-    const u32 w_tile = held(K::XS + g * K::WROW + slot<K::SWIZZLE>(cg, 0, 0));
+    const u32 w_tile = held(K::XS + g * K::WCI + 4 * cg);
 
     // Staging role. x: column t % POS of stage rows t / POS + GROUPS j, and threads
     // below HALO one of the 4 halo columns. A position past the row end reads the row's
@@ -223,15 +199,9 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
         held(item + (has_halo ? h_row : 0) * K::L + min(pos0 + h_col, K::L - 1));
     const u32 x_dst = held(x_row * K::XCOLS + x_col);
     const u32 h_dst = held(has_halo ? h_row * K::XCOLS + h_col : 0);
-    // w: float4 t + THREADS j of the stage's contiguous weight rows; its column quad
-    // t % 16 is the same for every j, so are its four remapped slots.
+    // w: float4 t + THREADS j of the stage's contiguous weight rows, in place
     const u32 w_src = t * 4;
-    const u32 quad = t % 16;
-    const u32 w_dst = K::XS + (t / 16) * K::PITCH;
-    const u32 slot0 = held(w_dst + remap<K::SWIZZLE>(quad * 4 + 0));
-    const u32 slot1 = held(w_dst + remap<K::SWIZZLE>(quad * 4 + 1));
-    const u32 slot2 = held(w_dst + remap<K::SWIZZLE>(quad * 4 + 2));
-    const u32 slot3 = held(w_dst + remap<K::SWIZZLE>(quad * 4 + 3));
+    const u32 w_dst = K::XS + t * 4;
 
     float xr[K::S];
     float xh = 0.0f;
@@ -270,11 +240,7 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
 #pragma unroll
         for (u32 j = 0; j < K::WLOADS; ++j) {
             if ((j + 1) * K::THREADS <= K::WF4 || t + j * K::THREADS < K::WF4) {
-                const u32 row = offset + j * (K::THREADS / 16) * K::PITCH;
-                smem[slot0 + row] = wr[j].x;
-                smem[slot1 + row] = wr[j].y;
-                smem[slot2 + row] = wr[j].z;
-                smem[slot3 + row] = wr[j].w;
+                store4(smem + w_dst + offset + j * K::THREADS * 4, wr[j]);
             }
         }
     };
@@ -299,9 +265,7 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
         {
             const u32 shift = stage * K::ROWS - first(stage);  // 0 but in a moved stage
             const u32 x_at = x_tile + offset + shift * K::XCOLS;
-            const u32 w_at = w_tile + offset + shift * K::WROW;
-            // swizzled quads 2 and 3 sit at cg ^ 1: w_at = 8 n + 4 cg, so at w_at ^ 4
-            const u32 w_at_hi = K::SWIZZLE ? w_at ^ 4 : w_at;
+            const u32 w_at = w_tile + offset + shift * K::WCI;
             // uniform per warp: a group is whole warps. A row that every stage has
             // (folded per s) skips the test: no branch then keeps the row's shared
             // loads behind the previous products or the barrier
@@ -321,14 +285,13 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
                 for (u32 i = 0; i < 8; ++i) {
                     xv[s][i] = xq[i];
                 }
-                const float* wt = smem + w_at + s * K::GROUPS * K::WROW;
-                const float* wt_hi = smem + w_at_hi + s * K::GROUPS * K::WROW;
+                const float* wt = smem + w_at + s * K::GROUPS * K::WCI;
 #pragma unroll
                 for (u32 tap = 0; tap < TAPS; ++tap) {
-                    const float4 w0 = lds4(wt + tap * K::PITCH);
-                    const float4 w1 = lds4(wt + tap * K::PITCH + 16);
-                    const float4 w2 = lds4(wt_hi + tap * K::PITCH + 32);
-                    const float4 w3 = lds4(wt_hi + tap * K::PITCH + 48);
+                    const float4 w0 = lds4(wt + tap * PACKED);
+                    const float4 w1 = lds4(wt + tap * PACKED + 16);
+                    const float4 w2 = lds4(wt + tap * PACKED + 32);
+                    const float4 w3 = lds4(wt + tap * PACKED + 48);
                     const float quads[16] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y,
                                              w1.z, w1.w, w2.x, w2.y, w2.z, w2.w,
                                              w3.x, w3.y, w3.z, w3.w};
@@ -402,14 +365,13 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
     write_out<K>(acc, smem, t, g, pg, cg, pos0, y);
 }
 
-// conv2_b1 stages 16 ci at a time and has no shared memory for the pitch; the others
-// take the pitch, which costs no register. S = 2 everywhere keeps the stage loop near
-// 11 KB of code, inside the per-partition instruction cache.
-//                    CIN   L  BATCH POS GROUPS S PITCH SWIZZLE
-using Conv1B1 = Shape<80, 5325, 1, 64, 4, 2, 72, false>;
-using Conv1B32 = Shape<80, 5325, 32, 128, 1, 2, 72, false>;
-using Conv2B1 = Shape<60, 1773, 1, 32, 8, 2, 64, true>;
-using Conv2B32 = Shape<60, 1773, 32, 128, 1, 2, 72, false>;
+// S = 2 everywhere keeps the stage loop near 11 KB of code, inside the per-partition
+// instruction cache.
+//                    CIN   L  BATCH POS GROUPS S
+using Conv1B1 = Shape<80, 5325, 1, 64, 4, 2>;
+using Conv1B32 = Shape<80, 5325, 32, 128, 1, 2>;
+using Conv2B1 = Shape<60, 1773, 1, 32, 8, 2>;
+using Conv2B32 = Shape<60, 1773, 32, 128, 1, 2>;
 
 }  // namespace conv
 }  // namespace spk

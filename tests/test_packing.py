@@ -13,6 +13,7 @@ from pyspk.candidate.segdense.packing import (
     f16_bits,
     half_scale,
     pack_conv_mma,
+    pack_conv_rows,
     pack_gemm_mma,
     pack_half_columns,
     round_tf32,
@@ -564,6 +565,27 @@ def test_pack_conv_mma_places_each_weight_in_its_fragment(cin: int, cin_pad: int
     error = np.abs(full.astype(np.float64) - restored[0] - restored[1])
     assert np.all(error <= 2.0**-22 * np.abs(full))
     assert np.array_equal(pack_conv_mma(weight, cin, cin_pad, 1), packed[0].reshape(-1))
+
+
+@pytest.mark.parametrize("cin", [80, 60])
+def test_pack_conv_rows_gives_each_channel_group_its_float4s(cin: int) -> None:
+    """Thread tile cg of the SIMT convolutions reads channels 15 cg + 4 q + {0..3} as
+    the float4 at column 16 q + 4 cg of every row (q = 3: three channels, then zero)."""
+    rng = np.random.default_rng(6)
+    weight = rng.standard_normal((60, cin, 5)).astype(np.float32)
+    packed = pack_conv_rows(weight, cin).reshape(cin * 5, 64)
+    by_k = weight.reshape(60, -1).T
+    for cg in range(4):
+        for q in range(4):
+            quad = packed[:, 16 * q + 4 * cg : 16 * q + 4 * cg + 4]
+            channels = range(15 * cg + 4 * q, 15 * cg + min(4 * q + 4, 15))
+            assert np.array_equal(quad[:, : len(channels)], by_k[:, list(channels)])
+            assert not quad[:, len(channels) :].any()
+    # every weight exactly once, nothing else
+    assert np.array_equal(np.sort(packed[packed != 0]), np.sort(weight[weight != 0]))
+    assert np.array_equal(pack_conv_rows(weight.reshape(60, -1), cin), packed.reshape(-1))
+    with pytest.raises(ValueError, match="pack_conv_rows weight has shape"):
+        pack_conv_rows(weight, cin + 1)
 
 
 @pytest.mark.parametrize("paired", [False, True])

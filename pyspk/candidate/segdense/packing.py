@@ -14,11 +14,13 @@ import numpy as np
 import numpy.typing as npt
 
 from pyspk.candidate.framework import CONV_TAPS, SegConvSite
+from pyspk.candidate.segdense.selection import CONV_PADDED
 
 __all__ = [
     "f16_bits",
     "half_scale",
     "pack_conv_mma",
+    "pack_conv_rows",
     "pack_gemm_mma",
     "pack_half_columns",
     "round_tf32",
@@ -271,6 +273,37 @@ def pack_gemm_mma(
     return stacked.reshape(-1)
 
 
+def _conv_matrix(weight: npt.ArrayLike, cin: int, name: str) -> np.ndarray:
+    """A conv weight `[60, cin, 5]` (or already `[60, cin * 5]`) as float32 `[60, cin * 5]`."""
+    array = np.asarray(weight, dtype=np.float32)
+    if array.ndim == 3 and array.shape != (_CONV_OUT, cin, CONV_TAPS):
+        raise ValueError(f"{name} weight has shape {array.shape}, expected (60, {cin}, 5)")
+    return _weight_matrix(
+        array.reshape(_CONV_OUT, -1) if array.ndim == 3 else array,
+        _CONV_OUT,
+        cin * CONV_TAPS,
+        name,
+    )
+
+
+def pack_conv_rows(weight: npt.ArrayLike, cin: int) -> np.ndarray:
+    """Packs conv weights `[60, cin, 5]` as the SIMT convolutions read them.
+
+    Returns float32 `[cin * 5][64]`: row `k = ci * 5 + tap` holds channel
+    `o = 15 cg + 4 q + e` (`e < 4`, `4 q + e < 15`) at column `16 q + 4 cg + e`, so a
+    thread of channel group `cg` reads its channels `15 cg + 4 q + {0..3}` as one float4
+    and the kernels copy rows to shared memory unchanged; columns 51, 55, 59 and 63 are
+    zero.
+    """
+    matrix = _conv_matrix(weight, cin, "pack_conv_rows")
+    channel = np.arange(_CONV_OUT)
+    group, within = np.divmod(channel, 15)
+    column = 16 * (within // 4) + 4 * group + within % 4
+    packed = np.zeros((cin * CONV_TAPS, CONV_PADDED), np.float32)
+    packed[:, column] = matrix.T
+    return packed.reshape(-1)
+
+
 def pack_conv_mma(weight: npt.ArrayLike, cin: int, cin_pad: int, planes: int) -> np.ndarray:
     """Packs conv weights `[60, cin, 5]` as spk_segdense_pack_conv_mma does.
 
@@ -287,15 +320,7 @@ def pack_conv_mma(weight: npt.ArrayLike, cin: int, cin_pad: int, planes: int) ->
         )
     if planes not in (1, 2):
         raise ValueError(f"pack_conv_mma packs 1 or 2 planes, got {planes}")
-    array = np.asarray(weight, dtype=np.float32)
-    if array.ndim == 3 and array.shape != (_CONV_OUT, cin, CONV_TAPS):
-        raise ValueError(f"pack_conv_mma weight has shape {array.shape}, expected (60, {cin}, 5)")
-    matrix = _weight_matrix(
-        array.reshape(_CONV_OUT, -1) if array.ndim == 3 else array,
-        _CONV_OUT,
-        cin * CONV_TAPS,
-        "pack_conv_mma",
-    )
+    matrix = _conv_matrix(weight, cin, "pack_conv_mma")
     padded = np.zeros((_MMA_TILES * 16, cin_pad * CONV_TAPS), np.float32)
     padded[:_CONV_OUT, : cin * CONV_TAPS] = matrix
     steps = cin_pad * CONV_TAPS // 8

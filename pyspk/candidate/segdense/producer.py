@@ -25,7 +25,12 @@ from pyspk.candidate.framework import (
     SegConvSpec,
     SpecialValues,
 )
-from pyspk.candidate.segdense.packing import pack_gemm_mma, pack_half_columns, selected_rows
+from pyspk.candidate.segdense.packing import (
+    pack_conv_rows,
+    pack_gemm_mma,
+    pack_half_columns,
+    selected_rows,
+)
 from pyspk.candidate.segdense.selection import (
     CONTEXT,
     CONV_PADDED,
@@ -476,9 +481,7 @@ def _pack(
     reads, in a buffer the plan owns."""
     match kind:
         case Conv():
-            pack = _function(kernels, "spk_segdense_pack")
-            dims = (n, k, CONV_PADDED)
-            return _pack_on_device(runtime, pack, source, n * k, k * CONV_PADDED, dims)
+            return runtime.upload(pack_conv_rows(runtime.download(weight), k // TAPS))
         case TensorConv(cin_pad=cin_pad, planes=planes):
             pack = _function(kernels, "spk_segdense_pack_conv_mma")
             length = planes * cin_pad * TAPS * CONV_PADDED

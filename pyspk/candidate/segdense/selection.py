@@ -378,7 +378,8 @@ class Choice:
 
 @attrs.frozen
 class Conv:
-    """One block per `positions` output positions of one item; weights packed [k, 64]."""
+    """One block per `positions` output positions of one item; weights packed [k, 64] in
+    the kernels' column order (`pack_conv_rows`)."""
 
     positions: int
 
