@@ -278,27 +278,6 @@ __device__ __forceinline__ bool fp64_fast() {
 #endif
 }
 
-// x * 2^-896 as a double, exactly, for every finite x (zero and subnormals included):
-// the float's sign, exponent and fraction moved into the double's fields unbiased
-// (float exponent field e becomes double exponent field e; a subnormal float lands on
-// the double subnormal of the same scaled value). Three ALU operations instead of an
-// F2F, which shares the FP64 pipe at a quarter of the DFMA rate.
-__device__ __forceinline__ double scaled_f64(float f) {
-    const u32 b = __float_as_uint(f);
-    const u32 hi = u32(int(b) >> 3) & 0x8fffffffu;
-    return __hiloint2double(int(hi), int(b << 29));
-}
-
-// double(x), infinities and NaNs included: scaled_f64 (a non-finite x's exponent field
-// set to all ones) and one DMUL by 2^896, which costs the FP64 pipe a quarter of what
-// an F2F costs.
-__device__ __forceinline__ double exact_f64(float f) {
-    const u32 b = __float_as_uint(f);
-    const u32 non_finite = (b & 0x7f800000u) == 0x7f800000u ? 0x7ff00000u : 0u;
-    const u32 hi = (u32(int(b) >> 3) & 0x8fffffffu) | non_finite;
-    return __hiloint2double(int(hi), int(b << 29)) * 0x1p896;
-}
-
 
 // acc[i][j] += a[i] b[j] over an 8 x 8 register tile, one fma each: the inner step of the
 // SIMT GEMMs, whose k order it leaves to the caller's loop.

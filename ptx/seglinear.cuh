@@ -358,9 +358,6 @@ __device__ __forceinline__ void stsd2(double* p, double a, double b) {
 // Element-type dispatch for code shared by the float32 and float64 bodies
 __device__ __forceinline__ float2 lds_pair(saddr address, float) { return lds2(address); }
 __device__ __forceinline__ dpair lds_pair(saddr address, double) { return ldsd2(address); }
-// x as the kernel's T: float unchanged, double exactly
-__device__ __forceinline__ float widen(float x, float) { return x; }
-__device__ __forceinline__ double widen(float x, double) { return exact_f64(x); }
 __device__ __forceinline__ float fma_rn(float a, float b, float c) { return fmaf(a, b, c); }
 __device__ __forceinline__ double fma_rn(double a, double b, double c) { return dfma(a, b, c); }
 
@@ -387,7 +384,7 @@ struct ExtraRows {
 #pragma unroll
         for (u32 k = 0; k < KS; ++k) {
             const auto b = lds_pair(w_get + sizeof(T) * (k * B1_COLS), T());
-            const T a = widen(lane_of(xe[k / 4], k % 4), T());
+            const T a = T(lane_of(xe[k / 4], k % 4));
             acc[0] = fma_rn(a, b.x, acc[0]);
             acc[1] = fma_rn(a, b.y, acc[1]);
         }
@@ -771,8 +768,8 @@ __device__ __forceinline__ void linear1_b1_compensated(const float* __restrict__
 
 
 __device__ __forceinline__ void stsd4(double* p, float4 v) {
-    stsd2(p, exact_f64(v.x), exact_f64(v.y));
-    stsd2(p + 2, exact_f64(v.z), exact_f64(v.w));
+    stsd2(p, double(v.x), double(v.y));
+    stsd2(p + 2, double(v.z), double(v.w));
 }
 
 
@@ -816,8 +813,8 @@ __device__ __forceinline__ void linear1_b1_f64(const float* __restrict__ x, u64 
         for (u32 j = 0; j < Chunk<K>::XN; ++j) {
             double* rowp = xd + (hi + 4 * j) * KS;
             const float4 v = stage.xv[j];
-            stsd2(rowp + 2 * ((2 * lo) ^ sw), exact_f64(v.x), exact_f64(v.y));
-            stsd2(rowp + 2 * ((2 * lo + 1) ^ sw), exact_f64(v.z), exact_f64(v.w));
+            stsd2(rowp + 2 * ((2 * lo) ^ sw), double(v.x), double(v.y));
+            stsd2(rowp + 2 * ((2 * lo + 1) ^ sw), double(v.z), double(v.w));
         }
 #pragma unroll
         for (u32 j = 0; j < Chunk<K>::WN; ++j) {
