@@ -32,8 +32,8 @@
 // float4 (the four channel groups of a warp: 64 contiguous bytes) and a stage's rows
 // are copied to shared memory unchanged, one float4 store each. Staged from the plain
 // [k, 64] layout, each float4 took four scalar stores to its remapped slots (and rows
-// padded to 72 floats against their bank conflicts): 11.62 -> 11.27 us per enqueue of
-// conv1_b1, 6.46 -> 6.12 of conv2_b1 (H200 benchmark, same output bits).
+// padded to 72 floats against their bank conflicts): 11.65 -> 11.27 us per enqueue of
+// conv1_b1, 6.49 -> 6.12 of conv2_b1 (H200 benchmark of record, same output bits).
 
 namespace spk {
 namespace conv {
