@@ -28,19 +28,20 @@
 //
 // Slot order (`pack_conv_rows` at plan time): a packed weight row holds channel
 // o = 15 cg + 4 q + e at column slot(o) = 16 q + 4 cg + e and zeros in columns 51, 55,
-// 59 and 63 (q = 3, e = 3), so channel group cg reads channels 15 cg + 4 q + {0..3} as one aligned
-// float4 (the four channel groups of a warp: 64 contiguous bytes) and a stage's rows
-// are copied to shared memory unchanged, one float4 store each. Staged from the plain
-// [k, 64] layout, each float4 took four scalar stores to its remapped slots (and rows
-// padded to 72 floats against their bank conflicts): 11.65 -> 11.27 us per enqueue of
-// conv1_b1, 6.49 -> 6.12 of conv2_b1 (H200 benchmark of record, same output bits).
+// 59 and 63 (q = 3, e = 3), so channel group cg reads channels 15 cg + 4 q + {0..3} as
+// one aligned float4 (the four channel groups of a warp: 64 contiguous bytes) and a
+// stage's rows are copied to shared memory unchanged, one float4 store each. Staged
+// from the plain [k, 64] layout, each float4 took four scalar stores to its remapped
+// slots (and rows padded to 72 floats against their bank conflicts): 11.65 -> 11.27 us
+// per enqueue of conv1_b1, 6.49 -> 6.12 of conv2_b1 (H200 benchmark of record, same
+// output bits).
 
 namespace spk {
 namespace conv {
 
 constexpr u32 TAPS = 5;
 constexpr u32 OUT = 60;       // output channels
-constexpr u32 PACKED = 64;    // packed weight row: OUT + zero padding
+constexpr u32 PACKED = 64;    // packed weight row: OUT channels and 4 zeros, slot order
 constexpr u32 TILE_CH = 15;   // channels per thread
 constexpr u32 TILE_POS = 4;   // positions per thread
 
