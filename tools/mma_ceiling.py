@@ -84,9 +84,13 @@ def main() -> int:
         out = runtime.alloc_zeros(1)
         phases = EventPhases(runtime)
         print(f"{runtime.device.name}, {sms} SMs; {ITERATIONS} iterations, {REPEATS} launches")
+        # one module (one JIT compile) per accumulator count
+        modules = {
+            tiles: driver.call("cuModuleLoadData", ptx(tiles).encode() + b"\0")
+            for tiles in {tiles for tiles, _, _ in CONFIGS}
+        }
         for tiles, warps, per_sm in CONFIGS:
-            module = driver.call("cuModuleLoadData", ptx(tiles).encode() + b"\0")
-            handle = driver.call("cuModuleGetFunction", module, b"mma_chains")
+            handle = driver.call("cuModuleGetFunction", modules[tiles], b"mma_chains")
             launch = Kernel("mma_chains", handle, None).launch(
                 sms * per_sm, 32 * warps, 0, ("ptr", "u64", "u32"), [out.ptr, 1, ITERATIONS]
             )
@@ -103,6 +107,7 @@ def main() -> int:
                 f"{tiles} accumulators, {warps:2d} warps x {per_sm} blocks per SM: "
                 f"{mmas * 2048 / ms / 1e9:6.1f} TFLOPS, {ms * 1e6 / (mmas / sms):.3f} ns/mma/SM"
             )
+        for module in modules.values():
             driver.call("cuModuleUnload", module)
         phases.close()
         out.free()
