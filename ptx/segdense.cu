@@ -105,6 +105,9 @@ __device__ __forceinline__ float lds1(saddr address) {
     asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(address) : "memory");
     return v;
 }
+__device__ __forceinline__ void sts1(saddr address, u32 bits) {
+    asm volatile("st.shared.b32 [%0], %1;" ::"r"(address), "r"(bits) : "memory");
+}
 __device__ __forceinline__ float2 lds2(saddr address) {
     float2 v;
     asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];"
@@ -190,6 +193,16 @@ __device__ __forceinline__ u32 f16_pair(float low, float high) {
     u32 bits;
     asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(bits) : "f"(high), "f"(low));
     return bits;
+}
+
+// The power of two s = 2^(14 - e), e the exponent of `largest`, that puts `largest` in
+// [2^14, 2^15), and 1 / s; the shift is clamped to -113..126 so both are normal floats,
+// as `half_scale` computes it on the host.
+__device__ __forceinline__ void half_scale_of(float largest, float& scale, float& inverse) {
+    const int exponent = int((__float_as_uint(largest) >> 23) & 0xff) - 127;
+    const int shift = min(max(14 - exponent, -113), 126);
+    scale = __uint_as_float(u32(shift + 127) << 23);
+    inverse = __uint_as_float(u32(127 - shift) << 23);
 }
 
 // The TF32 value of `value` (`high`) and the TF32 value of its rounding residual (`low`,

@@ -511,15 +511,6 @@ static_assert(W_AT % 4 == 0 && W_PITCH % 4 == 0, "16-byte ring rows");
 namespace spk {
 namespace half {
 
-// 2^(14 - e) for the exponent e of `largest`, clamped so it and its inverse are normal
-// floats: the scale half_scale computes on the host.
-__device__ __forceinline__ void scale_of(float largest, float& scale, float& inverse) {
-    const int exponent = int((__float_as_uint(largest) >> 23) & 0xff) - 127;
-    const int shift = min(max(14 - exponent, -113), 126);
-    scale = __uint_as_float(u32(shift + 127) << 23);
-    inverse = __uint_as_float(u32(127 - shift) << 23);
-}
-
 __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
                                     const float* __restrict__ w, u64 w_len,
                                     const float* __restrict__ bias, u64 bias_len,
@@ -584,7 +575,7 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
         largest = fmaxf(largest, __shfl_xor_sync(0xffffffffu, largest, 1));
         largest = fmaxf(largest, __shfl_xor_sync(0xffffffffu, largest, 2));
         float scale, inverse;
-        scale_of(largest, scale, inverse);
+        half_scale_of(largest, scale, inverse);
         const saddr to = base + 4 * (X_AT + row * X_PITCH);
 #pragma unroll
         for (u32 j = 0; j < MAX_UNITS * UNIT / 16; ++j) {

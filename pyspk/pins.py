@@ -281,7 +281,7 @@ _STEMS = {
 # variant after the stem -> (short cell label, legend text)
 _VARIANTS = {
     "": ("simt", "FP32 SIMT kernel"),
-    "TC": ("tc", "TF32 tensor-core convolution"),
+    "TC": ("tc", "tensor-core convolution, scaled FP16 products"),
     "X3": ("x3", "3xTF32 tensor cores (FP32-exact)"),
     "TF32": ("tf32", "TF32 tensor cores"),
     "SELECT": ("sel", "TF32 tensor cores, 16 reduction rows in 3xTF32"),

@@ -134,7 +134,9 @@ def tensor_bound(
     Select rows, recomputed in 3xTF32, only lower it, and so does LINEAR0_B1_TF32's
     split weight (2^-11 + 2^-22 + 36 s u, less while s < 455). Scaled FP16 products round
     each operand to 11 significant bits too, and below FP16's normal range by an absolute
-    2^-25 of the scaled value: 2^-38 (max|x_r| sum|w_c| + max|w_c| sum|x_r|) more.
+    2^-25 of the scaled value: 2^-38 (max|x_r| sum|w_c| + max|w_c| sum|x_r|) more, over
+    the terms of the output (the convolutions: max|x| of the item, which bounds that of
+    the window a warp scales by).
     3xTF32: the dropped a_lo b_lo and split residuals cost 12 u |a b| per term, the
     three mma of a k-step at most 36 u of its terms, and the s FP32 additions s u, so
     (12 + 36 + s + 1) u sum|terms|. All then take one rounding per added k-split group,
@@ -149,12 +151,28 @@ def tensor_bound(
     factor += (EMBED_MAX_SPLITS + 4) * UNIT
     bound = 1.01 * factor * scale
     if entry.products() is Products.FP16:
-        x, w = np.abs(ops["x"].astype(np.float64)), np.abs(ops["w"].astype(np.float64))
-        floor = np.outer(x.max(axis=1), w.sum(axis=1)) + np.outer(x.sum(axis=1), w.max(axis=1))
-        bound = bound + 2.0**-38 * floor.reshape(-1)
+        bound = bound + 2.0**-38 * _fp16_floor(entry.site(), ops)
     if entry.site() in (Site.LINEAR0, Site.LINEAR1):
         bound = bound + UNIT * np.abs(exact)
     return bound
+
+
+def _fp16_floor(site: Site, ops: dict[str, np.ndarray]) -> np.ndarray:
+    """max|x| sum|w| + max|w| sum|x| over the terms of each output, flat: what FP16's
+    range costs scaled operands (`tensor_bound`). Convolution operands are `[b, cin, L]`
+    and `[60, cin, 5]`, any batch."""
+    x, w = np.abs(ops["x"].astype(np.float64)), np.abs(ops["w"].astype(np.float64))
+    if site.is_conv():
+        batch = x.shape[0]
+        conv_site = SegConvSite(site.value)
+        x_sums = reference.conv_absolute_sum(conv_site, batch, ops["x"], np.ones_like(ops["w"]))
+        w_rows = w.reshape(w.shape[0], -1)
+        x_max = x.reshape(batch, -1).max(axis=1)
+        floor = x_max[:, None, None] * w_rows.sum(axis=1)[None, :, None]
+        floor = floor + w_rows.max(axis=1)[None, :, None] * x_sums.reshape(batch, w.shape[0], -1)
+        return floor.reshape(-1)
+    floor = np.outer(x.max(axis=1), w.sum(axis=1)) + np.outer(x.sum(axis=1), w.max(axis=1))
+    return floor.reshape(-1)
 
 
 def assert_replay_bit_identical(

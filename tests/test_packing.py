@@ -12,6 +12,7 @@ import pytest
 from pyspk.candidate.segdense.packing import (
     f16_bits,
     half_scale,
+    pack_conv_half,
     pack_conv_mma,
     pack_conv_rows,
     pack_gemm_mma,
@@ -565,6 +566,40 @@ def test_pack_conv_mma_places_each_weight_in_its_fragment(cin: int, cin_pad: int
     error = np.abs(full.astype(np.float64) - restored[0] - restored[1])
     assert np.all(error <= 2.0**-22 * np.abs(full))
     assert np.array_equal(pack_conv_mma(weight, cin, cin_pad, 1), packed[0].reshape(-1))
+
+
+@pytest.mark.parametrize(("cin", "cin_pad"), [(80, 80), (60, 64)])
+def test_pack_conv_half_places_each_scaled_pair_in_its_fragment(cin: int, cin_pad: int) -> None:
+    """Reading the words back as mma.m16n8k16 A fragments (register e of lane l: row
+    l / 4 + 8 (e % 2), input channels 2 (l % 4) + 8 (e / 2) and the next, low half
+    first, of one stage of 16 and one tap) gives each channel's weights times its power
+    of two, rounded to FP16, zero-padded; the 64 inverse scales follow."""
+    rng = np.random.default_rng(8)
+    weight = rng.standard_normal((60, cin, 5)).astype(np.float32)
+    weight[7] *= np.float32(2.0**-30)  # a channel far below the others keeps its bits
+    packed = pack_conv_half(weight, cin, cin_pad)
+    words = packed[: cin_pad * 5 * 32].view(np.uint32).reshape(cin_pad // 16, 5, 4, 32, 4)
+    inverse = packed[cin_pad * 5 * 32 :]
+    assert inverse.shape == (64,) and np.all(inverse[60:] == 1)
+    restored = np.full((64, cin_pad, 5), np.nan, np.float32)
+    for stage, tap, tile, lane, e in np.ndindex(*words.shape):
+        row = tile * 16 + lane // 4 + 8 * (e % 2)
+        ci = stage * 16 + 2 * (lane % 4) + 8 * (e // 2)
+        pair = np.array([words[stage, tap, tile, lane, e]], np.uint32).view(np.float16)
+        restored[row, ci : ci + 2, tap] = pair.astype(np.float32)
+    scale, expected_inverse = half_scale(np.abs(weight).reshape(60, -1).max(axis=1))
+    assert np.array_equal(inverse[:60], expected_inverse)
+    full = np.zeros((64, cin_pad, 5), np.float32)
+    full[:60, :cin] = weight * scale[:, None, None]
+    assert np.array_equal(restored, full.astype(np.float16).astype(np.float32))
+    assert np.all(np.abs(full[:60]).max(axis=(1, 2)) < 2.0**15)
+    # each weight within FP16's half ulp of its scaled value: 11 significant bits
+    unscaled = restored[:60, :cin] * inverse[:60, None, None]
+    assert np.all(np.abs(unscaled - weight) <= 2.0**-11 * np.abs(weight))
+    with pytest.raises(ValueError, match="cin_pad a multiple of 16"):
+        pack_conv_half(weight, cin, 72)
+    with pytest.raises(ValueError, match="pack_conv_half weight has shape"):
+        pack_conv_half(weight, cin + 1, 96)
 
 
 @pytest.mark.parametrize("cin", [80, 60])

@@ -3,7 +3,8 @@
 Ports `f16_bits`, `round_up`, `half_scale`, `pack_half_columns` and `selected_rows`
 of reference/segdense.rs bit for bit, vectorised over whole arrays so a 256 x 5120
 embedding weight packs in milliseconds; `round_tf32` and `pack_conv_mma` emulate the
-device rounding and the `spk_segdense_pack_conv_mma` kernel, for its bit-for-bit test.
+device rounding and the `spk_segdense_pack_conv_mma` kernel, for its bit-for-bit test;
+`pack_conv_half` lays out the FP16 tensor-core convolutions' weights.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pyspk.candidate.segdense.selection import CONV_PADDED
 __all__ = [
     "f16_bits",
     "half_scale",
+    "pack_conv_half",
     "pack_conv_mma",
     "pack_conv_rows",
     "pack_gemm_mma",
@@ -284,6 +286,44 @@ def _conv_matrix(weight: npt.ArrayLike, cin: int, name: str) -> np.ndarray:
         cin * CONV_TAPS,
         name,
     )
+
+
+def pack_conv_half(weight: npt.ArrayLike, cin: int, cin_pad: int) -> np.ndarray:
+    """Packs conv weights `[60, cin, 5]` for the FP16 tensor-core convolutions.
+
+    Returns float32 of length `cin_pad * 5 * 32 + 64`: first `[cin_pad / 16][5][4][32][4]`
+    words (stage of 16 input channels, tap, 16-channel tile, lane, register), register e
+    of lane l in tile m holding the FP16 pair of channel `16 m + l // 4 + 8 (e % 2)` at
+    input channels `16 stage + 2 (l % 4) + 8 (e // 2)` and the next one, low half first,
+    each value times the channel's `s = half_scale(max |w[o]|)`; then `1 / s` for the 64
+    channels. Channels past 60 and input channels past `cin` are zero.
+    """
+    if not 1 <= cin <= cin_pad or cin_pad % 16:
+        raise ValueError(
+            f"pack_conv_half needs 1 <= cin <= cin_pad, cin_pad a multiple of 16; "
+            f"got cin={cin}, cin_pad={cin_pad}"
+        )
+    matrix = _conv_matrix(weight, cin, "pack_conv_half")
+    largest = np.fmax.reduce(np.abs(matrix), axis=1, initial=np.float32(0.0))
+    scale, inverse = _half_scale_array(largest)
+    padded = np.zeros((_MMA_TILES * 16, cin_pad, CONV_TAPS), np.float32)
+    padded[:_CONV_OUT, :cin] = (matrix * scale[:, None]).reshape(_CONV_OUT, cin, CONV_TAPS)
+    stage, tap, tile, lane, register = np.meshgrid(
+        np.arange(cin_pad // 16),
+        np.arange(CONV_TAPS),
+        np.arange(_MMA_TILES),
+        np.arange(_MMA_LANES),
+        np.arange(_MMA_REGISTERS),
+        indexing="ij",
+    )
+    channel = tile * 16 + lane // 4 + 8 * (register % 2)
+    ci = stage * 16 + 2 * (lane % 4) + 8 * (register // 2)
+    low = _f16_bits_array(padded[channel, ci, tap]).astype(_U32)
+    high = _f16_bits_array(padded[channel, ci + 1, tap]).astype(_U32)
+    inverses = np.ones(_MMA_TILES * 16, np.float32)
+    inverses[:_CONV_OUT] = inverse
+    packed = np.concatenate([(low | high << _U32(16)).reshape(-1), inverses.view(_U32)])
+    return packed.view(np.float32)
 
 
 def pack_conv_rows(weight: npt.ArrayLike, cin: int) -> np.ndarray:

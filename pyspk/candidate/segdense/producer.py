@@ -26,6 +26,7 @@ from pyspk.candidate.framework import (
     SpecialValues,
 )
 from pyspk.candidate.segdense.packing import (
+    pack_conv_half,
     pack_conv_rows,
     pack_gemm_mma,
     pack_half_columns,
@@ -482,6 +483,8 @@ def _pack(
     match kind:
         case Conv():
             return runtime.upload(pack_conv_rows(runtime.download(weight), k // TAPS))
+        case TensorConv(cin_pad=cin_pad, planes=1):
+            return runtime.upload(pack_conv_half(runtime.download(weight), k // TAPS, cin_pad))
         case TensorConv(cin_pad=cin_pad, planes=planes):
             pack = _function(kernels, "spk_segdense_pack_conv_mma")
             length = planes * cin_pad * TAPS * CONV_PADDED

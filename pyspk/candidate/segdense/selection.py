@@ -295,11 +295,11 @@ class Entry(enum.Enum):
 _ENTRY_FACTS = {
     Entry.CONV1_B1: (Site.CONV1, 1, PtxTier.SM75, Products.FP32),
     Entry.CONV1_B32: (Site.CONV1, 32, PtxTier.SM75, Products.FP32),
-    Entry.CONV1_B32_TC: (Site.CONV1, 32, PtxTier.SM80, Products.TF32),
+    Entry.CONV1_B32_TC: (Site.CONV1, 32, PtxTier.SM80, Products.FP16),
     Entry.CONV1_B32_X3: (Site.CONV1, 32, PtxTier.SM80, Products.FP32),
     Entry.CONV2_B1: (Site.CONV2, 1, PtxTier.SM75, Products.FP32),
     Entry.CONV2_B32: (Site.CONV2, 32, PtxTier.SM75, Products.FP32),
-    Entry.CONV2_B32_TC: (Site.CONV2, 32, PtxTier.SM80, Products.TF32),
+    Entry.CONV2_B32_TC: (Site.CONV2, 32, PtxTier.SM80, Products.FP16),
     Entry.CONV2_B32_X3: (Site.CONV2, 32, PtxTier.SM80, Products.FP32),
     Entry.LINEAR0_B1: (Site.LINEAR0, 1, PtxTier.SM75, Products.FP32),
     Entry.LINEAR0_B1_TF32: (Site.LINEAR0, 1, PtxTier.SM80, Products.TF32),
@@ -387,8 +387,10 @@ class Conv:
 @attrs.frozen
 class TensorConv:
     """One block per `positions` output positions of one item on tensor cores; weights
-    packed as mma fragments over `cin_pad` input channels in `planes` TF32 planes (2 for
-    the 3xTF32 split)."""
+    packed as mma fragments over `cin_pad` input channels: with `planes == 2` the value
+    and residual TF32 planes of the 3xTF32 split (`pack_conv_mma`), with `planes == 1`
+    scaled FP16 pairs (`pack_conv_half`), which the Config's shared bytes for one TF32
+    plane also hold."""
 
     positions: int
     cin_pad: int
