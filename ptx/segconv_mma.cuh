@@ -522,15 +522,14 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
 
     // acc / s_x / s_o as two powers of two, each half the exponent: neither step can
     // overflow or underflow unless the result does
-    const int x_exponent = int(__float_as_uint(inverse) >> 23) - 127;
+    const int x_exponent = exponent_of(inverse);
 #pragma unroll
     for (u32 i = 0; i < 4; ++i) {
 #pragma unroll
         for (u32 h = 0; h < 2; ++h) {
             const u32 channel = 16 * i + g + 8 * h;
-            const int e = x_exponent + int(__float_as_uint(__ldg(w + K::PAIRS + channel)) >> 23) - 127;
-            const float f1 = __uint_as_float(u32(e / 2 + 127) << 23);
-            const float f2 = __uint_as_float(u32(e - e / 2 + 127) << 23);
+            float f1, f2;
+            pow2_halves(x_exponent + exponent_of(__ldg(w + K::PAIRS + channel)), f1, f2);
             const saddr out = base + 4 * (channel * OUT_PITCH + 2 * q);
 #pragma unroll
             for (u32 j = 0; j < 4; ++j) {

@@ -205,6 +205,17 @@ __device__ __forceinline__ void half_scale_of(float largest, float& scale, float
     inverse = __uint_as_float(u32(127 - shift) << 23);
 }
 
+// The exponent of a power of two (a normal float)
+__device__ __forceinline__ int exponent_of(float power) {
+    return int(__float_as_uint(power) >> 23) - 127;
+}
+// 2^e as 2^(e / 2) and 2^(e - e / 2), normal floats for |e| <= 252: multiplying by both
+// in turn neither overflows nor underflows unless multiplying by 2^e does
+__device__ __forceinline__ void pow2_halves(int e, float& first, float& second) {
+    first = __uint_as_float(u32(e / 2 + 127) << 23);
+    second = __uint_as_float(u32(e - e / 2 + 127) << 23);
+}
+
 // The TF32 value of `value` (`high`) and the TF32 value of its rounding residual (`low`,
 // exact in FP32): high + low carries about 22 significant bits.
 __device__ __forceinline__ void tf32_split(float value, u32& high, u32& low) {

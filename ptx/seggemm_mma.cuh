@@ -21,29 +21,28 @@
 // past m are zero-filled (copied from nowhere).
 //
 // Products (a = x, b = w): TF32 rounds both (b at plan time, with the bits cvt.rna
-// gives); HALF splits b into its TF32 value and residual (2xTF32: only a's rounding
-// remains, about 0.74x the TF32 error); SPLIT is 3xTF32; SELECT is TF32 plus the 3xTF32
-// residuals of 16 selected k, whose rows of w follow the list in FP32.
+// gives); SPLIT is 3xTF32; SELECT is TF32 plus the 3xTF32 residuals of 16 selected k,
+// whose rows of w follow the list in FP32.
 // Order of each output: per group, the k-steps of its stages in order, each chained
-// into the accumulator (TF32; HALF: a b_lo, then a b_hi) or summed from zero in its own
+// into the accumulator (TF32) or summed from zero in its own
 // fragment and then added in FP32 (SPLIT: a_lo b_hi, a_hi b_lo, a_hi b_hi); SELECT then
 // adds, per slot of 8 selected k, a_lo b_hi and a_hi b_lo in the accumulator; groups
 // 1.. KSPLIT-1 are added to group 0 in order; then + bias and LeakyReLU (linears) or the
 // partial store.
 //
 // Error bounds (u = 2^-24, s = the k-steps one accumulator chains, sum|terms| of the
-// output), checked by the GPU tests: TF32 (HALF and SELECT only lower the products'
-// part) (2^-10 + 2^-22 + 18 s u) sum|terms|, the chain counted twice for HALF; 3xTF32
+// output), checked by the GPU tests: TF32 (SELECT only lowers the products' part)
+// (2^-10 + 2^-22 + 18 s u) sum|terms|; 3xTF32
 // (12 + 36 + s + 1) u sum|terms|; the k-split, bias, reduction and LeakyReLU add a
 // rounding each.
 //
 // Measured on the H200 (main kernel, CUDA graphs of 20 launches, medians): two k-steps
 // per group and stage over one, linear0_b1 3.80 / 4.20 us, linear1_b32 11.26 / 11.95,
 // Select 20.91 / 21.73, embed tf32 13.93 / 15.42, x3 10.28 / 12.55 (e64: 8.28 / 6.98,
-// so it keeps one). HALF for linear0_b1, 4.41 us against 3.80, for rel-L2 2.06e-4 against
-// 2.76e-4 (cuBLAS's TF32 path: equal to TF32's within 1e-4 of it, either side); HALF cost
-// linear1_b32 15.2 against 11.2 us and e64 8.2 against 7.0, more than their margin over
-// the library, so they keep TF32. Output pairs stored by stg2: through a float2 cast the
+// so it keeps one). Weights split into TF32 value and residual (only x's rounding left,
+// 0.74x the TF32 error): linear0_b1 3.80 against 3.35 us of plain TF32 (rel-L2 2.06e-4
+// against 2.76e-4; cuBLAS's TF32 path: equal to TF32's within 1e-4 of it, either side),
+// linear1_b32 15.2 against 11.2 us and e64 8.2 against 7.0, so all multiply in TF32. Output pairs stored by stg2: through a float2 cast the
 // split-K kernels' partial stores became scalar ones, and one instruction per pair took
 // embed tf32 from 14.27 to 7.36 us, k2 9.41 to 6.79, e64 6.87 to 6.13, x3 10.04 to 8.81
 // (the f16 entry's stores took the same path). Staging the partial tile in shared memory
@@ -63,7 +62,7 @@
 namespace spk {
 namespace gemm {
 
-enum class Products { TF32, HALF, SPLIT, SELECT };
+enum class Products { TF32, SPLIT, SELECT };
 enum class Out { LEAKY, PARTIAL };
 
 constexpr u32 SELECT_ROWS = 16;  // as the reference's SELECT_ROWS
@@ -84,8 +83,8 @@ struct Shape {
     static constexpr u32 STEPS = K / KT;                  // stages over the whole k
     // x's k read in pairs: mma k-slots q and q + 4 of a k-step are its columns 2 q, 2 q + 1
     static constexpr bool PAIRED = PAIRED_;
-    // w: TF32 planes (the value; for HALF and SPLIT also the residual) in fragment order
-    static constexpr u32 PLANES = PRODUCTS == Products::HALF || PRODUCTS == Products::SPLIT ? 2 : 1;
+    // w: TF32 planes (the value; for SPLIT also the residual) in fragment order
+    static constexpr u32 PLANES = PRODUCTS == Products::SPLIT ? 2 : 1;
     static constexpr u32 PAIR = PLANES * 128;  // floats of one k-step x 16 columns
     static constexpr u32 A_ROW = KT + (PAIRED ? 8 : 4);
     static constexpr u32 A_STAGE = BM * A_ROW;
@@ -340,9 +339,6 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
                             for (u32 e = 0; e < 4; ++e) {
                                 acc[i][j][e] += chunk[e];
                             }
-                        } else if constexpr (G::PRODUCTS == Products::HALF) {
-                            mma_tf32(acc[i][j], a_hi[i], l0, l1);
-                            mma_tf32(acc[i][j], a_hi[i], h0, h1);
                         } else {
                             mma_tf32(acc[i][j], a_hi[i], h0, h1);
                         }
@@ -437,7 +433,7 @@ namespace spk {
 namespace gemm {
 using P = Products;
 //                  M      N    K     BM  BN   WM  WN KSPLIT BKS STAGES        PAIRED
-using Linear0B1 = Shape<589, 128, 256, 32, 32, 16, 32, 2, 2, 3, P::HALF, Out::LEAKY, true>;
+using Linear0B1 = Shape<589, 128, 256, 32, 32, 16, 32, 2, 2, 3, P::TF32, Out::LEAKY, true>;
 using Linear0B32 = Shape<18848, 128, 256, 64, 128, 32, 64, 1, 2, 3, P::SELECT, Out::LEAKY>;
 using Linear1B32 = Shape<18848, 128, 128, 64, 128, 32, 64, 1, 2, 3, P::TF32, Out::LEAKY>;
 using EmbedTf32 = Shape<96, 256, 5120, 96, 128, 32, 64, 1, 2, 2, P::TF32, Out::PARTIAL>;
@@ -682,3 +678,4 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
 SPK_DENSE_KERNEL(spk_segdense_embed_b32_f16, spk::half::THREADS, 1, SPK_HALF_BODY())
 
 #undef SPK_HALF_BODY
+

@@ -131,8 +131,7 @@ def tensor_bound(
     TF32 products (both operands rounded, ties away): each term errs by at most
     (2^-11 + 2^-11 + 2^-22) |a b|, and each of the s chained mma truncates at most
     9 * 2^-23 of the magnitudes it adds, so (2^-10 + 2^-22 + 18 s u) sum|terms|; the
-    Select rows, recomputed in 3xTF32, only lower it, and so does LINEAR0_B1_TF32's
-    split weight (2^-11 + 2^-22 + 36 s u, less while s < 455). Scaled FP16 products round
+    Select rows, recomputed in 3xTF32, only lower it. Scaled FP16 products round
     each operand to 11 significant bits too, and below FP16's normal range by an absolute
     2^-25 of the scaled value: 2^-38 (max|x_r| sum|w_c| + max|w_c| sum|x_r|) more, over
     the terms of the output (the convolutions: max|x| of the item, which bounds that of

@@ -503,7 +503,7 @@ ENTRY_TABLE = {
         1,
         lambda s: Config(
             kernel="spk_segdense_linear0_b1_tf32",
-            kind=Gemm(rows=32, cols=32, select=0, fragments=Fragments(planes=2, paired=True)),
+            kind=Gemm(rows=32, cols=32, select=0, fragments=Fragments(planes=1, paired=True)),
             block=128,
             shared=0,
         ),

@@ -532,7 +532,7 @@ _CONFIGS = {
     Entry.CONV2_B32_X3: lambda _: Config.tensor_conv("spk_segdense_conv2_b32_x3", 128, 64, 2, 256),
     Entry.LINEAR0_B1: lambda _: Config.gemm("spk_segdense_linear0_b1", 16, 32, 128),
     Entry.LINEAR0_B1_TF32: lambda _: Config.gemm(
-        "spk_segdense_linear0_b1_tf32", 32, 32, 128, Fragments(2, paired=True)
+        "spk_segdense_linear0_b1_tf32", 32, 32, 128, Fragments(1, paired=True)
     ),
     Entry.LINEAR0_B32: lambda _: Config.gemm("spk_segdense_linear0_b32", 64, 128, 128),
     Entry.LINEAR0_B32_SELECT: lambda _: Config.select_gemm(
