@@ -42,8 +42,9 @@
 // so it keeps one). Weights split into TF32 value and residual (only x's rounding left,
 // 0.74x the TF32 error): linear0_b1 3.80 against 3.35 us of plain TF32 (rel-L2 2.06e-4
 // against 2.76e-4; cuBLAS's TF32 path: equal to TF32's within 1e-4 of it, either side),
-// linear1_b32 15.2 against 11.2 us and e64 8.2 against 7.0, so all multiply in TF32. Output pairs stored by stg2: through a float2 cast the
-// split-K kernels' partial stores became scalar ones, and one instruction per pair took
+// linear1_b32 15.2 against 11.2 us and e64 8.2 against 7.0, so all multiply in TF32.
+// Output pairs stored by stg2: through a float2 cast the split-K kernels' partial stores
+// became scalar ones, and one instruction per pair took
 // embed tf32 from 14.27 to 7.36 us, k2 9.41 to 6.79, e64 6.87 to 6.13, x3 10.04 to 8.81
 // (the f16 entry's stores took the same path). Staging the partial tile in shared memory
 // for 16-byte stores then gained nothing, so the fragments store directly. Copy addresses
@@ -473,8 +474,9 @@ SPK_GEMM_ENTRY(spk_segdense_embed_b32_x3, spk::gemm::EmbedX3, 2)
 // weights stream through a three-deep cp.async ring of 16 pair rows x 128 columns.
 // Two groups of six warps (32 x 64 each) take the first and second 16 terms of every
 // unit, chained in their accumulators; group 1's sums are added to group 0's, then
-// partial = (sum / s_r) / s_c, both exact scalings by powers of two (the FP16 range keeps
-// every product and sum far inside FP32's).
+// partial = sum / (s_r s_c), exact scalings by two powers of two of half the exponent
+// each (pow2_halves), so no step overflows or underflows unless the partial does (the
+// FP16 range keeps every product and sum far inside FP32's).
 // Error (u = 2^-24): each scaled operand rounds to FP16 with relative error 2^-11, or an
 // absolute 2^-25 below FP16's normal range, so a term errs by at most
 // 2^-10 |x w| + 2^-38 (max|x_r| |w| + max|w_c| |x|) and the chained mma as TF32's do.
@@ -654,14 +656,17 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
             const float sum[4] = {acc[i][j][0] + other.x, acc[i][j][1] + other.y,
                                   acc[i][j][2] + other.z, acc[i][j][3] + other.w};
             const u32 col = col0 + wc * 64 + j * 8 + 2 * q;
-            const float c0 = __ldg(w + (EMBED_K / 2) * EMBED_COLS + col);
-            const float c1 = __ldg(w + (EMBED_K / 2) * EMBED_COLS + col + 1);
+            const int c0 = exponent_of(__ldg(w + (EMBED_K / 2) * EMBED_COLS + col));
+            const int c1 = exponent_of(__ldg(w + (EMBED_K / 2) * EMBED_COLS + col + 1));
 #pragma unroll
             for (u32 h = 0; h < 2; ++h) {
                 const u32 row = wr * 32 + i * 16 + g + 8 * h;
-                const float r_inv = smem[row];
+                const int r = exponent_of(smem[row]);
+                float a0, a1, b0, b1;
+                pow2_halves(r + c0, a0, a1);
+                pow2_halves(r + c1, b0, b1);
                 stg2(plane + row * EMBED_COLS + col,
-                       make_float2(sum[2 * h] * r_inv * c0, sum[2 * h + 1] * r_inv * c1));
+                     make_float2(sum[2 * h] * a0 * a1, sum[2 * h + 1] * b0 * b1));
             }
         }
     }
@@ -678,4 +683,3 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
 SPK_DENSE_KERNEL(spk_segdense_embed_b32_f16, spk::half::THREADS, 1, SPK_HALF_BODY())
 
 #undef SPK_HALF_BODY
-

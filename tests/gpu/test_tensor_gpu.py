@@ -169,6 +169,19 @@ def test_finite_at_the_contract_boundary(runtime, kernels, entry: Entry) -> None
     oxide.close()
 
 
+@pytest.mark.parametrize("entry", [e for e in ENTRIES if e.products() is Products.FP16], ids=_id)
+def test_scaled_products_with_operand_scales_far_apart(runtime, kernels, entry: Entry) -> None:
+    """x times 2^110 and w times 2^-110: every product as before, but the kernel's
+    accumulators (about 2^31 in the scaled domain) times the x scale's inverse alone
+    (about 2^98) would pass FP32's range before the w scale's inverse (about 2^-120)
+    brought them back. Every output finite and within the bound."""
+    ops = operands(entry.site(), entry.batch(), seed=40)
+    ops = {**ops, "x": ops["x"] * np.float32(2.0**110), "w": ops["w"] * np.float32(2.0**-110)}
+    oxide = plan(runtime, kernels, entry, _math(entry), ops)
+    _check(entry, ops, run_eager(runtime, oxide, ops["x"]))
+    oxide.close()
+
+
 @pytest.mark.parametrize("entry", ENTRIES, ids=_id)
 def test_graph_replay_is_bit_identical(runtime, kernels, entry: Entry) -> None:
     ops = operands(entry.site(), entry.batch(), seed=35)
@@ -180,10 +193,10 @@ def test_graph_replay_is_bit_identical(runtime, kernels, entry: Entry) -> None:
 @pytest.mark.parametrize("entry", ENTRIES, ids=_id)
 def test_no_less_exact_than_the_library(runtime, kernels, torch, entry: Entry) -> None:
     """3xTF32 entries against the library in FP32 math, and Select against it in TF32
-    math: at most its error. The other TF32-math
-    entries round each operand to the library's 11 significant bits (TF32, or FP16 after
-    a power-of-two scaling), so their rel-L2 differ from the library's only by how the
-    rounding errors of N outputs happen to sum: measured on the H200 within 3e-5
+    math: at most its error. The other TF32-math entries round each operand to the
+    library's 11 significant bits (TF32, or FP16 after a power-of-two scaling), so their
+    rel-L2 differ from the library's only by how the rounding errors of N outputs happen
+    to sum: measured on the H200 within 3e-5
     (convolutions, N = 1e7), 7e-5 (linear0 at batch 1, N = 7.5e4) and 2.4e-4 (embedding,
     N = 2.5e4) of it, either side, about 0.05 / sqrt(N). Such an entry may exceed the
     library's error by 0.2 / sqrt(N) of it, four times that spread; truncating instead
