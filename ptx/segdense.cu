@@ -142,10 +142,9 @@ __device__ __forceinline__ void cp_async16_fill(saddr shared, const float* globa
                  "r"(bytes)
                  : "memory");
 }
-// The same copy through L1 (.ca): blocks resident on one SM that read the same bytes
-// at about the same time share them there.
-__device__ __forceinline__ void cp_async16_fill_l1(saddr shared, const float* global, u32 bytes) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;" ::"r"(shared), "l"(global),
+// A 4-byte copy through L1 with the same zero fill (`bytes` 0 or 4): gathers of single floats.
+__device__ __forceinline__ void cp_async4_fill(saddr shared, const float* global, u32 bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(shared), "l"(global),
                  "r"(bytes)
                  : "memory");
 }

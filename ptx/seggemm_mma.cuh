@@ -1,40 +1,65 @@
-// Tensor-core GEMMs of the segdense module (included by segdense.cu): the TF32 linears
-// (linear0_b1_tf32, linear1_b32_tf32, the Select entry linear0_b32_tf32), the split-K
-// embeddings on FP32 weights (embed_b32_tf32, _tf32_k2, _tf32_e64, _x3) and, at the end,
-// the split-K embedding on scaled FP16 products (embed_b32_f16).
+// Tensor-core GEMMs of the segdense module (included by segdense.cu): the linears in TF32
+// math (linear0_b1_tf32 on TF32 products; linear1_b32_tf32 and the Select entry
+// linear0_b32_tf32 on scaled FP16 products), the split-K embeddings on FP32 weights
+// (embed_b32_tf32, _tf32_k2, _tf32_e64, _x3) and, at the end, the split-K embedding on
+// scaled FP16 products (embed_b32_f16).
 // sm80 tier only; the sm75 tier exports the same names as trapping stubs.
 //
-// y[m, n] = x[m, k] w[k, n]: x row-major; w as pack_gemm_mma lays it out at plan time
-// (pyspk/candidate/segdense/packing.py): TF32-rounded b fragments, per column tile of
-// BN the k-steps in order, per k-step the pairs of 8-column mma tiles, per pair a float4
-// per lane ((b0, b1) of both tiles), one such plane or two (value, residual). The
-// products run on mma.sync.m16n8k8 with FP32 accumulation; x rows are the fragment rows.
+// y[m, n] = x[m, k] w[k, n]: x row-major; w as packed at plan time
+// (pyspk/candidate/segdense/packing.py), per column tile of BN the k-steps in order, per
+// k-step the pairs of 8-column mma tiles, per pair a 16-byte word quad per lane ((b0, b1)
+// of both tiles): pack_gemm_mma's TF32-rounded b fragments for mma.sync.m16n8k8, one
+// plane or two (value, residual), or (HALF) pack_gemm_half's FP16 pair fragments for
+// m16n8k16, each column times the power of two s_c that puts its largest magnitude in
+// [2^14, 2^15), followed by the n inverse scales. FP32 accumulation; x rows are the
+// fragment rows.
 //
 // Block tile BM x BN of output (x, y) = (rows, columns); split-K entries take slice z
 // of the reduction from blockIdx.z and write partial plane z, which the fixed-order
 // reduction kernels of segdense.cu add with the bias. The block's warps form KSPLIT
 // groups; in a group, warp (wr, wc) owns rows wr WM .. + WM and columns wc WN .. + WN.
-// A stage is KSPLIT k-steps of 8 (group g takes k-step g of every stage), STAGES deep in
-// a cp.async ring with one commit group per stage, empty or not.
-// Shared rows of x: KT + 4 floats, or KT + 8 where PAIRED, so each fragment read of a
-// warp hits distinct banks; w stages as packed, each lane's float4s consecutive. x rows
-// past m are zero-filled (copied from nowhere).
+// A stage is KSPLIT BKS k-steps of KSTEP (8, or 16 for HALF; group g takes the g-th BKS
+// of every stage), STAGES deep in a cp.async ring with one commit group per stage, empty
+// or not. Weights are copied through L2 only: through L1 (.ca, where row tiles share
+// them) Select took 16.45 against 15.72 us, linear1_b32 9.14 against 8.94.
+// Shared rows of x: KT + 4 floats, or KT + 8 where x is read in pairs (PAIRED, HALF), so
+// each fragment read of a warp hits distinct banks; w stages as packed, each lane's
+// quads consecutive. x rows past m are zero-filled (copied from nowhere).
 //
 // Products (a = x, b = w): TF32 rounds both (b at plan time, with the bits cvt.rna
-// gives); SPLIT is 3xTF32; SELECT is TF32 plus the 3xTF32 residuals of 16 selected k,
-// whose rows of w follow the list in FP32.
+// gives); SPLIT is 3xTF32. HALF: each warp scales its x rows by one running power of two
+// s_x that puts the largest magnitude they have shown in [2^14, 2^15) (half_step) and
+// rounds them to FP16; the sums are unscaled by 1 / (s_x s_c) after the last k-step.
+// SELECT is HALF with the 16 listed k (selected_rows: largest sum of squares) packed as
+// zeros and recomputed in 3xTF32 from FP32 copies: the list follows the scales, then
+// those rows of w.
 // Order of each output: per group, the k-steps of its stages in order, each chained
-// into the accumulator (TF32) or summed from zero in its own
-// fragment and then added in FP32 (SPLIT: a_lo b_hi, a_hi b_lo, a_hi b_hi); SELECT then
-// adds, per slot of 8 selected k, a_lo b_hi and a_hi b_lo in the accumulator; groups
-// 1.. KSPLIT-1 are added to group 0 in order; then + bias and LeakyReLU (linears) or the
-// partial store.
+// into the accumulator (TF32, HALF) or summed from zero in its own fragment and then
+// added in FP32 (SPLIT: a_lo b_hi, a_hi b_lo, a_hi b_hi); HALF then unscales; SELECT then
+// adds, per slot of 8 listed k, such a fragment of the three products (from zero) to the
+// unscaled sums; groups 1.. KSPLIT-1 are added to group 0 in order; then + bias and
+// LeakyReLU (linears) or the partial store.
 //
 // Error bounds (u = 2^-24, s = the k-steps one accumulator chains, sum|terms| of the
 // output), checked by the GPU tests: TF32 (SELECT only lowers the products' part)
-// (2^-10 + 2^-22 + 18 s u) sum|terms|; 3xTF32
+// (2^-10 + 2^-22 + 18 s u) sum|terms|; HALF the same plus FP16's range term: an operand
+// below FP16's normal range rounds by an absolute 2^-25 of its scaled value, so
+// 2^-38 (max|x| sum|w_c| + max|w_c| sum|x_r|), max|x| over the warp's 32 rows; 3xTF32
 // (12 + 36 + s + 1) u sum|terms|; the k-split, bias, reduction and LeakyReLU add a
 // rounding each.
+//
+// Scaled FP16 for the batch-32 linears: in the benchmark of record Select 17.33 -> 14.71 us
+// and linear1_b32 9.29 -> 8.60 per enqueue; in the timing harness (medians of CUDA graphs
+// of 20 launches), before the bias moved to shared memory, 15.92 -> 14.48 and 8.81 -> 8.50
+// against their TF32 forms with the other changes here, rel-L2 equal to five digits. Each
+// k-step issues half the mma of two TF32 ones and the weights are half the bytes; what it
+// adds is the scale, so it pays only with one scale per warp (one shuffle tree per k-step)
+// and two k-steps per stage. With one k-step per stage and three stages, one scale per warp
+// took Select 15.16 and linear1 8.96 us, one per row 16.15 and 9.55 (four stages: 16.41 and
+// 9.81). Select's listed x columns are gathered into shared memory behind the prologue and
+// its rows of w copied into the ring slot the last stage leaves free, so its tail reads
+// shared memory only: 17.28 -> 16.45 us in its TF32 form, whose tail read them from global
+// memory after the loop.
 //
 // Measured on the H200 (main kernel, CUDA graphs of 20 launches, medians): two k-steps
 // per group and stage over one, linear0_b1 3.80 / 4.20 us, linear1_b32 11.26 / 11.95,
@@ -52,18 +77,19 @@
 // Select 20.91 to 20.24 us, linear0_b1 4.40 to 4.21, the others within 0.25. Tried and
 // left out: an L2 prefetch of each block's slice at its start (Select 1.9 us slower,
 // linear1_b32 1.3, e64 1.0, x3 0.9) and four stages for e64 and x3 (0.16, 0.24 us slower).
-// w packed as rounded fragments (one 16-byte read per lane and pair of tiles, no
-// rounding in the loop) over [k, n] rows rounded as read: Select 19.35 -> 17.37 us,
-// linear1_b32 10.40 -> 9.21, linear0_b1 4.04 -> 3.92, embed tf32 7.30 -> 7.06, k2
-// 6.67 -> 6.33, e64 6.07 -> 5.81, x3 8.71 -> 8.22, the same bits. PAIRED on top (x read
-// by 8-byte loads, the k of w permuted to match, the same bits again): linear0_b1 3.73,
-// e64 5.72 (5.63 against 5.80 in a second run), but Select 18.84, linear1_b32 9.30 and
-// embed tf32 7.11, so only those two pair (k2 and x3 have no shared memory left for it).
+// w packed as rounded fragments (one 16-byte read per lane and pair of tiles, no rounding
+// in the loop) over [k, n] rows rounded as read: Select 19.35 -> 17.37 us, linear1_b32
+// 10.40 -> 9.21, linear0_b1 4.04 -> 3.92, embed tf32 7.30 -> 7.06, k2 6.67 -> 6.33, e64
+// 6.07 -> 5.81, x3 8.71 -> 8.22, the same bits. PAIRED on top (x read by 8-byte loads, the
+// k of w permuted to match, the same bits again): linear0_b1 3.73, e64 5.72 (5.63 against
+// 5.80 in a second run), but (TF32 forms) Select 18.84, linear1_b32 9.30 and embed tf32
+// 7.11, so only those two pair (k2 and x3 have no shared memory left for it).
 
 namespace spk {
 namespace gemm {
 
-enum class Products { TF32, SPLIT, SELECT };
+// HALF: scaled FP16 products (m16n8k16); SELECT: HALF with the 16 selected k in 3xTF32
+enum class Products { TF32, SPLIT, HALF, SELECT };
 enum class Out { LEAKY, PARTIAL };
 
 constexpr u32 SELECT_ROWS = 16;  // as the reference's SELECT_ROWS
@@ -73,40 +99,60 @@ template <u32 M_, u32 N_, u32 K_, u32 BM_, u32 BN_, u32 WM_, u32 WN_, u32 KSPLIT
 struct Shape {
     static constexpr u32 M = M_, N = N_, K = K_, BM = BM_, BN = BN_, WM = WM_, WN = WN_,
                          KSPLIT = KSPLIT_, STAGES = STAGES_;
-    static constexpr u32 BKS = BKS_;  // k-steps of 8 per group and stage
+    static constexpr u32 BKS = BKS_;  // k-steps (of KSTEP) per group and stage
     static constexpr Products PRODUCTS = PRODUCTS_;
+    static constexpr bool HALF = PRODUCTS == Products::HALF || PRODUCTS == Products::SELECT;
+    static constexpr u32 KSTEP = HALF ? 16 : 8;  // k of one mma
     static constexpr Out OUT = OUT_;
     static constexpr u32 MT = WM / 16, NT = WN / 8;
     static constexpr u32 WARPS_N = BN / WN;
     static constexpr u32 GROUP = BM / WM * WARPS_N * 32;  // threads per k-group
     static constexpr u32 THREADS = GROUP * KSPLIT;
-    static constexpr u32 KT = 8 * BKS * KSPLIT;           // k per stage
+    static constexpr u32 KT = KSTEP * BKS * KSPLIT;       // k per stage
     static constexpr u32 STEPS = K / KT;                  // stages over the whole k
     // x's k read in pairs: mma k-slots q and q + 4 of a k-step are its columns 2 q, 2 q + 1
     static constexpr bool PAIRED = PAIRED_;
-    // w: TF32 planes (the value; for SPLIT also the residual) in fragment order
+    // w: TF32 planes (the value; for SPLIT also the residual), or one plane of FP16 pairs
+    // (HALF), in fragment order
     static constexpr u32 PLANES = PRODUCTS == Products::SPLIT ? 2 : 1;
-    static constexpr u32 PAIR = PLANES * 128;  // floats of one k-step x 16 columns
-    static constexpr u32 A_ROW = KT + (PAIRED ? 8 : 4);
+    static constexpr u32 PAIR = PLANES * 128;  // words of one k-step x 16 columns
+    static constexpr u32 A_ROW = KT + (PAIRED || HALF ? 8 : 4);  // HALF reads x in pairs
     static constexpr u32 A_STAGE = BM * A_ROW;
-    static constexpr u32 B_STAGE = KT / 8 * BN / 16 * PAIR;
+    static constexpr u32 B_STAGE = KT / KSTEP * BN / 16 * PAIR;
+    static constexpr u32 PER_WORD = HALF ? 2 : 1;  // weights per packed word
+    static constexpr u32 SCALES = HALF ? N : 0;  // HALF: the inverse column scales follow
     static constexpr u32 STAGE = A_STAGE + B_STAGE;
     static constexpr u32 A_COPIES = BM * KT / 4, B_COPIES = B_STAGE / 4;
     static constexpr u32 RING = STAGES * STAGE;
     static constexpr u32 RED = (KSPLIT - 1) * GROUP * MT * NT * 4;
-    static constexpr u32 SHARED = RING > RED ? RING : RED;  // floats, static
     static constexpr u32 SELECT = PRODUCTS == Products::SELECT ? SELECT_ROWS : 0;
     static constexpr u32 SLOTS = SELECT / 8 / KSPLIT;      // selected k-steps per group
-    // the planes, then (Select) the selected k and their rows of w in FP32
-    static constexpr u32 W_LEN = K * N * PLANES + SELECT * (1 + N);
+    // Select: x's selected columns after the ring (rows of SELECT + 4 floats, so a
+    // fragment's rows g and columns q hit distinct banks), and the selected rows of w
+    // (BN + 8 floats each) in the ring slot that the last STAGES - 1 stages leave free
+    static constexpr u32 SEL_X_ROW = SELECT + 4, SEL_W_ROW = BN + 8;
+    static constexpr u32 SEL_X = SELECT > 0 ? BM * SEL_X_ROW : 0;
+    static constexpr u32 SEL_W_SLOT = STEPS % STAGES;
+    // HALF: the block's inverse column scales, then its bias
+    static constexpr u32 COL_AT = RING + SEL_X;
+    static constexpr u32 USED = COL_AT + (HALF ? 2 * BN : 0);
+    static constexpr u32 SHARED = USED > RED ? USED : RED;  // floats, static
+    // the planes (HALF: and scales), then (Select) the selected k and their rows in FP32
+    static constexpr u32 PLANE_WORDS = K * N * PLANES / PER_WORD;
+    static constexpr u32 W_LEN = PLANE_WORDS + SCALES + SELECT * (1 + N);
     static constexpr u32 GRID_X = (M + BM - 1) / BM, GRID_Y = N / BN;
 
     static_assert(BM % WM == 0 && BN % WN == 0 && WM % 16 == 0 && WN % 8 == 0, "tiles");
     static_assert(K % KT == 0 && N % BN == 0 && STAGES >= 2, "whole stages and tiles");
-    static_assert(PAIRED ? A_ROW % 32 == 8 || A_ROW % 32 == 24 : A_ROW % 8 == 4,
+    static_assert(PAIRED || HALF ? A_ROW % 32 == 8 || A_ROW % 32 == 24 : A_ROW % 8 == 4,
                   "conflict-free x fragments");
+    static_assert(!HALF || (KSPLIT == 1 && !PAIRED), "HALF: one k-group, its own x pairs");
     static_assert(NT % 2 == 0, "w fragments of column pairs");
     static_assert(SELECT % (8 * KSPLIT) == 0, "whole selected k-steps per group");
+    static_assert(SELECT == 0 || (STEPS >= STAGES && SELECT * SEL_W_ROW <= STAGE &&
+                                  THREADS % SELECT == 0 && BM * SELECT % THREADS == 0 &&
+                                  SELECT * BN % (4 * THREADS) == 0),
+                  "Select's copies and their room");
     static_assert(SHARED * 4 <= 48 * 1024, "static shared memory");
     static_assert(OUT == Out::LEAKY || (PRODUCTS != Products::SELECT && GRID_X == 1),
                   "split-K tiles hold every row");
@@ -144,6 +190,80 @@ __device__ __forceinline__ void a_fragment(saddr at, uint4& hi, uint4& lo) {
     }
     hi = make_uint4(h[0], h[1], h[2], h[3]);
     lo = make_uint4(l[0], l[1], l[2], l[3]);
+}
+
+// HALF: the running power-of-two scale of a warp's x rows, s puts the largest magnitude
+// they have shown so far in [2^14, 2^15) (clamped as half_scale_of clamps it). One scale
+// per warp rather than per row: the max costs one shuffle tree per k-step instead of one
+// per row, Select 16.15 -> 15.16 us, linear1 9.55 -> 8.96 (timing harness).
+struct WarpScale {
+    float largest, scale, inverse;
+};
+
+// One k-step of 16 on scaled FP16 products: x rows g and g + 8 of each 16-row tile at
+// `a` (columns 2 q, 2 q + 1 and 2 q + 8, 2 q + 9), w's packed pair fragments at `b`.
+// Where the step raises the warp's largest magnitude, its sums so far are scaled by the
+// ratio of the new and old scale, a power of two, so every product stays in FP16's range.
+template <class G>
+__device__ __forceinline__ void half_step(saddr a, saddr b, float (&acc)[G::MT][G::NT][4],
+                                          WarpScale& warp) {
+    float2 front[G::MT][2], back[G::MT][2];
+    float m = 0.0f;
+#pragma unroll
+    for (u32 i = 0; i < G::MT; ++i) {
+#pragma unroll
+        for (u32 h = 0; h < 2; ++h) {
+            const saddr at = a + 4 * (i * 16 + 8 * h) * G::A_ROW;
+            front[i][h] = lds2(at);
+            back[i][h] = lds2(at + 4 * 8);
+            m = fmaxf(m, fmaxf(fmaxf(fabsf(front[i][h].x), fabsf(front[i][h].y)),
+                               fmaxf(fabsf(back[i][h].x), fabsf(back[i][h].y))));
+        }
+    }
+#pragma unroll
+    for (u32 d = 1; d < 32; d *= 2) {
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, d));
+    }
+    warp.largest = fmaxf(warp.largest, m);
+    float next, next_inverse;
+    half_scale_of(warp.largest, next, next_inverse);
+    if (next != warp.scale) {  // the same in every lane
+        const float ratio = next * warp.inverse;
+#pragma unroll
+        for (u32 i = 0; i < G::MT; ++i) {
+#pragma unroll
+            for (u32 j = 0; j < G::NT; ++j) {
+#pragma unroll
+                for (u32 e = 0; e < 4; ++e) {
+                    acc[i][j][e] *= ratio;
+                }
+            }
+        }
+        warp.scale = next;
+        warp.inverse = next_inverse;
+    }
+    const float s = warp.scale;
+    uint4 frag[G::MT];
+#pragma unroll
+    for (u32 i = 0; i < G::MT; ++i) {
+        frag[i] = make_uint4(f16_pair(front[i][0].x * s, front[i][0].y * s),
+                             f16_pair(front[i][1].x * s, front[i][1].y * s),
+                             f16_pair(back[i][0].x * s, back[i][0].y * s),
+                             f16_pair(back[i][1].x * s, back[i][1].y * s));
+    }
+#pragma unroll
+    for (u32 p = 0; p < G::NT / 2; ++p) {
+        const float4 v = lds4(b + 4 * p * G::PAIR);  // (b0, b1) of column tiles 2 p, 2 p + 1
+#pragma unroll
+        for (u32 half = 0; half < 2; ++half) {
+            const u32 b0 = __float_as_uint(half ? v.z : v.x);
+            const u32 b1 = __float_as_uint(half ? v.w : v.y);
+#pragma unroll
+            for (u32 i = 0; i < G::MT; ++i) {
+                mma_f16(acc[i][2 * p + half], frag[i], b0, b1);
+            }
+        }
+    }
 }
 
 // The in-block k-split's meeting: groups 1.. leave their sums in shared memory and
@@ -188,18 +308,6 @@ __device__ __forceinline__ bool meet_groups(float (&acc)[G::MT][G::NT][4], saddr
     return true;
 }
 
-// A copy of w. Where row tiles share the weight (GRID_X > 1), through L1: the blocks an
-// SM holds read the same stage at about the same time (Select 20.36 -> 19.54 us,
-// linear1_b32 11.37 -> 10.49). The split-K slices are each read by one block.
-template <class G>
-__device__ __forceinline__ void cp_async16_fill_w(saddr shared, const float* global, u32 bytes) {
-    if constexpr (G::GRID_X > 1) {
-        cp_async16_fill_l1(shared, global, bytes);
-    } else {
-        cp_async16_fill(shared, global, bytes);
-    }
-}
-
 template <class G>
 __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
                                     const float* __restrict__ w, u64 w_len,
@@ -211,6 +319,7 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
     if (x_len != u64(G::M) * G::K | w_len != G::W_LEN |
         bias_len != G::N | y_len != splits * outputs | splits < 1 |
         splits > EMBED_MAX_SPLITS | !aligned16(x) | !aligned16(w) | !aligned16(y) |
+        (G::HALF && !aligned16(bias)) |
         !launch_is(G::GRID_X, G::GRID_Y, splits, G::THREADS)) {
         return;
     }
@@ -233,9 +342,10 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
     const u32 stages = (z + 1) * G::STEPS / splits - first;
     const u32 k0 = first * G::KT;
 
-    // the bias is read now, its latency hidden behind the main loop
+    // the bias is read now, its latency hidden behind the main loop (HALF: copied to
+    // shared memory with the scales, which keeps Select's registers from spilling)
     float2 bias2[G::NT];
-    if constexpr (!SPLIT_K) {
+    if constexpr (!SPLIT_K && !G::HALF) {
 #pragma unroll
         for (u32 j = 0; j < G::NT; ++j) {
             const u32 col = col0 + wc * G::WN + j * 8 + 2 * q;
@@ -252,7 +362,8 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
     constexpr u32 A_STEP = G::THREADS / (G::KT / 4);
     const u32 a_r = t / (G::KT / 4), a_v = t % (G::KT / 4);
     const float* x_from = x + u64(row0 + a_r) * G::K + k0 + 4 * a_v;
-    const float* w_from = w + (u64(col0) * G::K + u64(k0) * G::BN) * G::PLANES + 4 * t;
+    const float* w_from =
+        w + (u64(col0) * G::K + u64(k0) * G::BN) * G::PLANES / G::PER_WORD + 4 * t;
     const saddr a_to = base + 4 * (a_r * G::A_ROW + 4 * a_v);
     const saddr b_to = base + 4 * (G::A_STAGE + 4 * t);
     u32 real = 0;
@@ -274,11 +385,21 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
 #pragma unroll
         for (u32 i = 0; i < (G::B_COPIES + G::THREADS - 1) / G::THREADS; ++i) {
             if (G::B_COPIES % G::THREADS == 0 || t + i * G::THREADS < G::B_COPIES) {
-                cp_async16_fill_w<G>(b_to + at + 4 * 4 * i * G::THREADS,
-                                     w_from + u64(stage) * G::B_STAGE + 4 * i * G::THREADS, 16);
+                cp_async16_fill(b_to + at + 4 * 4 * i * G::THREADS,
+                                w_from + u64(stage) * G::B_STAGE + 4 * i * G::THREADS, 16);
             }
         }
     };
+    const float* const scales = w + G::PLANE_WORDS;
+    if constexpr (G::HALF) {  // with the first stage: the block's column scales and bias
+        static_assert(G::BN / 2 <= G::THREADS && !SPLIT_K, "one copy per thread");
+        if (t < G::BN / 4) {
+            cp_async16_fill(base + 4 * (G::COL_AT + 4 * t), scales + col0 + 4 * t, 16);
+        } else if (t < G::BN / 2) {
+            const u32 v = t - G::BN / 4;
+            cp_async16_fill(base + 4 * (G::COL_AT + G::BN + 4 * v), bias + col0 + 4 * v, 16);
+        }
+    }
 #pragma unroll
     for (u32 s = 0; s < G::STAGES - 1; ++s) {
         if (s < stages) {
@@ -286,15 +407,35 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
         }
         cp_async_commit();
     }
+    // Select: the list follows the planes, then the listed rows of w in FP32. Thread t
+    // gathers entry t % SELECT of rows t / SELECT + i THREADS / SELECT (zero past m) into
+    // the room after the ring, landing with the first stage issued in the loop; an index
+    // past k reads x's column k - 1 (a corrupt list only miscomputes).
+    const float* const selected_w = scales + G::SCALES + G::SELECT;
+    if constexpr (G::SELECT > 0) {
+        const u32 entry = t % G::SELECT;
+        const u32 k = min(__ldg(reinterpret_cast<const u32*>(selected_w) - G::SELECT + entry),
+                          G::K - 1);
+#pragma unroll
+        for (u32 i = 0; i < G::BM * G::SELECT / G::THREADS; ++i) {
+            const u32 r = t / G::SELECT + i * (G::THREADS / G::SELECT);
+            const bool real = row0 + r < G::M;
+            cp_async4_fill(base + 4 * (G::RING + r * G::SEL_X_ROW + entry),
+                           real ? x + u64(row0 + r) * G::K + k : x, real ? 4 : 0);
+        }
+    }
 
     float acc[G::MT][G::NT][4];
     zero(acc);
     // group g takes the stage's k-steps g BKS .. g BKS + BKS - 1
-    const u32 a_at = 4 * ((wr * G::WM + g) * G::A_ROW + group * 8 * G::BKS +
-                          (G::PAIRED ? 2 * q : q));
+    const u32 a_at = 4 * ((wr * G::WM + g) * G::A_ROW + group * G::KSTEP * G::BKS +
+                          (G::PAIRED || G::HALF ? 2 * q : q));
     // w: pair p of k-step s of the stage at (s BN / 16 + p) PAIR, lane l's float4 at 4 l
     const u32 b_at = 4 * (G::A_STAGE + (group * G::BKS * G::BN / 16 + wc * G::WN / 16) * G::PAIR +
                           4 * lane);
+
+    WarpScale warp_scale{0.0f, 0.0f, 0.0f};
+    half_scale_of(0.0f, warp_scale.scale, warp_scale.inverse);
 
     // the ring slot of this stage and of the one issued in it, STAGES - 1 ahead
     u32 slot = 0, ahead = G::STAGES - 1;
@@ -305,6 +446,19 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
         if (stage + G::STAGES - 1 < stages) {
             issue(stage + G::STAGES - 1, ahead);
         }
+        if constexpr (G::SELECT > 0) {
+            if (stage + G::STAGES - 1 == stages) {
+                // the slot of stage - 1 (SEL_W_SLOT) is read no more: Select's rows of w
+#pragma unroll
+                for (u32 i = 0; i < G::SELECT * G::BN / 4 / G::THREADS; ++i) {
+                    const u32 copy = t + i * G::THREADS;
+                    const u32 r = copy / (G::BN / 4), v = copy % (G::BN / 4);
+                    cp_async16_fill(base + 4 * (G::SEL_W_SLOT * G::STAGE + r * G::SEL_W_ROW +
+                                                4 * v),
+                                    selected_w + r * G::N + col0 + 4 * v, 16);
+                }
+            }
+        }
         cp_async_commit();
 
         const saddr stage_at = base + 4 * slot * G::STAGE;
@@ -312,6 +466,11 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
         ahead = ahead + 1 == G::STAGES ? 0 : ahead + 1;
 #pragma unroll
         for (u32 kk = 0; kk < G::BKS; ++kk) {
+            if constexpr (G::HALF) {
+                half_step<G>(stage_at + a_at + 4 * 16 * kk,
+                             stage_at + b_at + 4 * kk * G::BN / 16 * G::PAIR, acc, warp_scale);
+                continue;
+            }
             const saddr at = stage_at + 4 * 8 * kk;  // x columns 8 kk ..
             uint4 a_hi[G::MT], a_lo[G::MT];
 #pragma unroll
@@ -349,27 +508,53 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
         }
     }
 
-    // Select: the residual products of the selected k, read from global memory once the
-    // main loop's registers are free. Slot s of group g holds the k listed at
-    // 8 (g SLOTS + s) + {q, q + 4}, their rows of w after the list in its order; an index
-    // past k reads x's column k - 1 (a corrupt list only miscomputes).
-    if constexpr (G::SLOTS > 0) {
+    if constexpr (G::HALF) {
+        // acc / (s_r s_c) as two powers of two of half the exponent each (pow2_halves):
+        // neither step overflows or underflows unless the result does
+        int col_exponent[G::NT][2];
 #pragma unroll
+        for (u32 j = 0; j < G::NT; ++j) {
+#pragma unroll
+            for (u32 e = 0; e < 2; ++e) {
+                const u32 col = wc * G::WN + j * 8 + 2 * q + e;
+                col_exponent[j][e] = exponent_of(lds1(base + 4 * (G::COL_AT + col)));
+            }
+        }
+        const int x_exponent = exponent_of(warp_scale.inverse);
+#pragma unroll
+        for (u32 j = 0; j < G::NT; ++j) {
+#pragma unroll
+            for (u32 e = 0; e < 2; ++e) {
+                float f1, f2;
+                pow2_halves(x_exponent + col_exponent[j][e], f1, f2);
+#pragma unroll
+                for (u32 i = 0; i < G::MT; ++i) {
+                    acc[i][j][e] = acc[i][j][e] * f1 * f2;
+                    acc[i][j][2 + e] = acc[i][j][2 + e] * f1 * f2;
+                }
+            }
+        }
+    }
+
+    // Select: the products of the selected k (zero in the FP16 plane) in 3xTF32, from
+    // the copies above once the main loop's registers are free: per slot of 8, a fresh
+    // fragment takes a_lo b_hi, a_hi b_lo, a_hi b_hi and the unscaled sum adds it. Slot s
+    // of group g holds list entries 8 (g SLOTS + s) + {q, q + 4}.
+    if constexpr (G::SLOTS > 0) {
+        cp_async_wait<0>();
+        __syncthreads();
+        const saddr sel_x = base + 4 * (G::RING + (wr * G::WM + g) * G::SEL_X_ROW + q);
+        const saddr sel_w = base + 4 * (G::SEL_W_SLOT * G::STAGE + q * G::SEL_W_ROW +
+                                        wc * G::WN + g);
+#pragma unroll 1  // unrolled, it spills on sm_120 (12 bytes)
         for (u32 s = 0; s < G::SLOTS; ++s) {
-            const u32* listed = reinterpret_cast<const u32*>(w + u64(G::K) * G::N);
             const u32 slot = group * G::SLOTS + s;
-            const u32 k_lo = min(__ldg(listed + 8 * slot + q), G::K - 1);
-            const u32 k_hi = min(__ldg(listed + 8 * slot + q + 4), G::K - 1);
             uint4 x_hi[G::MT], x_lo[G::MT];
 #pragma unroll
             for (u32 i = 0; i < G::MT; ++i) {
-                const u32 r = row0 + wr * G::WM + i * 16 + g;
-                const float v[4] = {
-                    r < G::M ? __ldg(x + u64(r) * G::K + k_lo) : 0.0f,
-                    r + 8 < G::M ? __ldg(x + u64(r + 8) * G::K + k_lo) : 0.0f,
-                    r < G::M ? __ldg(x + u64(r) * G::K + k_hi) : 0.0f,
-                    r + 8 < G::M ? __ldg(x + u64(r + 8) * G::K + k_hi) : 0.0f,
-                };
+                const saddr at = sel_x + 4 * (i * 16 * G::SEL_X_ROW + 8 * slot);
+                const float v[4] = {lds1(at), lds1(at + 4 * 8 * G::SEL_X_ROW), lds1(at + 4 * 4),
+                                    lds1(at + 4 * (8 * G::SEL_X_ROW + 4))};
                 u32 h[4], l[4];
 #pragma unroll
                 for (u32 e = 0; e < 4; ++e) {
@@ -380,15 +565,18 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
             }
 #pragma unroll
             for (u32 j = 0; j < G::NT; ++j) {
-                const u32 col = col0 + wc * G::WN + j * 8 + g;
+                const saddr at = sel_w + 4 * (8 * slot * G::SEL_W_ROW + j * 8);
                 u32 h0, h1, l0, l1;
-                const float* rows = w + u64(G::K) * G::N + G::SELECT + 8 * slot * G::N + col;
-                tf32_split(__ldg(rows + q * G::N), h0, l0);
-                tf32_split(__ldg(rows + (q + 4) * G::N), h1, l1);
+                tf32_split(lds1(at), h0, l0);
+                tf32_split(lds1(at + 4 * 4 * G::SEL_W_ROW), h1, l1);
 #pragma unroll
                 for (u32 i = 0; i < G::MT; ++i) {
-                    mma_tf32(acc[i][j], x_lo[i], h0, h1);
-                    mma_tf32(acc[i][j], x_hi[i], l0, l1);
+                    float chunk[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    mma_split(chunk, x_hi[i], x_lo[i], h0, h1, l0, l1);
+#pragma unroll
+                    for (u32 e = 0; e < 4; ++e) {
+                        acc[i][j][e] += chunk[e];
+                    }
                 }
             }
         }
@@ -411,7 +599,10 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
             for (u32 half = 0; half < 2; ++half) {
                 const u32 r = row0 + wr * G::WM + i * 16 + g + 8 * half;
                 float2 v = make_float2(acc[i][j][2 * half], acc[i][j][2 * half + 1]);
-                if constexpr (!SPLIT_K) {
+                if constexpr (G::HALF) {
+                    const float2 b = lds2(base + 4 * (G::COL_AT + G::BN + col - col0));
+                    v = make_float2(lin::leaky(v.x + b.x), lin::leaky(v.y + b.y));
+                } else if constexpr (!SPLIT_K) {
                     v = make_float2(lin::leaky(v.x + bias2[j].x), lin::leaky(v.y + bias2[j].y));
                 }
                 if (r < G::M) {
@@ -435,8 +626,8 @@ namespace gemm {
 using P = Products;
 //                  M      N    K     BM  BN   WM  WN KSPLIT BKS STAGES        PAIRED
 using Linear0B1 = Shape<589, 128, 256, 32, 32, 16, 32, 2, 2, 3, P::TF32, Out::LEAKY, true>;
-using Linear0B32 = Shape<18848, 128, 256, 64, 128, 32, 64, 1, 2, 3, P::SELECT, Out::LEAKY>;
-using Linear1B32 = Shape<18848, 128, 128, 64, 128, 32, 64, 1, 2, 3, P::TF32, Out::LEAKY>;
+using Linear0B32 = Shape<18848, 128, 256, 64, 128, 32, 64, 1, 2, 2, P::SELECT, Out::LEAKY>;
+using Linear1B32 = Shape<18848, 128, 128, 64, 128, 32, 64, 1, 2, 2, P::HALF, Out::LEAKY>;
 using EmbedTf32 = Shape<96, 256, 5120, 96, 128, 32, 64, 1, 2, 2, P::TF32, Out::PARTIAL>;
 using EmbedTf32K2 = Shape<96, 256, 5120, 96, 128, 32, 64, 2, 1, 3, P::TF32, Out::PARTIAL>;
 using EmbedTf32E64 = Shape<96, 256, 5120, 96, 64, 32, 64, 2, 1, 3, P::TF32, Out::PARTIAL, true>;

@@ -15,6 +15,7 @@ from pyspk.candidate.segdense.packing import (
     pack_conv_half,
     pack_conv_mma,
     pack_conv_rows,
+    pack_gemm_half,
     pack_gemm_mma,
     pack_half_columns,
     round_tf32,
@@ -657,6 +658,49 @@ def test_pack_gemm_mma_refuses_bad_shapes() -> None:
         pack_gemm_mma(np.zeros((12, 64), np.float32), 64, 12, 32, 1)
     with pytest.raises(ValueError, match=r"expected \(16, 64\)"):
         pack_gemm_mma(np.zeros((64, 16), np.float32), 64, 16, 32, 1)
+
+
+def test_pack_gemm_half_places_each_scaled_pair_in_its_fragment() -> None:
+    """Read back as the FP16 GEMMs read it: lane l = 4 g + q takes, for mma tile 2 p + h of
+    a column tile, registers 2 h (b0: rows 2 q, 2 q + 1 of the k-step) and 2 h + 1 (b1:
+    rows 2 q + 8, 2 q + 9), low half first, at column 16 p + 8 h + g. Every weight lands
+    once, times its column's power of two and rounded to FP16; the rows listed to be
+    zeroed are zero and set no scale; the n inverse scales follow."""
+    k, n, cols = 48, 64, 32
+    weight = np.random.default_rng(9).standard_normal((k, n)).astype(np.float32)
+    weight[:, 5] *= np.float32(2.0**-30)  # a column far below the others keeps its bits
+    zeroed = [3, 40]
+    weight[40, 9] = 1e6  # a zeroed row's huge value must not set its column's scale
+    packed = pack_gemm_half(weight, n, k, cols, zeroed)
+    words = packed[: k * n // 2].view(np.uint32).reshape(n // cols, k // 16, cols // 16, 32, 4)
+    inverse = packed[k * n // 2 :]
+    restored = np.full((k, n), np.nan, np.float32)
+    for tile, step, pair, lane, e in np.ndindex(*words.shape):
+        q, g = lane % 4, lane // 4
+        row = step * 16 + 2 * q + 8 * (e % 2)
+        col = tile * cols + pair * 16 + 8 * (e // 2) + g
+        halves = np.array([words[tile, step, pair, lane, e]], np.uint32).view(np.float16)
+        restored[row : row + 2, col] = halves.astype(np.float32)
+    kept = weight.copy()
+    kept[zeroed] = 0
+    scale, expected_inverse = half_scale(np.abs(kept).max(axis=0))
+    assert np.array_equal(inverse, expected_inverse)
+    full = kept * scale[None, :]
+    assert np.array_equal(restored, full.astype(np.float16).astype(np.float32))
+    assert np.all(np.abs(full).max(axis=0) < 2.0**15)
+    unscaled = restored * inverse[None, :]
+    assert np.all(np.abs(unscaled - kept) <= 2.0**-11 * np.abs(kept))
+    assert np.array_equal(pack_gemm_half(weight.reshape(-1), n, k, cols, zeroed), packed)
+
+
+def test_pack_gemm_half_refuses_bad_shapes() -> None:
+    weight = np.zeros((32, 64), np.float32)
+    with pytest.raises(ValueError, match="cols a multiple of 16 dividing n"):
+        pack_gemm_half(weight, 64, 32, 24)
+    with pytest.raises(ValueError, match="k a multiple of 16"):
+        pack_gemm_half(np.zeros((24, 64), np.float32), 64, 24, 32)
+    with pytest.raises(ValueError, match=r"expected \(32, 64\)"):
+        pack_gemm_half(np.zeros((64, 32), np.float32), 64, 32, 32)
 
 
 def test_pack_conv_mma_refuses_bad_shapes() -> None:

@@ -523,7 +523,7 @@ ENTRY_TABLE = {
         32,
         lambda s: Config(
             kernel="spk_segdense_linear0_b32_tf32",
-            kind=Gemm(rows=64, cols=128, select=16, fragments=Fragments(planes=1)),
+            kind=Gemm(rows=64, cols=128, select=16, fragments=Fragments(planes=1, half=True)),
             block=128,
             shared=0,
         ),
@@ -563,7 +563,7 @@ ENTRY_TABLE = {
         32,
         lambda s: Config(
             kernel="spk_segdense_linear1_b32_tf32",
-            kind=Gemm(rows=64, cols=128, select=0, fragments=Fragments(planes=1)),
+            kind=Gemm(rows=64, cols=128, select=0, fragments=Fragments(planes=1, half=True)),
             block=128,
             shared=0,
         ),

@@ -5,6 +5,7 @@ from pyspk.candidate.segdense.area import Area
 from pyspk.candidate.segdense.packing import (
     f16_bits,
     half_scale,
+    pack_gemm_half,
     pack_gemm_mma,
     pack_half_columns,
     selected_rows,
@@ -87,6 +88,7 @@ __all__ = [
     "TensorConv",
     "f16_bits",
     "half_scale",
+    "pack_gemm_half",
     "pack_gemm_mma",
     "pack_half_columns",
     "selected_rows",

@@ -4,7 +4,8 @@ Ports `f16_bits`, `round_up`, `half_scale`, `pack_half_columns` and `selected_ro
 of reference/segdense.rs bit for bit, vectorised over whole arrays so a 256 x 5120
 embedding weight packs in milliseconds; `round_tf32` and `pack_conv_mma` emulate the
 device rounding and the `spk_segdense_pack_conv_mma` kernel, for its bit-for-bit test;
-`pack_conv_half` lays out the FP16 tensor-core convolutions' weights.
+`pack_conv_half` and `pack_gemm_half` lay out the FP16 tensor-core convolutions' and
+linears' weights.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ __all__ = [
     "pack_conv_half",
     "pack_conv_mma",
     "pack_conv_rows",
+    "pack_gemm_half",
     "pack_gemm_mma",
     "pack_half_columns",
     "round_tf32",
@@ -273,6 +275,38 @@ def pack_gemm_mma(
     high = round_tf32(values)
     stacked = high if planes == 1 else np.concatenate([high, round_tf32(values - high)], axis=3)
     return stacked.reshape(-1)
+
+
+def pack_gemm_half(
+    weight: npt.ArrayLike, n: int, k: int, cols: int, zero_rows: npt.ArrayLike = ()
+) -> np.ndarray:
+    """Packs `weight [k, n]` (row-major) for the tensor-core GEMMs on scaled FP16 products.
+
+    Returns float32 of length `k * n // 2 + n`: first `[n / cols][k / 16][cols / 16][32][4]`
+    words (column tile of the block, k-step of 16, pair of 8-column mma tiles, lane,
+    register): register e of lane l in pair p of step s holds the FP16 pair of column
+    `16 p + l // 4 + 8 (e // 2)` of the tile at rows `16 s + 2 (l % 4) + 8 (e % 2)` and
+    the next one, low half first, each value times the column's
+    `s = half_scale(max |w[:, col]|)`; then `1 / s` for the n columns. The rows listed in
+    `zero_rows` pack as zeros and set no scale (Select recomputes them in 3xTF32).
+    """
+    if cols < 16 or cols % 16 or n % cols or k < 16 or k % 16:
+        raise ValueError(
+            f"pack_gemm_half needs cols a multiple of 16 dividing n, k a multiple of 16; "
+            f"got n={n}, k={k}, cols={cols}"
+        )
+    matrix = _weight_matrix(weight, k, n, "pack_gemm_half").copy()
+    matrix[np.asarray(zero_rows, dtype=np.int64)] = 0.0
+    largest = np.fmax.reduce(np.abs(matrix), axis=0, initial=np.float32(0.0))
+    scale, inverse = _half_scale_array(largest)
+    halves = _f16_bits_array(matrix * scale[None, :]).reshape(k, n)
+    # k = 16 s + 8 r + 2 q + b, n = cols tile + 16 p + 8 h + g; lane 4 g + q holds
+    # register e = 2 h + r, whose low (b = 0) and high (b = 1) halves are adjacent rows
+    axes = halves.reshape(k // 16, 2, 4, 2, n // cols, cols // 16, 2, 8)  # s r q b tile p h g
+    ordered = np.ascontiguousarray(axes.transpose(4, 0, 5, 7, 2, 6, 1, 3), dtype="<u2")
+    # assembled as uint32 so the FP16 pairs keep their exact bits (some are NaN patterns)
+    packed = np.concatenate([ordered.view("<u4").reshape(-1), inverse.view(_U32)])
+    return packed.view(np.float32)
 
 
 def _conv_matrix(weight: npt.ArrayLike, cin: int, name: str) -> np.ndarray:

@@ -28,6 +28,7 @@ from pyspk.candidate.framework import (
 from pyspk.candidate.segdense.packing import (
     pack_conv_half,
     pack_conv_rows,
+    pack_gemm_half,
     pack_gemm_mma,
     pack_half_columns,
     selected_rows,
@@ -498,12 +499,16 @@ def _pack(
         case Split():
             pack = _function(kernels, "spk_segdense_pack")
             return _pack_on_device(runtime, pack, source, n * k, k * n, (n, k, n))
-        case Gemm(cols=cols, select=select, fragments=Fragments(planes=planes, paired=paired)):
+        case Gemm(cols=cols, select=select, fragments=Fragments() as fragments):
             host = runtime.download(weight).reshape(k, n)
-            packed = pack_gemm_mma(host, n, k, cols, planes, paired)
+            rows = selected_rows(host, n, select)
+            if fragments.half:
+                # the selected rows pack as zeros: the kernel multiplies them in 3xTF32
+                packed = pack_gemm_half(host, n, k, cols, rows)
+            else:
+                packed = pack_gemm_mma(host, n, k, cols, fragments.planes, fragments.paired)
             if select == 0:
                 return runtime.upload(packed)
-            rows = selected_rows(host, n, select)
             tail = [rows.view(np.float32), host[rows].ravel()]
             return runtime.upload(np.concatenate([packed, *tail]))
     copy = runtime.alloc_zeros(n * k)

@@ -304,11 +304,11 @@ _ENTRY_FACTS = {
     Entry.LINEAR0_B1: (Site.LINEAR0, 1, PtxTier.SM75, Products.FP32),
     Entry.LINEAR0_B1_TF32: (Site.LINEAR0, 1, PtxTier.SM80, Products.TF32),
     Entry.LINEAR0_B32: (Site.LINEAR0, 32, PtxTier.SM75, Products.FP32),
-    Entry.LINEAR0_B32_SELECT: (Site.LINEAR0, 32, PtxTier.SM80, Products.TF32),
+    Entry.LINEAR0_B32_SELECT: (Site.LINEAR0, 32, PtxTier.SM80, Products.FP16),
     Entry.LINEAR1_B1: (Site.LINEAR1, 1, PtxTier.SM75, Products.FP32),
     Entry.LINEAR1_B1_TF32: (Site.LINEAR1, 1, PtxTier.SM75, Products.TF32),
     Entry.LINEAR1_B32: (Site.LINEAR1, 32, PtxTier.SM75, Products.FP32),
-    Entry.LINEAR1_B32_TF32: (Site.LINEAR1, 32, PtxTier.SM80, Products.TF32),
+    Entry.LINEAR1_B32_TF32: (Site.LINEAR1, 32, PtxTier.SM80, Products.FP16),
     Entry.CLASSIFIER_B1: (Site.LINEAR2, 1, PtxTier.SM75, Products.FP32),
     Entry.CLASSIFIER_B32: (Site.LINEAR2, 32, PtxTier.SM75, Products.FP32),
     Entry.EMBED_B1: (Site.EMBEDDING, 1, PtxTier.SM75, Products.FP32),
@@ -402,10 +402,12 @@ class Fragments:
     """Weights a tensor-core GEMM reads as `pack_gemm_mma` lays them out: TF32 mma
     fragments in `planes` planes (2: value and residual), per column tile of the kind's
     `cols`; `paired` when the kernel reads the k of x in pairs, so w's k is permuted to
-    match."""
+    match. With `half`, one plane of FP16 pair fragments scaled per column instead, then
+    the inverse scales (`pack_gemm_half`), for scaled FP16 products."""
 
     planes: int
     paired: bool = False
+    half: bool = False
 
 
 @attrs.frozen
@@ -492,8 +494,9 @@ class Config:
 
     @classmethod
     def select_gemm(cls, kernel: str, rows: int, cols: int, block: int) -> Config:
-        """A TF32 GEMM recomputing SELECT_ROWS reduction rows in 3xTF32."""
-        return cls(kernel, Gemm(rows, cols, SELECT_ROWS, Fragments(1)), block, 0)
+        """A GEMM on scaled FP16 products recomputing SELECT_ROWS reduction rows in
+        3xTF32."""
+        return cls(kernel, Gemm(rows, cols, SELECT_ROWS, Fragments(1, half=True)), block, 0)
 
     @classmethod
     def classifier(cls, kernel: str, rows: int, block: int) -> Config:
@@ -542,7 +545,7 @@ _CONFIGS = {
     Entry.LINEAR1_B1_TF32: lambda _: Config.gemm("spk_segdense_linear1_b1_tf32", 16, 32, 128),
     Entry.LINEAR1_B32: lambda _: Config.gemm("spk_segdense_linear1_b32", 64, 128, 128),
     Entry.LINEAR1_B32_TF32: lambda _: Config.gemm(
-        "spk_segdense_linear1_b32_tf32", 64, 128, 128, Fragments(1)
+        "spk_segdense_linear1_b32_tf32", 64, 128, 128, Fragments(1, half=True)
     ),
     Entry.CLASSIFIER_B1: lambda _: Config.classifier("spk_segdense_classifier_b1", 8, 64),
     Entry.CLASSIFIER_B32: lambda _: Config.classifier("spk_segdense_classifier_b32", 128, 256),
