@@ -48,8 +48,8 @@
 // (12 + 36 + s + 1) u sum|terms|; the k-split, bias, reduction and LeakyReLU add a
 // rounding each.
 //
-// Scaled FP16 for the batch-32 linears: in the benchmark of record Select 17.33 -> 14.71 us
-// and linear1_b32 9.29 -> 8.60 per enqueue; in the timing harness (medians of CUDA graphs
+// Scaled FP16 for the batch-32 linears: in the benchmark of record Select 17.33 -> 14.62 us
+// and linear1_b32 9.29 -> 8.63 per enqueue; in the timing harness (medians of CUDA graphs
 // of 20 launches), before the bias moved to shared memory, 15.92 -> 14.48 and 8.81 -> 8.50
 // against their TF32 forms with the other changes here, rel-L2 equal to five digits. Each
 // k-step issues half the mma of two TF32 ones and the weights are half the bytes; what it
