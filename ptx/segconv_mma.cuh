@@ -434,36 +434,15 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
 
     float acc[4][4][4];
     zero(acc);
-    float largest = 0.0f, scale, inverse;
-    half_scale_of(largest, scale, inverse);
+    WarpScale x_scale = warp_scale_start();
     auto stash = [&](u32 buffer) {
         float m = fmaxf(fabsf(xh[0]), fabsf(xh[1]));
 #pragma unroll
         for (u32 r = 0; r < STAGE_CI; ++r) {
             m = fmaxf(m, fabsf(xm[r]));
         }
-#pragma unroll
-        for (u32 d = 1; d < 32; d *= 2) {
-            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, d));
-        }
-        largest = fmaxf(largest, m);
-        float next, next_inverse;
-        half_scale_of(largest, next, next_inverse);
-        if (next != scale) {  // the same in every lane: largest is the warp's
-            const float ratio = next * inverse;
-#pragma unroll
-            for (u32 i = 0; i < 4; ++i) {
-#pragma unroll
-                for (u32 j = 0; j < 4; ++j) {
-#pragma unroll
-                    for (u32 e = 0; e < 4; ++e) {
-                        acc[i][j][e] *= ratio;
-                    }
-                }
-            }
-            scale = next;
-            inverse = next_inverse;
-        }
+        raise_warp_scale(m, x_scale, acc);
+        const float scale = x_scale.scale;
         const saddr at = base + 4 * (buffer * X_BUFFER + warp * X_WARP);
 #pragma unroll
         for (u32 p = 0; p < STAGE_CI / 2; ++p) {
@@ -522,7 +501,7 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
 
     // acc / s_x / s_o as two powers of two, each half the exponent: neither step can
     // overflow or underflow unless the result does
-    const int x_exponent = exponent_of(inverse);
+    const int x_exponent = exponent_of(x_scale.inverse);
 #pragma unroll
     for (u32 i = 0; i < 4; ++i) {
 #pragma unroll

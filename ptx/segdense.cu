@@ -204,6 +204,45 @@ __device__ __forceinline__ void half_scale_of(float largest, float& scale, float
     inverse = __uint_as_float(u32(127 - shift) << 23);
 }
 
+// A warp's running power-of-two scale for FP16 operands: `scale` puts the largest
+// magnitude the warp has shown so far in [2^14, 2^15) (half_scale_of), `inverse` is 1 / it.
+struct WarpScale {
+    float largest, scale, inverse;
+};
+__device__ __forceinline__ WarpScale warp_scale_start() {
+    WarpScale s{0.0f, 0.0f, 0.0f};
+    half_scale_of(0.0f, s.scale, s.inverse);
+    return s;
+}
+// Folds `m`, this lane's largest magnitude of the next operands, into the warp's scale.
+// Where the scale changes (the same in every lane), the sums so far are multiplied by
+// the ratio of the new and old scale, a power of two: every product stays in FP16's range.
+template <u32 A, u32 B>
+__device__ __forceinline__ void raise_warp_scale(float m, WarpScale& s, float (&acc)[A][B][4]) {
+#pragma unroll
+    for (u32 d = 1; d < 32; d *= 2) {
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, d));
+    }
+    s.largest = fmaxf(s.largest, m);
+    float next, next_inverse;
+    half_scale_of(s.largest, next, next_inverse);
+    if (next != s.scale) {
+        const float ratio = next * s.inverse;
+#pragma unroll
+        for (u32 i = 0; i < A; ++i) {
+#pragma unroll
+            for (u32 j = 0; j < B; ++j) {
+#pragma unroll
+                for (u32 e = 0; e < 4; ++e) {
+                    acc[i][j][e] *= ratio;
+                }
+            }
+        }
+        s.scale = next;
+        s.inverse = next_inverse;
+    }
+}
+
 // The exponent of a power of two (a normal float)
 __device__ __forceinline__ int exponent_of(float power) {
     return int(__float_as_uint(power) >> 23) - 127;

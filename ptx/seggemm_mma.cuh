@@ -192,18 +192,11 @@ __device__ __forceinline__ void a_fragment(saddr at, uint4& hi, uint4& lo) {
     lo = make_uint4(l[0], l[1], l[2], l[3]);
 }
 
-// HALF: the running power-of-two scale of a warp's x rows, s puts the largest magnitude
-// they have shown so far in [2^14, 2^15) (clamped as half_scale_of clamps it). One scale
-// per warp rather than per row: the max costs one shuffle tree per k-step instead of one
-// per row, Select 16.15 -> 15.16 us, linear1 9.55 -> 8.96 (timing harness).
-struct WarpScale {
-    float largest, scale, inverse;
-};
-
 // One k-step of 16 on scaled FP16 products: x rows g and g + 8 of each 16-row tile at
-// `a` (columns 2 q, 2 q + 1 and 2 q + 8, 2 q + 9), w's packed pair fragments at `b`.
-// Where the step raises the warp's largest magnitude, its sums so far are scaled by the
-// ratio of the new and old scale, a power of two, so every product stays in FP16's range.
+// `a` (columns 2 q, 2 q + 1 and 2 q + 8, 2 q + 9), w's packed pair fragments at `b`, the
+// x rows scaled by the warp's running scale (raise_warp_scale). One scale per warp
+// rather than per row: one shuffle tree per k-step instead of one per row, Select
+// 16.15 -> 15.16 us, linear1 9.55 -> 8.96 (timing harness).
 template <class G>
 __device__ __forceinline__ void half_step(saddr a, saddr b, float (&acc)[G::MT][G::NT][4],
                                           WarpScale& warp) {
@@ -220,28 +213,7 @@ __device__ __forceinline__ void half_step(saddr a, saddr b, float (&acc)[G::MT][
                                fmaxf(fabsf(back[i][h].x), fabsf(back[i][h].y))));
         }
     }
-#pragma unroll
-    for (u32 d = 1; d < 32; d *= 2) {
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, d));
-    }
-    warp.largest = fmaxf(warp.largest, m);
-    float next, next_inverse;
-    half_scale_of(warp.largest, next, next_inverse);
-    if (next != warp.scale) {  // the same in every lane
-        const float ratio = next * warp.inverse;
-#pragma unroll
-        for (u32 i = 0; i < G::MT; ++i) {
-#pragma unroll
-            for (u32 j = 0; j < G::NT; ++j) {
-#pragma unroll
-                for (u32 e = 0; e < 4; ++e) {
-                    acc[i][j][e] *= ratio;
-                }
-            }
-        }
-        warp.scale = next;
-        warp.inverse = next_inverse;
-    }
+    raise_warp_scale(m, warp, acc);
     const float s = warp.scale;
     uint4 frag[G::MT];
 #pragma unroll
@@ -434,8 +406,7 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
     const u32 b_at = 4 * (G::A_STAGE + (group * G::BKS * G::BN / 16 + wc * G::WN / 16) * G::PAIR +
                           4 * lane);
 
-    WarpScale warp_scale{0.0f, 0.0f, 0.0f};
-    half_scale_of(0.0f, warp_scale.scale, warp_scale.inverse);
+    WarpScale warp_scale = warp_scale_start();
 
     // the ring slot of this stage and of the one issued in it, STAGES - 1 ahead
     u32 slot = 0, ahead = G::STAGES - 1;
