@@ -501,7 +501,7 @@ def _pack(
             return _pack_on_device(runtime, pack, source, n * k, k * n, (n, k, n))
         case Gemm(cols=cols, select=select, fragments=Fragments() as fragments):
             host = runtime.download(weight).reshape(k, n)
-            rows = selected_rows(host, n, select)
+            rows = selected_rows(host, n, select) if select else np.zeros(0, np.uint32)
             if fragments.half:
                 # the selected rows pack as zeros: the kernel multiplies them in 3xTF32
                 packed = pack_gemm_half(host, n, k, cols, rows)
