@@ -1,0 +1,308 @@
+"""pyannote.audio's diarization steps after the models, without their per-chunk and
+per-frame Python loops: `Inference.aggregate`, `speaker_count`, `reconstruct`,
+`to_diarization` and `Binarize` (`to_annotation`), as pyannote.audio 4.0 defines them.
+
+Each function returns what pyannote's own returns, to the bit: the same float32 sums in
+the same order, the same float64 timestamps, the same `Annotation` tracks. Where a
+shortcut is exact only for some inputs it is taken only for those: overlap-add sums
+are formed in any order only when every term is a whole number (binary segmentations,
+speaker counts), whose float32 sums are exact below 2^24; other scores are added chunk
+by chunk in pyannote's order (`np.add.at` applies repeated indices in sequence).
+Needs numpy and pyannote.core; no torch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pyannote.core import Annotation, Segment, SlidingWindow, SlidingWindowFeature
+from pyannote.core import segment as core_segment
+from pyannote.core.utils.generators import string_generator
+
+__all__ = [
+    "aggregate",
+    "binarize",
+    "frame_middles",
+    "reconstruct",
+    "speaker_count",
+    "to_annotation",
+    "to_diarization",
+]
+
+
+def _window_starts(window: SlidingWindow, count: int) -> np.ndarray:
+    """`window[i].start` for i < count, as `SlidingWindow.__getitem__` and `Segment`
+    compute it (float64)."""
+    starts = window.start + np.arange(count) * window.step
+    if core_segment.AUTO_ROUND_TIME:  # Segment rounds its ends: take them from Segments
+        return np.array([window[i].start for i in range(count)], dtype=np.float64)
+    return starts
+
+
+def frame_middles(window: SlidingWindow, count: int) -> np.ndarray:
+    """`window[i].middle` for i < count (float64), without building the Segments."""
+    if core_segment.AUTO_ROUND_TIME:
+        return np.array([window[i].middle for i in range(count)], dtype=np.float64)
+    starts = window.start + np.arange(count) * window.step
+    return 0.5 * (starts + (starts + window.duration))
+
+
+def _closest_frames(frames: SlidingWindow, t: np.ndarray) -> np.ndarray:
+    """`frames.closest_frame(t)` for an array of times."""
+    return np.rint((t - frames.start - 0.5 * frames.duration) / frames.step).astype(np.int64)
+
+
+def aggregate(
+    scores: SlidingWindowFeature,
+    frames: SlidingWindow,
+    warm_up: tuple[float, float] = (0.0, 0.0),
+    epsilon: float = 1e-12,
+    hamming: bool = False,
+    missing: float = np.nan,
+    skip_average: bool = False,
+) -> SlidingWindowFeature:
+    """`Inference.aggregate`: overlap-add of (chunks, frames, classes) scores onto
+    `frames`, identical to pyannote.audio's loop (which also zeroes the NaN of `scores`
+    in place; this leaves `scores` as they are)."""
+    num_chunks, num_frames_per_chunk, _ = scores.data.shape
+    chunks = scores.sliding_window
+    frames = SlidingWindow(start=chunks.start, duration=frames.duration, step=frames.step)
+    warm_up_left = round(warm_up[0] / chunks.duration * num_frames_per_chunk)
+    warm_up_right = round(warm_up[1] / chunks.duration * num_frames_per_chunk)
+    num_frames = (
+        frames.closest_frame(
+            chunks.start + chunks.duration + (num_chunks - 1) * chunks.step + 0.5 * frames.duration
+        )
+        + 1
+    )
+    starts = _closest_frames(frames, _window_starts(chunks, num_chunks) + 0.5 * frames.duration)
+    sums = None
+    if not hamming and warm_up_left == 0 and warm_up_right == 0:
+        sums = _whole_overlap_add(scores.data, starts, num_frames)
+    if sums is None:
+        sums = _ordered_overlap_add(
+            scores.data, starts, num_frames, hamming, warm_up_left, warm_up_right, epsilon
+        )
+    output, overlapping, contributed = sums
+    average = output if skip_average else output / np.maximum(overlapping, epsilon)
+    average[contributed == 0.0] = missing
+    return SlidingWindowFeature(average, frames)
+
+
+Sums = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def _whole_overlap_add(data: np.ndarray, starts: np.ndarray, num_frames: int) -> Sums | None:
+    """pyannote's three sums (scores, contributing chunks, whether any contributed) for
+    unit windows, formed pass by pass over chunks that do not overlap; None unless every
+    score is a whole number and every sum stays below 2^24, where each float32 partial
+    sum is exact and the order of the terms cannot matter."""
+    _, span, num_classes = data.shape
+    output = np.zeros((num_frames, num_classes), dtype=np.float32)
+    overlapping = np.zeros((num_frames, num_classes), dtype=np.float32)
+    offsets = np.arange(span)
+    passes = _passes(starts, span)
+    largest = 0.0
+    for first in range(passes):
+        rows = (starts[first::passes, None] + offsets).reshape(-1)
+        # float32 holds every whole number below 2^24 exactly, as pyannote's sums do
+        values = data[first::passes].reshape(-1, num_classes).astype(np.float32)
+        unknown = np.isnan(values)
+        values[unknown] = 0.0
+        if not np.array_equal(values, np.rint(values)):
+            return None
+        largest = max(largest, float(np.abs(values).max(initial=0.0)))
+        output[rows] += values
+        overlapping[rows] += ~unknown
+    if largest * passes >= 2**24:
+        return None
+    return output, overlapping, overlapping
+
+
+def _ordered_overlap_add(
+    data: np.ndarray,
+    starts: np.ndarray,
+    num_frames: int,
+    hamming: bool,
+    warm_up_left: int,
+    warm_up_right: int,
+    epsilon: float,
+) -> Sums:
+    """pyannote's three sums term by term in its order: chunk after chunk, each float64
+    term rounded into the float32 sum (`np.add.at` applies repeated rows in sequence)."""
+    _, span, num_classes = data.shape
+    hamming_window = np.hamming(span).reshape(-1, 1) if hamming else np.ones((span, 1))
+    warm_up_window = np.ones((span, 1))
+    warm_up_window[:warm_up_left] = epsilon
+    warm_up_window[span - warm_up_right :] = epsilon
+    mask = 1 - np.isnan(data)  # int64, as pyannote computes it
+    score = np.nan_to_num(data, nan=0.0)
+    rows = (starts[:, None] + np.arange(span)[None, :]).reshape(-1)
+    output = np.zeros((num_frames, num_classes), dtype=np.float32)
+    overlapping = np.zeros((num_frames, num_classes), dtype=np.float32)
+    contributed = np.zeros((num_frames, num_classes), dtype=np.float32)
+    terms = score * mask * hamming_window * warm_up_window
+    np.add.at(output, rows, terms.reshape(-1, num_classes))
+    np.add.at(overlapping, rows, (mask * hamming_window * warm_up_window).reshape(-1, num_classes))
+    np.maximum.at(contributed, rows, mask.reshape(-1, num_classes))
+    return output, overlapping, contributed
+
+
+def _passes(starts: np.ndarray, span: int) -> int:
+    """The fewest passes p such that chunks p apart never overlap."""
+    passes = 1
+    while passes < len(starts) and np.any(starts[passes:] - starts[:-passes] < span):
+        passes += 1
+    return passes
+
+
+def speaker_count(
+    binarized_segmentations: SlidingWindowFeature,
+    frames: SlidingWindow,
+    warm_up: tuple[float, float] = (0.1, 0.1),
+) -> SlidingWindowFeature:
+    """`SpeakerDiarizationMixin.speaker_count` on `aggregate`."""
+    from pyannote.audio.core.inference import Inference
+
+    trimmed = Inference.trim(binarized_segmentations, warm_up=warm_up)
+    count = aggregate(
+        np.sum(trimmed, axis=-1, keepdims=True),
+        frames,
+        hamming=False,
+        missing=0.0,
+        skip_average=False,
+    )
+    count.data = np.rint(count.data).astype(np.uint8)
+    return count
+
+
+def reconstruct(
+    segmentations: SlidingWindowFeature, hard_clusters: np.ndarray, count: SlidingWindowFeature
+) -> SlidingWindowFeature:
+    """`SpeakerDiarization.reconstruct`: each chunk's local speakers merged (max) into
+    their clusters, then `to_diarization`; cluster -2 is left out."""
+    num_chunks, num_frames, local_num_speakers = segmentations.data.shape
+    num_clusters = np.max(hard_clusters) + 1
+    # (chunk, cluster) rows of frames; float32 holds the float32 scores exactly, as
+    # pyannote's float64 array does, and NaN marks a cluster absent from a chunk
+    rows = np.full((num_chunks * num_clusters, num_frames), np.nan, dtype=np.float32)
+    filled = np.zeros(num_chunks * num_clusters, dtype=bool)
+    chunk_rows = np.arange(num_chunks) * num_clusters
+    data = segmentations.data
+    for speaker in range(local_num_speakers):
+        cluster = hard_clusters[:, speaker]
+        kept = cluster != -2
+        row = chunk_rows[kept] + cluster[kept]
+        values = data[kept, :, speaker]
+        first = ~filled[row]
+        # np.max over a cluster's speakers: the first as it is, the others by maximum
+        # (both propagate NaN)
+        rows[row] = np.where(first[:, None], values, np.maximum(rows[row], values))
+        filled[row] = True
+    clustered = rows.reshape(num_chunks, num_clusters, num_frames).transpose(0, 2, 1)
+    return to_diarization(SlidingWindowFeature(clustered, segmentations.sliding_window), count)
+
+
+def to_diarization(
+    segmentations: SlidingWindowFeature, count: SlidingWindowFeature
+) -> SlidingWindowFeature:
+    """`SpeakerDiarizationMixin.to_diarization`: in each frame the `count` most active
+    speakers, ranked by pyannote's own `np.argsort`."""
+    activations = aggregate(
+        segmentations, count.sliding_window, hamming=False, missing=0.0, skip_average=True
+    )
+    _, num_speakers = activations.data.shape
+    max_speakers_per_frame = np.max(count.data)
+    if num_speakers < max_speakers_per_frame:
+        activations.data = np.pad(
+            activations.data, ((0, 0), (0, max_speakers_per_frame - num_speakers))
+        )
+    extent = activations.extent & count.extent
+    activations = activations.crop(extent, return_data=False)
+    count = count.crop(extent, return_data=False)
+    sorted_speakers = np.argsort(-activations, axis=-1)
+    binary = np.zeros_like(activations.data)
+    frames = min(len(count.data), len(sorted_speakers))  # what pyannote's zip covers
+    per_frame = count.data[:frames, 0].astype(np.int64)
+    ranks = np.arange(sorted_speakers.shape[1])[None, :] < per_frame[:, None]
+    rows = np.broadcast_to(np.arange(frames)[:, None], ranks.shape)
+    binary[rows[ranks], sorted_speakers[:frames][ranks]] = 1.0
+    return SlidingWindowFeature(binary, activations.sliding_window)
+
+
+def binarize(
+    scores: SlidingWindowFeature,
+    onset: float = 0.5,
+    offset: float | None = None,
+    min_duration_on: float = 0.0,
+    min_duration_off: float = 0.0,
+    pad_onset: float = 0.0,
+    pad_offset: float = 0.0,
+) -> Annotation:
+    """`pyannote.audio.utils.signal.Binarize(...)(scores)`: hysteresis thresholding of
+    (frames, classes) scores into an `Annotation` of active regions."""
+    offset = offset or onset
+    if offset > onset:  # a frame may switch both ways: pyannote's own loop decides
+        from pyannote.audio.utils.signal import Binarize
+
+        return Binarize(onset, offset, min_duration_on, min_duration_off, pad_onset, pad_offset)(
+            scores
+        )
+    num_frames, _ = scores.data.shape
+    timestamps = frame_middles(scores.sliding_window, num_frames)
+    active = Annotation()
+    track_generator = string_generator()
+    for k, k_scores in enumerate(scores.data.T):
+        label = k if scores.labels is None else scores.labels[k]
+        track = next(track_generator)
+        for start, end in _active_regions(k_scores, onset, offset):
+            region = Segment(
+                float(timestamps[start]) - pad_onset, float(timestamps[end]) + pad_offset
+            )
+            active[region, track] = label
+    if pad_offset > 0.0 or pad_onset > 0.0 or min_duration_off > 0.0:
+        active = active.support(collar=min_duration_off)
+    if min_duration_on > 0:
+        for segment, track in list(active.itertracks()):
+            if segment.duration < min_duration_on:
+                del active[segment, track]
+    return active
+
+
+def _active_regions(scores: np.ndarray, onset: float, offset: float) -> list[tuple[int, int]]:
+    """(start frame, end frame) of each active region, as `Binarize`'s loop finds them
+    (offset <= onset): a frame above `onset` turns on, one below `offset` turns off,
+    others keep the state; the first frame is on when above `onset`. A region that is
+    still on at the end closes on the last frame."""
+    num_frames = len(scores)
+    if num_frames < 2:  # pyannote's loop needs two frames to close a region
+        return []
+    state = np.full(num_frames, -1, dtype=np.int8)  # -1: keeps the state before it
+    state[scores < offset] = 0
+    state[scores > onset] = 1
+    state[0] = 1 if scores[0] > onset else 0
+    defined = np.where(state >= 0, np.arange(num_frames), 0)
+    np.maximum.accumulate(defined, out=defined)
+    on = state[defined] == 1
+    changes = np.flatnonzero(on[1:] != on[:-1]) + 1
+    starts = list(changes[on[changes]])
+    ends = list(changes[~on[changes]])
+    if on[0]:
+        starts.insert(0, 0)
+    if on[-1]:
+        ends.append(num_frames - 1)
+    return list(zip(starts, ends, strict=True))
+
+
+def to_annotation(
+    discrete_diarization: SlidingWindowFeature,
+    min_duration_on: float = 0.0,
+    min_duration_off: float = 0.0,
+) -> Annotation:
+    """`SpeakerDiarizationMixin.to_annotation` on `binarize`."""
+    return binarize(
+        discrete_diarization,
+        onset=0.5,
+        offset=0.5,
+        min_duration_on=min_duration_on,
+        min_duration_off=min_duration_off,
+    )

@@ -1,0 +1,121 @@
+"""`pyspk._steps` against pyannote.audio's own steps, bit for bit, on random binary
+segmentations and soft scores. Skipped without pyannote.audio (the `pyannote` extra)."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("PYANNOTE_METRICS_ENABLED", "false")
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    pytest.importorskip("pyannote.audio", reason="pyannote.audio is missing (pyannote extra)")
+    from pyannote.audio.core.inference import Inference
+    from pyannote.audio.pipelines.speaker_diarization import SpeakerDiarization
+    from pyannote.audio.utils.signal import Binarize
+    from pyannote.core import SlidingWindow, SlidingWindowFeature
+
+from pyspk import _steps
+
+CHUNKS = SlidingWindow(start=0.0, duration=10.0, step=1.0)
+FRAMES = SlidingWindow(start=0.0, duration=0.0619375, step=0.016875)  # segmentation-3.0's
+
+
+def _segmentations(seed: int, chunks: int = 120, run: int = 25) -> np.ndarray:
+    """(chunks, 589, 3) binary segmentations in runs of `run` frames."""
+    rng = np.random.default_rng(seed)
+    coarse = rng.random((chunks, 589 // run + 1, 3)) < 0.35
+    return np.repeat(coarse, run, axis=1)[:, :589].astype(np.float32)
+
+
+def _same(ours: SlidingWindowFeature, theirs: SlidingWindowFeature) -> bool:
+    return (
+        ours.data.dtype == theirs.data.dtype
+        and np.array_equal(ours.data, theirs.data, equal_nan=True)
+        and ours.sliding_window.start == theirs.sliding_window.start
+        and ours.sliding_window.step == theirs.sliding_window.step
+        and ours.sliding_window.duration == theirs.sliding_window.duration
+    )
+
+
+def _count(data: np.ndarray, warm_up=(0.0, 0.0)):
+    return SpeakerDiarization.speaker_count(SlidingWindowFeature(data, CHUNKS), FRAMES, warm_up)
+
+
+@pytest.mark.parametrize("warm_up", [(0.0, 0.0), (0.1, 0.1)])
+def test_speaker_count_is_pyannotes(warm_up):
+    data = _segmentations(0)
+    ours = _steps.speaker_count(SlidingWindowFeature(data.copy(), CHUNKS), FRAMES, warm_up)
+    assert _same(ours, _count(data.copy(), warm_up))
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"hamming": True, "warm_up": (0.5, 0.5)},
+        {"hamming": True},
+        {"hamming": False, "missing": 0.0, "skip_average": True},
+        {"hamming": False, "missing": 0.0},
+    ],
+    ids=["hamming-warm-up", "hamming", "sum", "average"],
+)
+def test_aggregate_of_soft_scores_with_nan_is_pyannotes(options):
+    rng = np.random.default_rng(1)
+    scores = rng.random((80, 589, 3)).astype(np.float32)
+    scores[rng.random(scores.shape) < 0.01] = np.nan
+    ours = _steps.aggregate(SlidingWindowFeature(scores.copy(), CHUNKS), FRAMES, **options)
+    theirs = Inference.aggregate(SlidingWindowFeature(scores.copy(), CHUNKS), FRAMES, **options)
+    assert _same(ours, theirs)
+
+
+def test_aggregate_of_large_whole_numbers_keeps_pyannotes_order():
+    # sums beyond 2^24 round: the whole-number shortcut must not be taken
+    scores = np.full((40, 589, 1), 2.0**23 + 1, dtype=np.float32)
+    ours = _steps.aggregate(SlidingWindowFeature(scores.copy(), CHUNKS), FRAMES, skip_average=True)
+    theirs = Inference.aggregate(
+        SlidingWindowFeature(scores.copy(), CHUNKS), FRAMES, skip_average=True
+    )
+    assert _same(ours, theirs)
+
+
+@pytest.mark.parametrize("seed", [2, 3])
+def test_reconstruct_and_annotation_are_pyannotes(seed):
+    data = _segmentations(seed)
+    rng = np.random.default_rng(seed)
+    clusters = rng.integers(0, 4, size=(data.shape[0], 3))
+    clusters[rng.random(clusters.shape) < 0.2] = -2
+    count = _count(data.copy())
+    count.data = np.minimum(count.data, 3).astype(np.int8)
+    pipeline = SpeakerDiarization.__new__(SpeakerDiarization)
+    theirs = SpeakerDiarization.reconstruct(
+        pipeline, SlidingWindowFeature(data.copy(), CHUNKS), clusters, count
+    )
+    ours = _steps.reconstruct(SlidingWindowFeature(data.copy(), CHUNKS), clusters, count)
+    assert _same(ours, theirs)
+    for on, off in ((0.0, 0.0), (0.3, 0.5)):
+        expected = SpeakerDiarization.to_annotation(
+            theirs, min_duration_on=on, min_duration_off=off
+        )
+        got = _steps.to_annotation(ours, min_duration_on=on, min_duration_off=off)
+        assert list(got.itertracks(yield_label=True)) == list(expected.itertracks(yield_label=True))
+        assert len(got) > 10
+
+
+@pytest.mark.parametrize(("onset", "offset"), [(0.5, None), (0.7, 0.3), (0.6, 0.6), (0.3, 0.7)])
+def test_binarize_is_pyannotes(onset, offset):
+    rng = np.random.default_rng(4)
+    data = np.repeat(rng.random((400, 3)), 5, axis=0)
+    data[rng.random(data.shape) < 0.01] = np.nan
+    data[0] = 0.9  # starts active
+    scores = SlidingWindowFeature(data, FRAMES)
+    expected = Binarize(onset=onset, offset=offset)(scores)
+    got = _steps.binarize(scores, onset=onset, offset=offset)
+    assert list(got.itertracks(yield_label=True)) == list(expected.itertracks(yield_label=True))
+
+
+def test_frame_middles_are_the_segments_middles():
+    middles = _steps.frame_middles(FRAMES, 5000)
+    assert [float(m) for m in middles] == [FRAMES[i].middle for i in range(5000)]
