@@ -5,8 +5,10 @@ follows it there (LeakyReLU after linear0 and linear1, log-softmax after the cla
 nothing after seg_1); `PlannedConv1d` wraps an `nn.Conv1d` at sincnet.conv1 or conv2.
 Each plans batch 1 and batch 32 from the module's own weights when it is built (the
 linears' weights are transposed to pyspk's `[k, n]` layout then; seg_1's `[n, k]` and the
-convolutions' `[60, cin, 5]` are pyspk's layouts already). A call that one of those
-plans serves is enqueued on `torch.cuda.current_stream()` at call time, so it is ordered
+convolutions' `[60, cin, 5]` are pyspk's layouts already). A batch of 64, 96, 128 or any
+other multiple of 32 runs as consecutive batch-32 enqueues on its items in order, so it
+gives the bits of that many batch-32 calls. A call that one of those plans serves is
+enqueued on `torch.cuda.current_stream()` at call time, so it is ordered
 with the caller's PyTorch work eagerly, on user streams and inside `torch.cuda.graph`
 capture; any other call (another batch or length, a CPU or non-float32 tensor, a closed
 wrapper) takes the module's own library path, so a wrapper accepts every input the
@@ -48,6 +50,7 @@ from pyspk.cuda.kernels import LoadedKernels
 
 __all__ = [
     "BATCHES",
+    "PIECE",
     "InferenceOnlyError",
     "PlannedConv1d",
     "PlannedDense",
@@ -58,7 +61,11 @@ __all__ = [
 ]
 
 BATCHES = (1, 32)
-"""The model batches pyspk plans serve; every other batch takes the library path."""
+"""The model batches pyspk plans serve (a multiple of 32 as batch-32 pieces); every other
+batch takes the library path."""
+
+PIECE = BATCHES[-1]
+"""The batch of one enqueue when a larger multiple of it is served piece by piece."""
 
 
 class InferenceOnlyError(PlanError):
@@ -210,13 +217,15 @@ class _Planned(nn.Module):
 
     # -- calling ---------------------------------------------------------------------
 
-    def _served(self, x: torch.Tensor) -> DenseOxide | SegConvOxide | None:
-        """The plan for `x`, checked, or None where the library path serves it. A call
-        a plan would serve is refused while autograd records or after the parameters
-        changed; the library path serves whatever the module did."""
+    def _served(self, x: torch.Tensor) -> tuple[DenseOxide | SegConvOxide, int] | None:
+        """The plan for `x` and how many pieces it runs in (1, or the batch-32 pieces of
+        a multiple of 32), checked; None where the library path serves it. A call a plan
+        would serve is refused while autograd records or after the parameters changed;
+        the library path serves whatever the module did."""
         if not self._plans or x.dtype is not torch.float32 or x.get_device() != self._ordinal:
             return None
-        plan = self._plans.get(self._key_of(x))
+        key, pieces = self._key_of(x)
+        plan = self._plans.get(key)
         if plan is None:
             return None
         if torch.is_grad_enabled() and (
@@ -234,19 +243,29 @@ class _Planned(nn.Module):
                 "update, load_state_dict, a new Parameter or .to()); call replan() to plan "
                 "from the new weights"
             )
-        return plan
+        return plan, pieces
 
     def _enqueue(
-        self, plan: DenseOxide | SegConvOxide, x: torch.Tensor, output: torch.Tensor
+        self,
+        served: tuple[DenseOxide | SegConvOxide, int],
+        x: torch.Tensor,
+        output: torch.Tensor,
     ) -> None:
+        """Enqueues the plan on `x` (contiguous) into `output`, piece after piece: each
+        piece is a contiguous run of whole items, on the stream in order (one split-K
+        scratch serves them all)."""
+        plan, pieces = served
         workspace = plan.producer.workspace_len
         stream = _current_raw_stream(self._ordinal)
         partials = self._partials(stream, workspace, x) if workspace else None
+        xs, outputs = _pieces(x, pieces), _pieces(output, pieces)
         if torch.cuda.current_device() == self._ordinal:
-            plan.enqueue(x, output, stream=stream, partials=partials)
+            for piece, out in zip(xs, outputs, strict=True):
+                plan.enqueue(piece, out, stream=stream, partials=partials)
             return
         with torch.cuda.device(self._ordinal):  # the plan's context current for the launch
-            plan.enqueue(x, output, stream=stream, partials=partials)
+            for piece, out in zip(xs, outputs, strict=True):
+                plan.enqueue(piece, out, stream=stream, partials=partials)
 
     def _partials(self, stream: int, workspace: int, x: torch.Tensor) -> torch.Tensor:
         """Scratch for a split-K call's partial planes that no other stream uses: while
@@ -273,7 +292,8 @@ class _Planned(nn.Module):
     def _shape_key(self, batch: int) -> object:
         raise NotImplementedError
 
-    def _key_of(self, x: torch.Tensor) -> object:
+    def _key_of(self, x: torch.Tensor) -> tuple[object, int]:
+        """The plan key serving `x` and in how many pieces."""
         raise NotImplementedError
 
     def _plan(
@@ -329,11 +349,11 @@ class PlannedDense(_Planned):
         super().__init__(linear, math, name)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        plan = self._served(x)
-        if plan is None:
+        served = self._served(x)
+        if served is None:
             return self.library(x)
         output = x.new_empty((*x.shape[:-1], self._n))
-        self._enqueue(plan, x.contiguous(), output)
+        self._enqueue(served, x.contiguous(), output)
         return output
 
     def library(self, x: torch.Tensor) -> torch.Tensor:
@@ -356,10 +376,13 @@ class PlannedDense(_Planned):
     def _shape_key(self, batch: int) -> object:
         return batch * self._rows
 
-    def _key_of(self, x: torch.Tensor) -> object:
+    def _key_of(self, x: torch.Tensor) -> tuple[object, int]:
         if x.dim() < 2 or x.shape[-1] != self._k:
-            return None
-        return x.numel() // self._k
+            return None, 0
+        rows, piece = x.numel() // self._k, PIECE * self._rows
+        if rows > piece and rows % piece == 0:
+            return piece, rows // piece
+        return rows, 1
 
 
 class PlannedConv1d(_Planned):
@@ -399,11 +422,11 @@ class PlannedConv1d(_Planned):
         super().__init__(conv, math, name)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        plan = self._served(x)
-        if plan is None:
+        served = self._served(x)
+        if served is None:
             return self.library(x)
         output = x.new_empty((x.shape[0], self._n, self._length - 4))
-        self._enqueue(plan, x.contiguous(), output)
+        self._enqueue(served, x.contiguous(), output)
         if self.bias_mode == "add" and self.bias is not None:
             output += self.bias.view(1, -1, 1)
         return output
@@ -424,8 +447,21 @@ class PlannedConv1d(_Planned):
     def _shape_key(self, batch: int) -> object:
         return (batch, self._cin, self._length)
 
-    def _key_of(self, x: torch.Tensor) -> object:
-        return tuple(x.shape)
+    def _key_of(self, x: torch.Tensor) -> tuple[object, int]:
+        shape = tuple(x.shape)
+        if len(shape) == 3 and shape[0] > PIECE and shape[0] % PIECE == 0:
+            return (PIECE, *shape[1:]), shape[0] // PIECE
+        return shape, 1
+
+
+def _pieces(tensor: torch.Tensor, pieces: int) -> list[torch.Tensor] | tuple[torch.Tensor, ...]:
+    """`tensor` (contiguous) as `pieces` equal runs of whole items: split along its
+    first dimension where that divides, else along its rows of the last dimension."""
+    if pieces == 1:
+        return (tensor,)
+    if tensor.shape[0] % pieces == 0:
+        return tensor.chunk(pieces)
+    return tensor.view(pieces, -1, tensor.shape[-1]).unbind()
 
 
 def planned_modules(module: nn.Module) -> Iterator[tuple[str, _Planned]]:

@@ -158,6 +158,29 @@ def test_calls_a_plan_serves_go_to_it_on_the_current_stream(faked) -> None:
     assert planned.entries() == {1: "EMBEDDING_B1", 32: "EMBEDDING_B32"}
 
 
+def test_multiples_of_32_run_as_batch_32_pieces_in_order(faked) -> None:
+    linear = torch.nn.Linear(5120, 256)
+    planned = ptorch.PlannedDense(linear, DenseSite.EMBEDDING)
+    conv = torch.nn.Conv1d(80, 60, 5)
+    planned_conv = ptorch.PlannedConv1d(conv, SegConvSite.CONV1, bias="drop")
+    b32, conv32 = faked[1], faked[3]
+    with torch.inference_mode():
+        x = torch.randn(128, 3, 5120)
+        y = planned(x)
+        rows = planned(x.reshape(384, 5120))  # the same rows without the item dimension
+        other = planned(torch.randn(40, 3, 5120))  # 120 rows: no plan, the library path
+        waves = torch.randn(64, 80, 5325)
+        z = planned_conv(waves)
+        torch.testing.assert_close(y, linear(x))
+        torch.testing.assert_close(rows, linear(x).reshape(384, 256))
+        torch.testing.assert_close(z, torch.nn.functional.conv1d(waves, conv.weight))
+    assert other.shape == (40, 3, 256)
+    assert [c["shape"] for c in b32.calls] == [(32, 3, 5120)] * 4 + [(96, 5120)] * 4
+    # one split-K scratch serves the pieces, which run in order on the stream
+    assert len({id(c["partials"]) for c in b32.calls}) == 1
+    assert [c["shape"] for c in conv32.calls] == [(32, 80, 5325)] * 2
+
+
 def test_split_k_partials_are_kept_per_stream_and_new_while_capturing(
     faked, monkeypatch: pytest.MonkeyPatch
 ) -> None:
