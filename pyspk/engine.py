@@ -1,0 +1,617 @@
+"""The diarization engine behind `pyspk.pyannote.accelerate_pipeline`: pyannote.audio's
+`SpeakerDiarization.apply` with the same steps and the same output, run fast.
+
+What changes against the stock `apply` (pyannote.audio 4.0), and why it gives the same
+result:
+- The audio goes to the GPU once; every 10 s chunk is a view of it. The stock path
+  cuts each chunk twice on the host (`Inference.slide`, then `Audio.crop` per chunk for
+  the embeddings); both cut the same samples for audio at the models' sample rate.
+- Segmentation runs `segmentation_batch` chunks per forward (128 by default: the
+  LSTM's time per chunk falls to a third from batch 32), the pyspk plans serving a
+  multiple of 32 as batch-32 enqueues. The powerset-to-speakers conversion stays on
+  the GPU, where the embedding of the same chunks reads it.
+- The embedding model runs its ResNet trunk once per chunk (`forward_frames`) and pools
+  the chunk's three speaker masks together, 32 chunks a forward: the stock embeddings
+  of each (chunk, speaker) pair, a third of the trunk's work.
+- The segmentation and the embedding run on two CUDA streams: the embedding of a
+  batch overlaps the segmentation of the next. Each fixed-shape forward is captured
+  once as a CUDA graph and replayed (the last, partial batch padded with zeros);
+  WeSpeaker's fbank is replaced by `Fbank`, the same operations with its constants
+  made once on the device, which a graph can hold.
+- The host counts speakers while the GPU still embeds, and the steps after the models
+  run as whole-array numpy (`pyspk._steps`), with pyannote's results to the bit.
+- In TF32 math the library's own convolutions, LSTM and matrix products run in TF32
+  too, within the engine's calls only (pyannote.audio switches TF32 off globally for
+  every pipeline); FP32 math keeps them FP32. The caller's switches are restored.
+
+A configuration the engine does not serve (a pipeline in training, segmentation
+without powerset classes, an embedding model that is not a WeSpeaker ResNet, oracle
+clustering) runs the stock `apply`; `Engine.unserved` says why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import time
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+import torchaudio.compliance.kaldi as kaldi
+from pyannote.audio.models.embedding.wespeaker import BaseWeSpeakerResNet
+from pyannote.audio.pipelines.speaker_diarization import DiarizeOutput
+from pyannote.audio.pipelines.utils.diarization import set_num_speakers
+from pyannote.core import Annotation, SlidingWindow, SlidingWindowFeature
+
+from pyspk import _steps
+from pyspk.cuda import CudaMath
+
+__all__ = ["EMBEDDING_BATCH", "SEGMENTATION_BATCH", "Engine", "Fbank", "RunReport", "library_math"]
+
+SEGMENTATION_BATCH = 128
+"""Chunks per segmentation forward: on the H200 the 4-layer BiLSTM takes 0.36 ms per
+chunk at batch 32, 0.11 at 128 and 0.10 at 256."""
+
+EMBEDDING_BATCH = 32
+"""Chunks per embedding forward: 96 (chunk, speaker) rows, pyspk's seg_1 plan."""
+
+
+@contextlib.contextmanager
+def library_math(math: CudaMath) -> Iterator[None]:
+    """PyTorch's TF32 switches for `math` (on for TF32, off for FP32), restored after;
+    torch's notice that these switches are its legacy API is silenced meanwhile."""
+    allow = math is CudaMath.TF32
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*TF32")
+        before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = allow
+        try:
+            yield
+        finally:
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+class Fbank:
+    """`BaseWeSpeakerResNet.compute_fbank` (torchaudio's Kaldi fbank under `vmap`, then
+    the mean over time subtracted) as the same tensor operations on the whole batch,
+    with the window, the mel banks and the log floor made once on the device. The
+    stock function builds those on the host at every call, which a CUDA graph cannot
+    hold. `supported(model)` says whether the model's fbank settings are these."""
+
+    def __init__(self, model: BaseWeSpeakerResNet, device: torch.device) -> None:
+        reason = self.unsupported(model)
+        if reason is not None:
+            raise ValueError(f"Fbank: {reason}")
+        hp = model.hparams
+        rate = hp.sample_rate
+        self.window_size = int(rate * hp.frame_length * 0.001)
+        self.window_shift = int(rate * hp.frame_shift * 0.001)
+        padded = 1 << (self.window_size - 1).bit_length()
+        self.padding = padded - self.window_size
+        dtype = torch.float32
+        # kaldi.fbank's own constants, with its defaults for what pyannote leaves out
+        self.window = torch.hamming_window(
+            self.window_size, periodic=False, alpha=0.54, beta=0.46, device=device, dtype=dtype
+        ).unsqueeze(0)
+        banks, _ = kaldi.get_mel_banks(hp.num_mel_bins, padded, rate, 20.0, 0.0, 100.0, -500.0, 1.0)
+        self.banks = F.pad(banks.to(device=device, dtype=dtype), (0, 1), value=0).T.contiguous()
+        self.epsilon = torch.tensor(torch.finfo(torch.float).eps, device=device, dtype=dtype)
+
+    @staticmethod
+    def unsupported(model: BaseWeSpeakerResNet) -> str | None:
+        """Why `Fbank` cannot stand for this model's fbank, or None."""
+        hp = model.hparams
+        settings = {
+            "dither": (hp.dither, 0.0),
+            "window_type": (hp.window_type, "hamming"),
+            "snip_edges": (hp.snip_edges, True),
+            "use_energy": (hp.use_energy, False),
+            "round_to_power_of_two": (hp.round_to_power_of_two, True),
+            "fbank_centering_span": (hp.fbank_centering_span, None),
+        }
+        for name, (value, served) in settings.items():
+            if value != served:
+                return f"the model's fbank has {name}={value!r}; Fbank serves {served!r}"
+        return None
+
+    def __call__(self, waveforms: torch.Tensor) -> torch.Tensor:
+        """(batch, frames, mel bins) features of (batch, 1, samples) waveforms."""
+        waveforms = waveforms * (1 << 15)
+        strided = waveforms[:, 0].unfold(-1, self.window_size, self.window_shift)
+        strided = strided - torch.mean(strided, dim=-1).unsqueeze(-1)  # DC offset
+        previous = F.pad(strided, (1, 0), mode="replicate")  # copies: exact in any form
+        strided = strided - 0.97 * previous[..., :-1]  # pre-emphasis
+        strided = strided * self.window
+        strided = F.pad(strided, (0, self.padding), value=0)
+        spectrum = torch.fft.rfft(strided).abs().pow(2.0)
+        features = torch.matmul(spectrum, self.banks)
+        features = torch.max(features, self.epsilon).log()
+        return features - torch.mean(features, dim=1, keepdim=True)
+
+
+class _Forward:
+    """One fixed-batch forward: inputs copied into static buffers (the rest of a short
+    batch zeroed, so padded items are the same on every run), then run eagerly or
+    replayed from a CUDA graph captured once."""
+
+    def __init__(
+        self,
+        name: str,
+        function: Callable[..., tuple[torch.Tensor, ...]],
+        shapes: list[tuple[int, ...]],
+        device: torch.device,
+        graph: bool,
+    ) -> None:
+        self.name = name
+        self.function = function
+        self.inputs = [torch.zeros(shape, device=device) for shape in shapes]
+        self.batch = shapes[0][0]
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.outputs: tuple[torch.Tensor, ...] = ()
+        self.note = "eager"
+        if graph:
+            self._capture()
+
+    def _capture(self) -> None:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):  # lazy initialisation and workspaces before capture
+                self.function(*self.inputs)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                outputs = self.function(*self.inputs)
+        except RuntimeError as error:  # a model with host work inside: run eagerly
+            self.note = f"eager (capture failed: {' '.join(str(error).split())[:200]})"
+            torch.cuda.synchronize()
+            return
+        self.graph, self.outputs, self.note = graph, outputs, "graph"
+
+    def __call__(self, *values: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The outputs for `values` (a batch of at most `batch` items each), valid
+        until the next call on the current stream."""
+        count = values[0].shape[0]
+        for static, value in zip(self.inputs, values, strict=True):
+            static[:count].copy_(value)
+            if count < self.batch:
+                static[count:].zero_()
+        if self.graph is None:
+            return self.function(*self.inputs)
+        self.graph.replay()
+        return self.outputs
+
+    def close(self) -> None:
+        self.graph, self.outputs, self.inputs = None, (), []
+
+
+@dataclass
+class RunReport:
+    """What one `Engine.apply` measured: wall seconds, the seconds of each step, and
+    the models' outputs before the host steps."""
+
+    audio_seconds: float
+    chunks: int
+    seconds: float = 0.0
+    steps: dict[str, float] = field(default_factory=dict)
+    overlapped: tuple[str, ...] = ("speaker_counting",)
+    """Steps run while the GPU works on the embeddings (off the critical path)."""
+    scores: np.ndarray | None = None
+    """(chunks, frames, powerset classes) log-probabilities of the segmentation model."""
+    embeddings: np.ndarray | None = None
+    """(chunks, local speakers, dimension) embeddings, as `get_embeddings` returns."""
+
+
+class Engine:
+    """Runs `pipeline` (a pyannote `SpeakerDiarization` on its CUDA device, its models
+    already on pyspk plans) as the module docstring says; `apply` stands for the
+    pipeline's own and takes its arguments."""
+
+    def __init__(
+        self,
+        pipeline: Any,
+        math: CudaMath | str = CudaMath.FP32,
+        segmentation_batch: int = SEGMENTATION_BATCH,
+        embedding_batch: int = EMBEDDING_BATCH,
+        graphs: bool = True,
+        overlap: bool = True,
+    ) -> None:
+        if segmentation_batch < 1 or embedding_batch < 1:
+            raise ValueError(
+                f"batches must be positive, not {segmentation_batch} and {embedding_batch}"
+            )
+        self.pipeline = pipeline
+        self.math = CudaMath.parse(math)
+        self.segmentation_batch = segmentation_batch
+        self.embedding_batch = embedding_batch
+        self.overlap = overlap
+        self.last_run: RunReport | None = None
+        self.unserved = self._unserved(pipeline)
+        self._segment: _Forward | None = None
+        self._embed: _Forward | None = None
+        if self.unserved is not None:
+            return
+        inference = pipeline._segmentation
+        self.device = inference.device
+        self._segmentation_model = inference.model
+        self._conversion = inference.conversion
+        self._embedding_model = pipeline._embedding.model_
+        self._streams = (torch.cuda.Stream(self.device), torch.cuda.Stream(self.device))
+        window = self._segmentation_model.audio.get_num_samples(inference.duration)
+        started = time.perf_counter()
+        with torch.inference_mode(), library_math(self.math), torch.cuda.device(self.device):
+            self._fbank = Fbank(self._embedding_model, self.device)
+            frames = self._embedding_model_frames(window)
+            self._segment = _Forward(
+                "segmentation",
+                self._segment_eager,
+                [(segmentation_batch, 1, window)],
+                self.device,
+                graphs,
+            )
+            self._embed = _Forward(
+                "embedding",
+                self._embed_eager,
+                [(embedding_batch, 1, window), (embedding_batch, 3, frames)],
+                self.device,
+                graphs,
+            )
+            torch.cuda.synchronize()
+        self.prepare_seconds = time.perf_counter() - started
+
+    # -- what it serves ---------------------------------------------------------------
+
+    @staticmethod
+    def _unserved(pipeline: Any) -> str | None:
+        inference = getattr(pipeline, "_segmentation", None)
+        model = getattr(inference, "model", None)
+        if model is None or not model.specifications.powerset:
+            return "the segmentation model has no powerset classes"
+        if getattr(inference, "device", torch.device("cpu")).type != "cuda":
+            return "the pipeline is not on a CUDA device"
+        embedding = getattr(getattr(pipeline, "_embedding", None), "model_", None)
+        if not isinstance(embedding, BaseWeSpeakerResNet):
+            return "the embedding model is not a pyannote WeSpeaker ResNet"
+        reason = Fbank.unsupported(embedding)
+        if reason is not None:
+            return reason
+        if pipeline.klustering == "OracleClustering":
+            return "oracle clustering reads the reference, not embeddings"
+        if embedding.hparams.sample_rate != model.hparams.sample_rate:
+            return "the two models read different sample rates"
+        return None
+
+    def _embedding_model_frames(self, window: int) -> int:
+        """Frames of the segmentation model's output for one chunk (what masks have)."""
+        return self._segmentation_model.num_frames(window)
+
+    def _segment_eager(self, waveforms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        scores = self._segmentation_model(waveforms)
+        return scores, self._conversion(scores)
+
+    def _embed_eager(self, waveforms: torch.Tensor, masks: torch.Tensor) -> tuple[torch.Tensor]:
+        resnet = self._embedding_model.resnet
+        frames = resnet.forward_frames(self._fbank(waveforms))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the pooling's notice on resampled masks
+            return (resnet.forward_embedding(frames, weights=masks)[1],)
+
+    def describe(self) -> dict[str, str]:
+        """How each forward runs ("graph", or "eager" and why)."""
+        if self.unserved is not None:
+            return {"engine": f"stock apply ({self.unserved})"}
+        return {forward.name: forward.note for forward in (self._segment, self._embed)}
+
+    def close(self) -> None:
+        """Drops the captured graphs and their memory (before the plans they hold)."""
+        for forward in (self._segment, self._embed):
+            if forward is not None:
+                forward.close()
+
+    # -- apply ------------------------------------------------------------------------
+
+    def apply(
+        self,
+        file: Mapping,
+        num_speakers: int | None = None,
+        min_speakers: int | None = None,
+        max_speakers: int | None = None,
+        hook: Callable | None = None,
+        **kwargs: Any,
+    ) -> DiarizeOutput | Annotation:
+        """`SpeakerDiarization.apply(file, ...)` on the engine (see the module)."""
+        pipeline = self.pipeline
+        if self.unserved is not None or pipeline.training:
+            return type(pipeline).apply(
+                pipeline, file, num_speakers, min_speakers, max_speakers, hook, **kwargs
+            )
+        if len(kwargs) > 0:
+            warnings.warn(
+                f"Ignoring unexpected keyword arguments: {', '.join(list(kwargs.keys()))}",
+                stacklevel=2,
+            )
+        started = time.perf_counter()
+        hook = pipeline.setup_hook(file, hook=hook)
+        num_speakers, min_speakers, max_speakers = set_num_speakers(
+            num_speakers=num_speakers, min_speakers=min_speakers, max_speakers=max_speakers
+        )
+        if pipeline._expects_num_speakers and num_speakers is None:
+            if isinstance(file, Mapping) and "annotation" in file:
+                num_speakers = len(file["annotation"].labels())
+            else:
+                raise ValueError(
+                    f"num_speakers must be provided when using {pipeline.klustering} clustering"
+                )
+        with torch.inference_mode(), library_math(self.math), torch.cuda.device(self.device):
+            inferred = self._infer(file, hook, started)
+        report, segmentations, count, embeddings = inferred
+        if embeddings is None:  # no speaker is ever active: the stock early exit
+            output = DiarizeOutput(
+                speaker_diarization=Annotation(uri=file["uri"]),
+                exclusive_speaker_diarization=Annotation(uri=file["uri"]),
+                speaker_embeddings=np.zeros((0, pipeline._embedding.dimension)),
+            )
+            self._finish(report, started)
+            return output.speaker_diarization if pipeline.legacy else output
+        output = self._cluster_and_reconstruct(
+            file,
+            segmentations,
+            count,
+            embeddings,
+            num_speakers,
+            min_speakers,
+            max_speakers,
+            hook,
+            report,
+        )
+        self._finish(report, started)
+        return output
+
+    def _finish(self, report: RunReport, started: float) -> None:
+        report.seconds = time.perf_counter() - started
+        self.last_run = report
+
+    def _infer(
+        self, file: Mapping, hook: Callable, started: float
+    ) -> tuple[RunReport, SlidingWindowFeature, SlidingWindowFeature, np.ndarray | None]:
+        """Both models over every chunk on the GPU, the speaker count on the host
+        meanwhile: the report, segmentations, count and embeddings (None when no
+        speaker is ever active)."""
+        pipeline = self.pipeline
+        inference = pipeline._segmentation
+        model = self._segmentation_model
+        waveform, sample_rate = model.audio(file)
+        window = model.audio.get_num_samples(inference.duration)
+        step = round(inference.step * sample_rate)
+        num_samples = waveform.shape[1]
+        complete = (num_samples - window) // step + 1 if num_samples >= window else 0
+        has_last = num_samples < window or (num_samples - window) % step > 0
+        total = complete + int(has_last)
+        chunk_window = SlidingWindow(start=0.0, duration=inference.duration, step=inference.step)
+        self._check_crops(chunk_window, total, step, sample_rate)
+        report = RunReport(audio_seconds=num_samples / sample_rate, chunks=total)
+
+        length = max((total - 1) * step + window, num_samples)
+        audio = torch.zeros((1, length), device=self.device)
+        audio[:, :num_samples].copy_(waveform[:1])
+        chunks = audio.unfold(1, window, step)[0, :total].unsqueeze(1)  # (total, 1, window)
+        current = torch.cuda.current_stream()
+        seg_stream, emb_stream = self._streams if self.overlap else (current, current)
+        for stream in (seg_stream, emb_stream):
+            stream.wait_stream(torch.cuda.current_stream())
+        timing = torch.cuda.Event(enable_timing=True)
+        timing.record(seg_stream)
+        gpu_started = time.perf_counter()
+
+        assert self._segment is not None and self._embed is not None
+        scores = masks = None
+        segmented: list[tuple[int, torch.cuda.Event]] = []
+        embedded: list[torch.cuda.Event] = []
+        embeddings = None
+        exclude = self._exclusion(chunks.shape[0])
+        next_chunk = 0
+        for first in range(0, total, self.segmentation_batch):
+            stop = min(first + self.segmentation_batch, total)
+            with torch.cuda.stream(seg_stream):
+                batch_scores, batch_masks = self._segment(chunks[first:stop])
+                if scores is None:
+                    scores = torch.empty((total, *batch_scores.shape[1:]), device=self.device)
+                    masks = torch.empty((total, *batch_masks.shape[1:]), device=self.device)
+                scores[first:stop].copy_(batch_scores[: stop - first])
+                masks[first:stop].copy_(batch_masks[: stop - first])
+                done = torch.cuda.Event(enable_timing=True)
+                done.record(seg_stream)
+                segmented.append((stop, done))
+            # the embeddings of every chunk this batch completed, on the other stream
+            with torch.cuda.stream(emb_stream):
+                emb_stream.wait_event(done)
+                while next_chunk < stop and (
+                    stop - next_chunk >= self.embedding_batch or stop == total
+                ):
+                    last = min(next_chunk + self.embedding_batch, stop)
+                    weights = exclude(masks[next_chunk:last]).transpose(1, 2)
+                    (batch,) = self._embed(chunks[next_chunk:last], weights)
+                    if embeddings is None:
+                        embeddings = torch.empty((total, *batch.shape[1:]), device=self.device)
+                    embeddings[next_chunk:last].copy_(batch[: last - next_chunk])
+                    event = torch.cuda.Event(enable_timing=True)
+                    event.record(emb_stream)
+                    embedded.append(event)
+                    next_chunk = last
+        assert scores is not None and masks is not None and embeddings is not None
+        with torch.cuda.stream(seg_stream):
+            host_masks = masks.to("cpu", non_blocking=True)
+            host_scores = scores.to("cpu", non_blocking=True)
+            masks_copied = torch.cuda.Event()
+            masks_copied.record(seg_stream)
+        with torch.cuda.stream(emb_stream):
+            host_embeddings = embeddings.to("cpu", non_blocking=True)
+            embeddings_copied = torch.cuda.Event()
+            embeddings_copied.record(emb_stream)
+
+        # segmentation: wait for it batch by batch (progress), then count on the host
+        progress = functools.partial(hook, "segmentation", None)
+        progress(completed=0, total=total)
+        for stop, done in segmented:
+            done.synchronize()
+            progress(completed=stop, total=total)
+        masks_copied.synchronize()
+        seg_done = segmented[-1][1]
+        report.steps["segmentation"] = (gpu_started - started) + timing.elapsed_time(seg_done) / 1e3
+        report.scores = host_scores.numpy()
+        segmentations = SlidingWindowFeature(host_masks.numpy(), chunk_window)
+        hook("segmentation", segmentations)
+        counting = time.perf_counter()
+        count = _steps.speaker_count(segmentations, model.receptive_field, warm_up=(0.0, 0.0))
+        report.steps["speaker_counting"] = time.perf_counter() - counting
+        hook("speaker_counting", count)
+        if np.nanmax(count.data) == 0.0:
+            torch.cuda.synchronize()
+            return report, segmentations, count, None
+
+        batches = len(embedded)
+        hook("embeddings", None, total=batches, completed=0)
+        for index, event in enumerate(embedded, 1):
+            event.synchronize()
+            hook("embeddings", None, total=batches, completed=index)
+        embeddings_copied.synchronize()
+        report.steps["embeddings"] = max(0.0, seg_done.elapsed_time(embedded[-1]) / 1e3)
+        report.embeddings = host_embeddings.numpy()
+        hook("embeddings", report.embeddings)
+        return report, segmentations, count, report.embeddings
+
+    def _check_crops(self, window: SlidingWindow, total: int, step: int, rate: int) -> None:
+        """The stock embeddings crop chunk c at round(start * rate) to round(end * rate)
+        of the same waveform; the engine's chunks are views at c * step: they agree
+        wherever the chunk start times are whole samples, as with pyannote's 1 s step."""
+        audio = self.pipeline._audio
+        for chunk in (0, total - 1):
+            segment = window[chunk]
+            start = audio.get_num_samples(segment.start, rate)
+            if start != chunk * step:
+                raise ValueError(
+                    f"pyspk engine: chunk {chunk} starts at sample {start}, not "
+                    f"{chunk * step}; the step {window.step} s is no whole number of samples"
+                )
+
+    def _exclusion(self, total: int) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The masks `get_embeddings` pools for (chunks, frames, speakers) binary
+        segmentations: as they are, or with overlapped frames zeroed where enough
+        frames remain (`embedding_exclude_overlap`)."""
+        pipeline = self.pipeline
+        if not pipeline.embedding_exclude_overlap:
+            return lambda masks: masks
+        embedding = pipeline._embedding
+        frames = self._embedding_model_frames(
+            self._segmentation_model.audio.get_num_samples(pipeline._segmentation.duration)
+        )
+        samples = pipeline._segmentation.duration * embedding.sample_rate
+        least = math.ceil(frames * embedding.min_num_samples / samples)
+
+        def exclude(masks: torch.Tensor) -> torch.Tensor:
+            clean = masks * (masks.sum(dim=2, keepdim=True) < 2)
+            enough = clean.sum(dim=1, keepdim=True) > least
+            return torch.where(enough, clean, masks)
+
+        return exclude
+
+    def _cluster_and_reconstruct(
+        self,
+        file: Mapping,
+        segmentations: SlidingWindowFeature,
+        count: SlidingWindowFeature,
+        embeddings: np.ndarray,
+        num_speakers: int | None,
+        min_speakers: int,
+        max_speakers: int | float,
+        hook: Callable,
+        report: RunReport,
+    ) -> DiarizeOutput | Annotation:
+        """The stock `apply` from the clustering on, with `pyspk._steps`."""
+        pipeline = self.pipeline
+        binarized_segmentations = segmentations  # powerset outputs are binary already
+        clustering = time.perf_counter()
+        hard_clusters, _, centroids = pipeline.clustering(
+            embeddings=embeddings,
+            segmentations=binarized_segmentations,
+            num_clusters=num_speakers,
+            min_clusters=min_speakers,
+            max_clusters=max_speakers,
+            file=file,
+            frames=pipeline._segmentation.model.receptive_field,
+        )
+        reconstruction = time.perf_counter()
+        report.steps["clustering"] = reconstruction - clustering
+        num_different_speakers = np.max(hard_clusters) + 1
+        if num_different_speakers < min_speakers or num_different_speakers > max_speakers:
+            warnings.warn(  # the stock warning
+                f"The detected number of speakers ({num_different_speakers}) for "
+                f"{file['uri']} is outside the given bounds [{min_speakers}, {max_speakers}]. "
+                "This can happen if the given audio file is too short to contain "
+                f"{min_speakers} or more speakers. Try to lower the desired minimal number "
+                "of speakers.",
+                stacklevel=3,
+            )
+        count.data = np.minimum(count.data, max_speakers).astype(np.int8)
+        inactive_speakers = np.sum(binarized_segmentations.data, axis=1) == 0
+        hard_clusters[inactive_speakers] = -2
+        discrete_diarization = _steps.reconstruct(segmentations, hard_clusters, count)
+        hook("discrete_diarization", discrete_diarization)
+        min_duration_off = pipeline.segmentation.min_duration_off
+        diarization = _steps.to_annotation(
+            discrete_diarization, min_duration_on=0.0, min_duration_off=min_duration_off
+        )
+        diarization.uri = file["uri"]
+        count.data = np.minimum(count.data, 1).astype(np.int8)
+        exclusive = _steps.reconstruct(segmentations, hard_clusters, count)
+        exclusive_diarization = _steps.to_annotation(
+            exclusive, min_duration_on=0.0, min_duration_off=min_duration_off
+        )
+        exclusive_diarization.uri = file["uri"]
+        output = _label(pipeline, file, diarization, exclusive_diarization, centroids)
+        report.steps["reconstruction"] = time.perf_counter() - reconstruction
+        return output
+
+
+def _label(
+    pipeline: Any,
+    file: Mapping,
+    diarization: Annotation,
+    exclusive_diarization: Annotation,
+    centroids: np.ndarray | None,
+) -> DiarizeOutput | Annotation:
+    """The stock `apply`'s last part: speaker names and the centroids in their order."""
+    if file.get("annotation"):
+        _, mapping = pipeline.optimal_mapping(file["annotation"], diarization, return_mapping=True)
+        mapping = {key: mapping.get(key, key) for key in diarization.labels()}
+    else:
+        mapping = {
+            label: expected
+            for label, expected in zip(diarization.labels(), pipeline.classes(), strict=False)
+        }
+    diarization = diarization.rename_labels(mapping=mapping)
+    exclusive_diarization = exclusive_diarization.rename_labels(mapping=mapping)
+    if centroids is None:
+        output = DiarizeOutput(
+            speaker_diarization=diarization,
+            exclusive_speaker_diarization=exclusive_diarization,
+            speaker_embeddings=centroids,
+        )
+        return output.speaker_diarization if pipeline.legacy else output
+    if len(diarization.labels()) > centroids.shape[0]:
+        centroids = np.pad(centroids, ((0, len(diarization.labels()) - centroids.shape[0]), (0, 0)))
+    inverse_mapping = {label: index for index, label in mapping.items()}
+    centroids = centroids[[inverse_mapping[label] for label in diarization.labels()]]
+    output = DiarizeOutput(
+        speaker_diarization=diarization,
+        exclusive_speaker_diarization=exclusive_diarization,
+        speaker_embeddings=centroids,
+    )
+    return output.speaker_diarization if pipeline.legacy else output

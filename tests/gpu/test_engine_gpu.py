@@ -1,0 +1,248 @@
+"""The diarization engine (`pyspk.engine`, behind `accelerate_pipeline`) on the GPU, on a
+synthetic conversation and random-weight models (the PyanNet's classifier fitted to
+another synthetic recording, so that its output follows the voices):
+
+- `Fbank` gives WeSpeaker's fbank bits, eagerly and replayed from a graph;
+- a batch of 128 (or 64) through the pyspk.torch wrappers gives the bits of batch-32
+  calls;
+- overlapped streams with graph replay give the bits of one stream run eagerly;
+- in FP32 math the accelerated pipeline's annotation is the stock pipeline's, its
+  segmentation scores and embeddings within the tolerances below;
+- the library's TF32 switches follow the math inside `apply` and are restored after;
+- `pyspk diarize --demo` and `pyspk diarize FILE` run.
+
+Tolerances, FP32 math: the embeddings within 1e-5 of the largest stock embedding (the
+seg_1 plan's FP32-exact products summed in another order than cuBLAS's: a few 2^-24
+roundings of a 5120-term sum). With the segmentation on plans too, its
+log-probabilities within 1e-4: FP32 roundings of the convolutions and linears, carried
+through the four LSTM layers (the model's own FP32 error against float64 is about
+3e-5 on the calibrated model).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pyspk.cuda import CudaMath
+from pyspk.testing import torch_replay_matches_eager
+
+pytestmark = pytest.mark.gpu
+
+SECONDS = 150.0
+
+
+@pytest.fixture(scope="module")
+def pipeline(torch, pyannote):
+    from pyspk.synthetic import recording
+
+    segmentation = pyannote.segmentation_3_0(seed=0, fit_to=recording(200, seed=11), device="cuda")
+    built = pyannote.offline_pipeline(segmentation, pyannote.wespeaker_resnet34(seed=1))
+    return built.to(torch.device("cuda"))
+
+
+@pytest.fixture(scope="module")
+def audio(torch):
+    from pyspk.synthetic import recording
+
+    made = recording(SECONDS, seed=5)
+    return {"waveform": torch.from_numpy(made.waveform)[None], "sample_rate": 16000, "uri": "t"}
+
+
+def _tracks(output) -> list:
+    return [
+        list(output.speaker_diarization.itertracks(yield_label=True)),
+        list(output.exclusive_speaker_diarization.itertracks(yield_label=True)),
+    ]
+
+
+def test_fbank_gives_wespeaker_bits_eagerly_and_replayed(torch, pyannote):
+    from pyspk.engine import Fbank
+
+    model = pyannote.wespeaker_resnet34(seed=1).cuda()
+    generator = torch.Generator(device="cuda").manual_seed(3)
+    waveforms = 0.1 * torch.randn((32, 1, 160_000), generator=generator, device="cuda")
+    fbank = Fbank(model, torch.device("cuda"))
+    with torch.inference_mode():
+        assert torch.equal(fbank(waveforms), model.compute_fbank(waveforms))
+        assert torch_replay_matches_eager(torch, fbank, waveforms.clone())
+
+
+@pytest.mark.parametrize("math", list(CudaMath), ids=str)
+def test_multiples_of_32_give_the_bits_of_batch_32_calls(torch, pyannote, math):
+    import pyspk.torch as ptorch
+    from pyspk.candidate import DenseSite, SegConvSite
+
+    model = pyannote.segmentation_3_0(seed=0).cuda()
+    generator = torch.Generator(device="cuda").manual_seed(4)
+    linear = ptorch.PlannedDense(model.linear[0], DenseSite.LINEAR0, math)
+    conv = ptorch.PlannedConv1d(model.sincnet.conv1d[1], SegConvSite.CONV1, math, bias="drop")
+    try:
+        with torch.inference_mode():
+            x = torch.randn((128, 589, 256), generator=generator, device="cuda")
+            whole = linear(x)
+            pieces = torch.cat([linear(part) for part in x.split(32)])
+            assert torch.equal(whole, pieces)
+            x = torch.randn((64, 80, 5325), generator=generator, device="cuda")
+            assert torch.equal(conv(x), torch.cat([conv(part) for part in x.split(32)]))
+    finally:
+        linear.close()
+        conv.close()
+
+
+@pytest.mark.parametrize("math", list(CudaMath), ids=str)
+def test_overlapped_graph_replay_gives_the_sequential_bits(torch, pyannote, pipeline, audio, math):
+    runs = {}
+    for name, options in {
+        "overlapped graphs": {"graphs": True, "overlap": True},
+        "one stream eager": {"graphs": False, "overlap": False},
+    }.items():
+        with pyannote.accelerate_pipeline(pipeline, math, **options) as acceleration:
+            if options["graphs"]:
+                assert acceleration.engine.describe() == {
+                    "segmentation": "graph",
+                    "embedding": "graph",
+                }
+            output = pipeline(audio)
+            report = acceleration.engine.last_run
+            runs[name] = (output, report)
+    (first, ours), (second, theirs) = runs.values()
+    assert np.array_equal(ours.scores, theirs.scores)
+    assert np.array_equal(ours.embeddings, theirs.embeddings, equal_nan=True)
+    assert _tracks(first) == _tracks(second)
+
+
+def test_fp32_accelerated_pipeline_gives_the_stock_annotation(torch, pyannote, pipeline, audio):
+    scores = []
+    model = pipeline._segmentation.model
+    handle = model.register_forward_hook(lambda _m, _a, out: scores.append(out.cpu()))
+    embeddings = {}
+
+    def keep(step, artefact, file=None, **progress):
+        if step == "embeddings" and not progress:
+            embeddings["stock"] = artefact
+
+    try:
+        stock = pipeline(audio, hook=keep)
+    finally:
+        handle.remove()
+    with pyannote.accelerate_pipeline(pipeline, CudaMath.FP32) as acceleration:
+        ours = pipeline(audio)
+        report = acceleration.engine.last_run
+    assert len(stock.speaker_diarization) > 5  # a conversation, not one constant class
+    assert _tracks(ours) == _tracks(stock)
+    # the segmentation on the library at batch 128: the stock bits of batch 32
+    assert np.array_equal(report.scores, torch.cat(scores).numpy())
+    reference = embeddings["stock"]
+    both = ~np.isnan(reference) & ~np.isnan(report.embeddings)
+    assert np.array_equal(np.isnan(reference), np.isnan(report.embeddings))
+    difference = np.max(np.abs(report.embeddings[both] - reference[both]))
+    assert difference <= 1e-5 * np.max(np.abs(reference[both])), difference
+    np.testing.assert_allclose(ours.speaker_embeddings, stock.speaker_embeddings, atol=1e-6)
+
+
+@pytest.mark.parametrize("math", list(CudaMath), ids=str)
+def test_library_switches_follow_the_math_and_come_back(torch, pyannote, pipeline, audio, math):
+    seen = []
+
+    def look(step, artefact, file=None, **progress):
+        if step == "segmentation" and artefact is not None:
+            seen.append((torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32))
+
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = (True, False)
+        try:
+            with pyannote.accelerate_pipeline(pipeline, math):
+                pipeline.apply(audio, hook=look)  # the engine's apply, without __call__'s reset
+                after = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+    tf32 = math is CudaMath.TF32
+    assert seen == [(tf32, tf32)]
+    assert after == (True, False)
+
+
+def test_undo_restores_the_stock_apply(torch, pyannote, pipeline):
+    stock = pipeline.apply
+    acceleration = pyannote.accelerate_pipeline(pipeline)
+    assert pipeline.apply == acceleration.engine.apply
+    acceleration.undo()
+    acceleration.undo()
+    assert pipeline.apply == stock
+    assert "apply" not in pipeline.__dict__
+
+
+def test_fp32_segmentation_on_plans_stays_within_rounding_of_stock(
+    torch, pyannote, pipeline, audio
+):
+    scores = []
+    model = pipeline._segmentation.model
+    handle = model.register_forward_hook(lambda _m, _a, out: scores.append(out.cpu()))
+    try:
+        pipeline(audio)
+    finally:
+        handle.remove()
+    with pyannote.accelerate_pipeline(pipeline, "fp32", segmentation_plans=True) as acceleration:
+        assert acceleration.segmentation is not None
+        pipeline(audio)
+        report = acceleration.engine.last_run
+    difference = np.max(np.abs(report.scores - torch.cat(scores).numpy()))
+    print(f"fp32 segmentation on plans: max-abs {difference:.3e} of the log-probabilities")
+    assert difference <= 1e-4, difference
+
+
+def test_diarize_demo_prints_both_paths(torch, pyannote, capsys):
+    from pyspk.cli import main
+
+    assert main(["diarize", "--demo", "--seconds", "40", "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "stock" in printed and "accelerated" in printed
+    assert printed.count("x real time") == 2
+    assert "annotation identical to stock" in printed
+
+
+def test_diarize_writes_rttm_files(torch, pyannote, tmp_path, capsys):
+    soundfile = pytest.importorskip("soundfile")
+    import lightning
+    from pyannote.audio.core.task import Problem, Resolution, Specifications
+
+    from pyspk.cli import main
+    from pyspk.synthetic import recording
+
+    def save(model, path):
+        checkpoint = {
+            "state_dict": model.state_dict(),
+            "hyper_parameters": dict(model.hparams),
+            "pytorch-lightning_version": lightning.__version__,
+        }
+        model.on_save_checkpoint(checkpoint)
+        torch.save(checkpoint, path)
+
+    save(pyannote.segmentation_3_0(seed=0, fit_to=recording(200, seed=11)), tmp_path / "s.ckpt")
+    embedding = pyannote.wespeaker_resnet34(seed=1)
+    embedding.specifications = Specifications(
+        problem=Problem.REPRESENTATION, resolution=Resolution.CHUNK, duration=5.0
+    )
+    save(embedding, tmp_path / "e.ckpt")
+    soundfile.write(tmp_path / "talk.wav", recording(45, seed=2).waveform, 16000)
+    status = main(
+        [
+            "diarize",
+            str(tmp_path / "talk.wav"),
+            "--segmentation",
+            str(tmp_path / "s.ckpt"),
+            "--embedding",
+            str(tmp_path / "e.ckpt"),
+            "--rttm",
+            str(tmp_path / "out"),
+            "--quiet",
+        ]
+    )
+    assert status == 0, capsys.readouterr().err
+    lines = (tmp_path / "out" / "talk.rttm").read_text().splitlines()
+    assert lines and all(line.startswith("SPEAKER talk 1 ") for line in lines)
+    assert "x real time" in capsys.readouterr().err
