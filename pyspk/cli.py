@@ -4,7 +4,8 @@
 (boundary x batch x math) on the local GPU, on a named deployment GPU (`--device h200`) or
 on given attributes (`--capability 8.9 --sms 34`); with no GPU answering and none named,
 it prints the picks of every known profile side by side. `--write`/`--check` record the
-picks as JSON and compare a later rule with the record."""
+picks as JSON and compare a later rule with the record. `pyspk info` prints versions and
+what each GPU would load; `pyspk diarize` diarizes audio files (`pyspk.diarize`)."""
 
 from __future__ import annotations
 
@@ -133,6 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
     info.set_defaults(run=_run_info, tier=None)
+
+    from pyspk import diarize  # its heavy imports wait until it runs
+
+    diarize.add_parser(commands)
     return parser
 
 
@@ -155,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
         if args.command is None:
-            raise UsageError(f"a command is required: pins or info (see {PROG} --help)")
+            raise UsageError(f"a command is required: pins, info or diarize (see {PROG} --help)")
         return args.run(args)
     except UsageError as error:
         print(f"{PROG}: error: {_one_line(str(error))}", file=sys.stderr)

@@ -1,0 +1,435 @@
+"""`pyspk diarize`: speaker diarization of audio files with pyannote.audio on pyspk.
+
+The arguments are checked, and the audio decoded (soundfile, which carries its own
+libsndfile), before PyTorch or pyannote.audio is imported, so a bad path, an
+unreadable file or a missing checkpoint costs one line and exit status 2 on any
+machine. The models come from a pyannote pipeline (`--pipeline`: a Hugging Face id the
+user has access to, or a local folder with its config.yaml) or from two local model
+checkpoints (`--segmentation`, `--embedding`, with agglomerative clustering).
+
+Checkpoints are pickles, and unpickling can run code. A local checkpoint is first read
+with `torch.load(weights_only=True)`, which admits only tensors, plain containers and
+pyannote's own specification types; one that needs anything else is refused unless
+`--trust-checkpoints` is given. pyannote.audio itself loads every checkpoint (and a
+pipeline's, whose config also names the classes to build) with `weights_only=False`:
+`--pipeline` runs whatever code that pipeline's files hold, as pyannote.audio does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["DEMO_SECONDS", "DiarizeError", "add_parser", "run"]
+
+DEMO_SECONDS = 600.0
+
+
+class DiarizeError(Exception):
+    """One line for stderr and exit status 2."""
+
+
+EPILOG = """\
+models: --pipeline ID_OR_FOLDER (a pyannote pipeline: a Hugging Face id, with --token
+where it is gated, or a local folder holding its config.yaml), or --segmentation and
+--embedding (local model checkpoints, clustered agglomeratively). Checkpoints are
+pickles and unpickling runs code: local checkpoints are read with weights_only first
+and refused if they need more, unless --trust-checkpoints; a --pipeline is loaded by
+pyannote.audio, which runs whatever its files hold (it reads every checkpoint with
+weights_only=False). Use only pipelines and checkpoints you trust.
+
+--demo diarizes a synthetic conversation with random-weight models, stock and
+accelerated, and prints x real time for both (no audio or checkpoints needed).
+"""
+
+
+def add_parser(commands: Any) -> argparse.ArgumentParser:
+    """The `diarize` subcommand on `commands` (argparse subparsers)."""
+    parser = commands.add_parser(
+        "diarize",
+        help="who speaks when in audio files, with pyannote.audio on pyspk",
+        description="Diarize each AUDIO file (WAV, FLAC, OGG and what else libsndfile\n"
+        "reads) with a pyannote.audio pipeline on pyspk's accelerated engine and write\n"
+        "one RTTM file per input (to --rttm DIR, else to standard output).",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("audio", nargs="*", metavar="AUDIO", help="audio files")
+    parser.add_argument("--rttm", metavar="DIR", type=Path, help="write DIR/<name>.rttm")
+    parser.add_argument(
+        "--math",
+        choices=("fp32", "tf32"),
+        default="fp32",
+        help="FP32 (default) or TF32 math, for pyspk and the library",
+    )
+    parser.add_argument(
+        "--batch",
+        metavar="N",
+        type=_batch,
+        default=128,
+        help="chunks per segmentation forward (default 128)",
+    )
+    parser.add_argument(
+        "--pipeline",
+        metavar="ID_OR_FOLDER",
+        help="a pyannote pipeline: Hugging Face id or local folder",
+    )
+    parser.add_argument(
+        "--token",
+        metavar="TOKEN",
+        help="Hugging Face token for a gated --pipeline (default: HF_TOKEN)",
+    )
+    parser.add_argument(
+        "--segmentation", metavar="CKPT", type=Path, help="a local segmentation model checkpoint"
+    )
+    parser.add_argument(
+        "--embedding",
+        metavar="CKPT",
+        type=Path,
+        help="a local WeSpeaker embedding model checkpoint",
+    )
+    parser.add_argument(
+        "--trust-checkpoints",
+        action="store_true",
+        help="load local checkpoints that need more than weights_only",
+    )
+    parser.add_argument(
+        "--stock",
+        action="store_true",
+        help="run the stock pipeline instead of pyspk's (for comparison)",
+    )
+    parser.add_argument(
+        "--num-speakers", metavar="N", type=_batch, help="the number of speakers, when known"
+    )
+    parser.add_argument(
+        "--demo", action="store_true", help="diarize a synthetic recording, stock and accelerated"
+    )
+    parser.add_argument(
+        "--seconds",
+        metavar="S",
+        type=float,
+        default=DEMO_SECONDS,
+        help=f"length of the --demo recording (default {DEMO_SECONDS:g})",
+    )
+    parser.add_argument("--device", metavar="N", type=int, default=0, help="CUDA device")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.set_defaults(run=run)
+    return parser
+
+
+def _batch(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not at least 1")
+    return value
+
+
+@dataclass
+class Audio:
+    path: Path
+    waveform: Any  # (channels, samples) float32 numpy
+    sample_rate: int
+
+    @property
+    def seconds(self) -> float:
+        return self.waveform.shape[1] / self.sample_rate
+
+
+def run(args: argparse.Namespace) -> int:
+    """The command; DiarizeError (one line, exit 2) for what the user can fix."""
+    try:
+        if args.demo:
+            if args.audio or args.pipeline or args.segmentation or args.embedding:
+                raise DiarizeError("--demo takes no audio files and no models")
+            if not args.seconds > 10:
+                raise DiarizeError(f"--seconds must be more than 10, not {args.seconds:g}")
+            return _demo(args)
+        _check_arguments(args)
+        audio = [_decode(path) for path in args.audio]
+        return _diarize(args, audio)
+    except DiarizeError as error:
+        print(f"pyspk diarize: error: {' '.join(str(error).split())}", file=sys.stderr)
+        return 2
+
+
+def _check_arguments(args: argparse.Namespace) -> None:
+    if not args.audio:
+        raise DiarizeError("no AUDIO file given (or --demo)")
+    for path in args.audio:
+        candidate = Path(path)
+        if not candidate.exists():
+            raise DiarizeError(f"{path}: no such file")
+        if not candidate.is_file():
+            raise DiarizeError(f"{path}: not a file")
+    if args.pipeline and (args.segmentation or args.embedding):
+        raise DiarizeError("give either --pipeline or --segmentation with --embedding")
+    if not args.pipeline:
+        if not (args.segmentation and args.embedding):
+            raise DiarizeError(
+                "no models: give --pipeline ID_OR_FOLDER, or --segmentation CKPT and "
+                "--embedding CKPT (see pyspk diarize --help)"
+            )
+        checkpoints = {"--segmentation": args.segmentation, "--embedding": args.embedding}
+        for option, path in checkpoints.items():
+            if not path.is_file():
+                raise DiarizeError(f"{option} {path}: no such checkpoint file")
+    if args.rttm is not None and args.rttm.exists() and not args.rttm.is_dir():
+        raise DiarizeError(f"--rttm {args.rttm}: not a folder")
+    stems = [Path(path).stem for path in args.audio]
+    if args.rttm is not None and len(set(stems)) < len(stems):
+        raise DiarizeError("two AUDIO files share a name; their RTTM files would collide")
+
+
+def _decode(path: str) -> Audio:
+    try:
+        import soundfile
+    except ImportError as error:
+        raise DiarizeError(f"soundfile is missing ({error}): pip install soundfile") from None
+    try:
+        data, rate = soundfile.read(path, dtype="float32", always_2d=True)
+    except (RuntimeError, soundfile.LibsndfileError) as error:
+        raise DiarizeError(f"{path}: not audio that libsndfile reads ({error})") from None
+    if data.shape[0] == 0:
+        raise DiarizeError(f"{path}: holds no samples")
+    return Audio(Path(path), data.T.copy(), int(rate))
+
+
+def _import_stack() -> tuple[Any, Any]:
+    """torch and pyspk.pyannote, or DiarizeError saying what to install."""
+    os.environ.setdefault("PYANNOTE_METRICS_ENABLED", "false")
+    import warnings
+
+    try:
+        import torch
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # pyannote's notice on its optional decoder
+            import pyspk.pyannote as pa
+    except ImportError as error:
+        raise DiarizeError(
+            f"{error}: pyspk diarize needs PyTorch and pyannote.audio "
+            "(pip install 'pyspk[pyannote]')"
+        ) from None
+    return torch, pa
+
+
+def _cuda(torch: Any, ordinal: int) -> Any:
+    if not torch.cuda.is_available():
+        raise DiarizeError("PyTorch sees no CUDA device; pyspk diarize runs on an NVIDIA GPU")
+    if not 0 <= ordinal < torch.cuda.device_count():
+        raise DiarizeError(
+            f"--device {ordinal}: PyTorch sees {torch.cuda.device_count()} CUDA device(s)"
+        )
+    return torch.device("cuda", ordinal)
+
+
+# -- checkpoints ----------------------------------------------------------------------
+
+
+def load_checkpoint(path: Path, trust: bool) -> Any:
+    """A pyannote `Model` from a local checkpoint, read with `weights_only=True` first
+    (see the module docstring); DiarizeError for what stops it."""
+    import pickle
+
+    import torch
+    from pyannote.audio import Model
+    from pyannote.audio.core.task import Problem, Resolution, Specifications
+
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise DiarizeError(f"{path}: cannot read ({error.strerror or error})") from None
+    if not trust:
+        try:
+            with torch.serialization.safe_globals([Specifications, Problem, Resolution]):
+                torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as error:
+            found = re.search(r"GLOBAL (\S+)", str(error))
+            needed = f"it names {found.group(1)}" if found else "objects beyond weights"
+            raise DiarizeError(
+                f"{path}: holds more than weights ({needed}), and loading it would run "
+                "code; pass --trust-checkpoints only for a checkpoint you trust"
+            ) from None
+        except Exception as error:
+            raise DiarizeError(f"{path}: not a PyTorch checkpoint ({error})") from None
+    try:
+        model = Model.from_pretrained(io.BytesIO(data))
+    except Exception as error:
+        raise DiarizeError(f"{path}: pyannote.audio cannot load it ({error})") from None
+    if model is None:
+        raise DiarizeError(f"{path}: pyannote.audio cannot load it")
+    return model
+
+
+def _pipeline(args: argparse.Namespace, pa: Any) -> Any:
+    if args.pipeline:
+        from pyannote.audio import Pipeline
+
+        token = args.token or os.environ.get("HF_TOKEN")
+        try:
+            pipeline = Pipeline.from_pretrained(args.pipeline, token=token)
+        except Exception as error:
+            raise DiarizeError(f"--pipeline {args.pipeline}: cannot load it ({error})") from None
+        if pipeline is None:
+            raise DiarizeError(
+                f"--pipeline {args.pipeline}: not found, or gated (accept its conditions on "
+                "Hugging Face and give --token)"
+            )
+        return pipeline
+    segmentation = load_checkpoint(args.segmentation, args.trust_checkpoints)
+    embedding = load_checkpoint(args.embedding, args.trust_checkpoints)
+    return pa.offline_pipeline(segmentation.eval(), embedding.eval())
+
+
+# -- progress -------------------------------------------------------------------------
+
+
+class Progress:
+    """A one-line progress bar on stderr, redrawn in place where stderr is a terminal
+    (silent elsewhere); a pyannote pipeline hook."""
+
+    def __init__(self, label: str, enabled: bool) -> None:
+        self.label = label
+        self.enabled = enabled and sys.stderr.isatty()
+        self.started = time.perf_counter()
+
+    def __call__(
+        self,
+        step: str,
+        artefact: Any,
+        file: Any = None,
+        total: int | None = None,
+        completed: int | None = None,
+    ) -> None:
+        if not self.enabled or total is None or completed is None:
+            return
+        width = 30
+        done = min(max(completed / max(total, 1), 0.0), 1.0)
+        bar = "#" * round(done * width) + "-" * (width - round(done * width))
+        seconds = time.perf_counter() - self.started
+        print(
+            f"\r{self.label}: {step:<12} [{bar}] {done:4.0%} {seconds:6.1f} s",
+            end="",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def close(self) -> None:
+        if self.enabled:
+            print("\r" + " " * 79 + "\r", end="", file=sys.stderr, flush=True)
+
+
+# -- running --------------------------------------------------------------------------
+
+
+def _diarize(args: argparse.Namespace, audio: list[Audio]) -> int:
+    torch, pa = _import_stack()
+    device = _cuda(torch, args.device)
+    pipeline = _pipeline(args, pa).to(device)
+    acceleration = None
+    if not args.stock:
+        acceleration = pa.accelerate_pipeline(pipeline, args.math, segmentation_batch=args.batch)
+    try:
+        if args.rttm is not None:
+            args.rttm.mkdir(parents=True, exist_ok=True)
+        for item in audio:
+            uri = item.path.stem
+            file = {
+                "waveform": torch.from_numpy(item.waveform),
+                "sample_rate": item.sample_rate,
+                "uri": uri,
+            }
+            progress = Progress(uri, not args.quiet)
+            started = time.perf_counter()
+            try:
+                output = pipeline(file, hook=progress, num_speakers=args.num_speakers)
+            finally:
+                progress.close()
+            seconds = time.perf_counter() - started
+            annotation = getattr(output, "speaker_diarization", output)
+            _write_rttm(annotation, args.rttm, uri)
+            print(
+                f"{item.path}: {len(annotation.labels())} speakers, {item.seconds:.1f} s of "
+                f"audio in {seconds:.2f} s ({item.seconds / seconds:.0f}x real time)",
+                file=sys.stderr,
+            )
+    finally:
+        if acceleration is not None:
+            acceleration.undo()
+    return 0
+
+
+def _write_rttm(annotation: Any, folder: Path | None, uri: str) -> None:
+    if folder is None:
+        annotation.write_rttm(sys.stdout)
+        return
+    path = folder / f"{uri}.rttm"
+    try:
+        with open(path, "w", encoding="utf-8") as handle:
+            annotation.write_rttm(handle)
+    except OSError as error:
+        raise DiarizeError(f"cannot write {path}: {error.strerror or error}") from None
+
+
+def _demo(args: argparse.Namespace) -> int:
+    torch, pa = _import_stack()
+    device = _cuda(torch, args.device)
+    from pyspk.synthetic import recording
+
+    print(
+        f"building random-weight models and a {args.seconds:g} s synthetic recording",
+        file=sys.stderr,
+    )
+    segmentation = pa.segmentation_3_0(seed=0, fit_to=recording(400, seed=11), device=device)
+    pipeline = pa.offline_pipeline(segmentation, pa.wespeaker_resnet34(seed=1)).to(device)
+    demo = recording(args.seconds, seed=0)
+    file = {
+        "waveform": torch.from_numpy(demo.waveform)[None],
+        "sample_rate": demo.sample_rate,
+        "uri": "demo",
+    }
+    warm = recording(30, seed=1)
+    warm_file = {
+        "waveform": torch.from_numpy(warm.waveform)[None],
+        "sample_rate": 16000,
+        "uri": "warm-up",
+    }
+    results: dict[str, tuple[float, Any]] = {}
+
+    def timed(label: str) -> None:
+        progress = Progress(label, not args.quiet)
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        try:
+            output = pipeline(file, hook=progress)
+        finally:
+            progress.close()
+        seconds = time.perf_counter() - started
+        results[label] = (seconds, output)
+        print(f"{label:<12} {seconds:7.2f} s  {args.seconds / seconds:6.0f}x real time")
+
+    pipeline(warm_file)
+    timed("stock")
+    with pa.accelerate_pipeline(pipeline, args.math, segmentation_batch=args.batch):
+        pipeline(warm_file)
+        timed("accelerated")
+    stock, accelerated = results["stock"][1], results["accelerated"][1]
+    same = list(stock.speaker_diarization.itertracks(yield_label=True)) == list(
+        accelerated.speaker_diarization.itertracks(yield_label=True)
+    )
+    print(
+        f"speedup {results['stock'][0] / results['accelerated'][0]:.2f}x; "
+        f"{len(accelerated.speaker_diarization.labels())} speakers; annotation "
+        f"{'identical to' if same else 'differs from'} stock ({args.math} math)"
+    )
+    return 0
