@@ -1,0 +1,308 @@
+"""The diarization benchmark: the stock pyannote.audio pipeline against pyspk's
+accelerated pipeline on synthetic conversations, in one process on one GPU, in FP32
+and in TF32 math.
+
+    PYTHONPATH=. python3 tools/diarize_bench.py [--out benchmarks] [--lengths 600 3600]
+        [--math fp32 tf32] [--seed 0]
+
+The models are pyannote.audio 4's segmentation-3.0 PyanNet and WeSpeaker ResNet34 with
+random weights, built offline (`pyspk.pyannote.offline_pipeline`), the PyanNet's
+classifier fitted to another synthetic recording so that its output follows the voices.
+For each length and math it runs the stock pipeline (its own code and defaults: batch
+32, which switches TF32 off whatever the caller chose) and then the same pipeline under
+`accelerate_pipeline` (plans, the engine, graphs captured before the timed runs), after
+one untimed warm-up of each on 60 s of audio. Steps are timed through the pipeline's
+hooks (stock) or the engine's report (accelerated). Agreement is taken against the
+stock run of the same audio and math: the raw segmentation log-probabilities, the
+embeddings, the annotation (tracks and labels, also the exclusive one) and its DER.
+
+Writes <device>-diarization.md, .json and .png into --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("PYANNOTE_METRICS_ENABLED", "false")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks")
+    parser.add_argument("--lengths", type=float, nargs="+", default=[600, 3600])
+    parser.add_argument("--math", nargs="+", default=["fp32", "tf32"])
+    parser.add_argument("--seed", type=int, default=0, help="the recordings' seed")
+    parser.add_argument("--segmentation-batch", type=int, default=128)
+    return parser.parse_args(argv)
+
+
+class StockSteps:
+    """The stock `apply`'s step times from its hooks, and the artefacts they carry."""
+
+    def __init__(self, pipeline: Any) -> None:
+        self.pipeline = pipeline
+        self.marks: dict[str, float] = {}
+        self.embeddings = None
+
+    def hook(self, step: str, artefact: Any, file: Any = None, **progress: Any) -> None:
+        if progress:  # a progress call inside a step
+            return
+        self.marks[step] = time.perf_counter()
+        if step == "embeddings":
+            self.embeddings = artefact
+
+    def run(self, file: dict) -> tuple[Any, dict[str, float], float]:
+        import torch
+
+        pipeline = self.pipeline
+        stock_reconstruct = pipeline.reconstruct
+        marks = self.marks
+
+        def reconstruct(*args: Any, **kwargs: Any) -> Any:
+            marks.setdefault("clustered", time.perf_counter())
+            return stock_reconstruct(*args, **kwargs)
+
+        pipeline.reconstruct = reconstruct
+        marks.clear()
+        try:
+            torch.cuda.synchronize()
+            started = time.perf_counter()
+            output = pipeline(file, hook=self.hook)
+            ended = time.perf_counter()
+        finally:
+            del pipeline.reconstruct
+        steps = {
+            "segmentation": marks["segmentation"] - started,
+            "speaker_counting": marks["speaker_counting"] - marks["segmentation"],
+            "embeddings": marks["embeddings"] - marks["speaker_counting"],
+            "clustering": marks["clustered"] - marks["embeddings"],
+            "reconstruction": ended - marks["clustered"],
+        }
+        return output, steps, ended - started
+
+
+def _scores_of(torch: Any, model: Any) -> tuple[list, Any]:
+    """Collects a segmentation model's raw outputs (log-probabilities) per forward."""
+    collected: list = []
+    handle = model.register_forward_hook(lambda _m, _a, out: collected.append(out.cpu()))
+    return collected, handle
+
+
+def _tracks(annotation: Any) -> list:
+    return list(annotation.itertracks(yield_label=True))
+
+
+def _max_abs(np: Any, a: Any, b: Any) -> float:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if a.shape != b.shape:
+        return float("inf")
+    both_nan = np.isnan(a) & np.isnan(b)
+    difference = np.abs(np.where(both_nan, 0.0, a - b))
+    return float(np.max(difference)) if difference.size else 0.0
+
+
+def _truth(recording: Any, uri: str) -> Any:
+    from pyannote.core import Annotation, Segment
+
+    truth = Annotation(uri=uri)
+    for index, turn in enumerate(recording.turns):
+        truth[Segment(turn.start, turn.end), index] = turn.speaker
+    return truth
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    started_all = time.perf_counter()
+    import numpy as np
+    import torch
+
+    warnings.simplefilter("ignore")  # pyannote's and torchcodec's notices
+    import pyannote.audio
+    from pyannote.metrics.diarization import DiarizationErrorRate
+
+    import pyspk
+    import pyspk.pyannote as pa
+    from pyspk import diarization_report as report
+    from pyspk.benchmark import device_slug
+    from pyspk.cuda import CudaMath
+    from pyspk.engine import library_math
+    from pyspk.synthetic import recording
+
+    device = torch.device("cuda")
+    fit = recording(400, seed=11)
+    segmentation = pa.segmentation_3_0(seed=0, fit_to=fit, device=device)
+    pipeline = pa.offline_pipeline(segmentation, pa.wespeaker_resnet34(seed=1))
+    pipeline.to(device)
+    print("models ready", flush=True)
+
+    recordings = {}
+    for length in args.lengths:
+        made = time.perf_counter()
+        recordings[length] = recording(length, seed=args.seed)
+        print(f"recording {length:g} s made in {time.perf_counter() - made:.1f} s", flush=True)
+
+    def as_file(rec: Any, uri: str) -> dict:
+        return {
+            "waveform": torch.from_numpy(rec.waveform)[None],
+            "sample_rate": rec.sample_rate,
+            "uri": uri,
+        }
+
+    warm = as_file(recording(60, seed=args.seed + 1), "warm-up")
+    stock_steps = StockSteps(pipeline)
+    scores, handle = _scores_of(torch, segmentation)
+    der = DiarizationErrorRate()
+    runs: list[dict] = []
+    prepare: dict[str, float] = {}
+    engines: dict[str, dict] = {}
+    for name in args.math:
+        math = CudaMath.parse(name)
+        with library_math(math):  # the caller's choice; pyannote's own apply resets it
+            stock_steps.run(warm)
+            stock_results = {}
+            for length, rec in recordings.items():
+                file = as_file(rec, f"synthetic-{length:g}s")
+                scores.clear()
+                torch.cuda.reset_peak_memory_stats()
+                output, steps, seconds = stock_steps.run(file)
+                truth_der = float(der(_truth(rec, file["uri"]), output.speaker_diarization))
+                stock_results[length] = {
+                    "output": output,
+                    "scores": torch.cat(scores).numpy(),
+                    "embeddings": stock_steps.embeddings,
+                    "der_vs_truth": truth_der,
+                }
+                runs.append(
+                    {
+                        "audio_seconds": length,
+                        "path": "stock",
+                        "math": str(math),
+                        "seconds": seconds,
+                        "rtfx": length / seconds,
+                        "steps": steps,
+                        "overlapped_steps": [],
+                        "peak_gpu_bytes": int(torch.cuda.max_memory_allocated()),
+                        "identical_to_stock": True,
+                        "der_vs_stock": 0.0,
+                        "max_abs_score_diff": 0.0,
+                        "max_abs_embedding_diff": 0.0,
+                        "speakers": len(output.speaker_diarization.labels()),
+                        "der_vs_truth": truth_der,
+                    }
+                )
+                print(
+                    f"{math} {length:g} s stock {seconds:.2f} s ({length / seconds:.0f}x)",
+                    flush=True,
+                )
+            handle.remove()
+            prepared = time.perf_counter()
+            acceleration = pa.accelerate_pipeline(
+                pipeline, math, segmentation_batch=args.segmentation_batch
+            )
+            prepare[str(math)] = time.perf_counter() - prepared
+            engine = acceleration.engine
+            engines[str(math)] = engine.describe()
+            pipeline(warm)
+            for length, rec in recordings.items():
+                file = as_file(rec, f"synthetic-{length:g}s")
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+                started = time.perf_counter()
+                output = pipeline(file)
+                seconds = time.perf_counter() - started
+                run = engine.last_run
+                stock = stock_results[length]
+                same = _tracks(output.speaker_diarization) == _tracks(
+                    stock["output"].speaker_diarization
+                ) and _tracks(output.exclusive_speaker_diarization) == _tracks(
+                    stock["output"].exclusive_speaker_diarization
+                )
+                runs.append(
+                    {
+                        "audio_seconds": length,
+                        "path": "accelerated",
+                        "math": str(math),
+                        "seconds": seconds,
+                        "rtfx": length / seconds,
+                        "steps": dict(run.steps),
+                        "overlapped_steps": list(run.overlapped),
+                        "peak_gpu_bytes": int(torch.cuda.max_memory_allocated()),
+                        "identical_to_stock": bool(same),
+                        "der_vs_stock": float(
+                            der(stock["output"].speaker_diarization, output.speaker_diarization)
+                        ),
+                        "max_abs_score_diff": _max_abs(np, run.scores, stock["scores"]),
+                        "max_abs_embedding_diff": _max_abs(np, run.embeddings, stock["embeddings"]),
+                        "masks_identical": bool(
+                            np.array_equal(run.scores.argmax(-1), stock["scores"].argmax(-1))
+                        ),
+                        "speakers": len(output.speaker_diarization.labels()),
+                        "stock_speakers": len(stock["output"].speaker_diarization.labels()),
+                        "der_vs_truth": float(
+                            der(_truth(rec, file["uri"]), output.speaker_diarization)
+                        ),
+                        "stock_der_vs_truth": stock["der_vs_truth"],
+                        "embedding_scale": float(np.nanmax(np.abs(stock["embeddings"]))),
+                        "segmentation_plans": acceleration.segmentation is not None,
+                        "segmentation_batch": args.segmentation_batch,
+                    }
+                )
+                print(
+                    f"{math} {length:g} s accelerated {seconds:.2f} s ({length / seconds:.0f}x) "
+                    f"identical {same} steps "
+                    + ", ".join(f"{k} {v:.3f}" for k, v in run.steps.items()),
+                    flush=True,
+                )
+            acceleration.undo()
+            scores, handle = _scores_of(torch, segmentation)
+    handle.remove()
+
+    report.check_runs(runs)
+    name = torch.cuda.get_device_name()
+    meta = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "device": name,
+        "versions": (
+            f"pyspk {pyspk.__version__}; pyannote.audio {pyannote.audio.__version__}; torch "
+            f"{torch.__version__} (cuDNN {torch.backends.cudnn.version()}); numpy "
+            f"{np.__version__}; Python {platform.python_version()}"
+        ),
+        "models": "random-weight segmentation-3.0 PyanNet (seed 0, classifier fitted to "
+        "`pyspk.synthetic.recording(400, seed=11)`) and WeSpeaker ResNet34 (seed 1), "
+        "built offline; agglomerative clustering (centroid, threshold 0.7, min cluster "
+        "size 12)",
+        "audio": f"`pyspk.synthetic.recording(seconds, seed={args.seed})`, 16 kHz mono, in memory",
+        "stock": "pyannote.audio's `SpeakerDiarization` as it is (batch 32 for both "
+        "models; it switches TF32 off for every run, so its TF32 runs are FP32 runs)",
+        "accelerated": f"`accelerate_pipeline(pipeline, math, segmentation_batch="
+        f"{args.segmentation_batch})`; forwards: "
+        + "; ".join(f"{m}: {e}" for m, e in engines.items())
+        + "; preparing (plans and graph capture) took "
+        + ", ".join(f"{s:.1f} s in {m}" for m, s in prepare.items()),
+        "seconds": time.perf_counter() - started_all,
+        "prepare_seconds": prepare,
+        "engines": engines,
+        "argv": list(argv) if argv is not None else None,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = args.out / f"{device_slug(name)}-diarization"
+    stem.with_suffix(".json").write_text(json.dumps({"meta": meta, "runs": runs}, indent=2) + "\n")
+    stem.with_suffix(".md").write_text(report.render_markdown(meta, runs))
+    report.plot(runs, stem.with_suffix(".png"), f"Diarization on the {name}: steps per run")
+    print(f"report {stem}.md", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
