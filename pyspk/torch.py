@@ -26,6 +26,7 @@ keep the wrapper open (not `close()`d) while such a graph lives.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from typing import Literal
@@ -173,7 +174,8 @@ class _Planned(nn.Module):
                     plans[self._shape_key(batch)] = plan
             except BaseException:
                 for plan in plans.values():
-                    plan.close()
+                    with contextlib.suppress(Exception):  # keep the planning error
+                        plan.close()
                 raise
         self._plans = plans
         self._planned_state = self._state()

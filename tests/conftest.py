@@ -30,3 +30,14 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if os.environ.get("PYSPK_REQUIRE_GPU") == "1":
         pytest.fail(f"PYSPK_REQUIRE_GPU=1 but {reason}", pytrace=False)
     pytest.skip(reason)
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch):
+    """The fake driver (`tests.fake_driver.FakeApi`) in place of cuda.bindings."""
+    from pyspk.cuda import driver
+    from tests.fake_driver import FakeApi
+
+    api = FakeApi()
+    monkeypatch.setattr(driver, "_api", api)
+    return api

@@ -15,6 +15,7 @@ This module never imports `cuda.bindings`; the driver is reached through
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import enum
 import functools
@@ -496,7 +497,8 @@ def load_kernels(
                     f"lists ({error.result_name})"
                 ) from error
     except BaseException:
-        driver.call("cuModuleUnload", handle)
+        with contextlib.suppress(Exception):  # the error being raised is the one to see
+            driver.call("cuModuleUnload", handle)
         raise
     return LoadedKernels(module, artifact, handle, functions)
 

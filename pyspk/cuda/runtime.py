@@ -9,9 +9,11 @@ check every plan entry point applies to the buffers it is given.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import operator
 import sys
+import threading
 import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
@@ -121,6 +123,9 @@ class DeviceBuffer:
         return f"DeviceBuffer(ptr={self._ptr:#x}, len={self._len}, device={self.ordinal}{state})"
 
 
+_GRAPH_TOKENS = itertools.count(1)
+
+
 class GraphUser(Protocol):
     """What a captured graph tells the plans it launches: that it holds them, and that it
     is gone (a plan closed meanwhile frees its buffers then)."""
@@ -130,13 +135,17 @@ class GraphUser(Protocol):
     def graph_closed(self) -> None: ...
 
 
-def _release_graph(runtime: CudaRuntime, executable: Any, users: tuple[GraphUser, ...]) -> None:
-    """The collector's path for a graph never closed: destroy it, then tell its users."""
+def _release_graph(
+    runtime: CudaRuntime, token: int, executable: Any, users: tuple[GraphUser, ...]
+) -> None:
+    """The collector's path for a graph never closed: forget it, destroy it, then tell
+    its users (on whatever thread collects it: never raise)."""
+    runtime._graphs.pop(token, None)
     try:
         runtime._destroy_graph_quietly(executable)
     finally:
         for user in users:
-            user.graph_closed()
+            _quietly(user.graph_closed)
 
 
 class Graph:
@@ -151,9 +160,11 @@ class Graph:
         # until the graph is destroyed, whether by close() or by the collector
         for user in users:
             user.graph_opened()
-        self._finalizer = weakref.finalize(self, _release_graph, runtime, executable, users)
+        token = next(_GRAPH_TOKENS)
+        self._finalizer = weakref.finalize(self, _release_graph, runtime, token, executable, users)
         self._finalizer.atexit = False
-        runtime._graphs.add(self._finalizer)
+        self._token = token
+        runtime._graphs[token] = self._finalizer
 
     @property
     def closed(self) -> bool:
@@ -171,8 +182,8 @@ class Graph:
         what they deferred."""
         detached = self._finalizer.detach()
         if detached is not None:
-            self._runtime._graphs.discard(self._finalizer)
-            _, _, (runtime, executable, users), _ = detached
+            self._runtime._graphs.pop(self._token, None)
+            _, _, (runtime, _, executable, users), _ = detached
             try:
                 runtime._destroy_graph(executable)
             finally:
@@ -202,10 +213,12 @@ class CudaRuntime:
     ) -> None:
         self._closed = True  # until the context is held, close() has nothing to undo
         self._allocations: dict[int, weakref.finalize] = {}
-        self._graphs: set[weakref.finalize] = set()
+        # the live graphs by token; a collected graph's finalizer removes its own entry
+        self._graphs: dict[int, weakref.finalize] = {}
         self._kernels: dict[Any, Any] = {}
         self._capturing = 0
         self._deferred: list[int] = []
+        self._deferred_lock = threading.Lock()
         self._capture_users: list[GraphUser] = []
         self._ordinal = operator.index(ordinal)
         self._ptx_tier = ptx_tier if ptx_tier is not None else PtxTier.from_env()
@@ -270,7 +283,7 @@ class CudaRuntime:
                 driver.call("cuMemsetD32Async", ptr, 0, buffer.len, self._stream)
                 self.synchronize()
             except BaseException:
-                buffer.free()
+                _quietly(buffer.free)  # the error being raised is the one to see
                 raise
         return buffer
 
@@ -286,7 +299,7 @@ class CudaRuntime:
                 # every stream, not only this one
                 self.synchronize()
             except BaseException:
-                buffer.free()
+                _quietly(buffer.free)  # the error being raised is the one to see
                 raise
         return buffer
 
@@ -346,14 +359,19 @@ class CudaRuntime:
     def capture(self, fn: Callable[[], None]) -> Graph:
         """Record what `fn` enqueues on the runtime's stream into an instantiated graph.
 
-        Nothing runs while capturing. The capture is thread-local: other threads may keep
-        using CUDA meanwhile. If `fn` raises, the capture is ended and the error re-raised.
+        Nothing runs while capturing. The capture is of the stream, not of the thread:
+        whatever any thread enqueues on the runtime's stream meanwhile (a plan's
+        enqueue, a copy) is captured too, and runs only when the graph is replayed; keep
+        other threads off this stream during a capture. (The capture mode is the
+        driver's thread-local one: it only stops this thread from calls that cannot be
+        captured.) If `fn` raises, the capture is ended and the error re-raised.
         """
         self._make_current()
         api = driver.api()
         mode = api.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
         driver.call("cuStreamBeginCapture", self._stream, mode)
-        self._capturing += 1
+        with self._deferred_lock:
+            self._capturing += 1
         users, self._capture_users = self._capture_users, []
         try:
             try:
@@ -363,7 +381,8 @@ class CudaRuntime:
                 raise
             graph = driver.call("cuStreamEndCapture", self._stream)
         finally:
-            self._capturing -= 1
+            with self._deferred_lock:
+                self._capturing -= 1
             captured, self._capture_users = self._capture_users, users
             self._flush_deferred()
         try:
@@ -410,10 +429,10 @@ class CudaRuntime:
         stream = getattr(self, "_stream", None)
         if stream is not None:
             attempt(lambda: driver.call("cuStreamSynchronize", stream))
-        for finalizer in list(self._graphs):
+        for finalizer in list(self._graphs.values()):
             found = finalizer.detach()
             if found is not None:
-                _, executable, users = found[2]
+                _, _, executable, users = found[2]
                 attempt(lambda executable=executable: self._destroy_graph(executable))
                 for user in users:
                     attempt(user.graph_closed)
@@ -423,8 +442,8 @@ class CudaRuntime:
             if callable(unload):
                 attempt(unload)
         self._kernels.clear()
-        pending = self._deferred
-        self._deferred = []
+        with self._deferred_lock:
+            pending, self._deferred = self._deferred, []
         for finalizer in list(self._allocations.values()):
             found = finalizer.detach()
             if found is not None:
@@ -480,10 +499,11 @@ class CudaRuntime:
 
     def _release(self, ptr: int) -> None:
         self._allocations.pop(ptr, None)
-        if self._capturing:
-            # freeing is not allowed while this thread captures: it would end the capture
-            self._deferred.append(ptr)
-            return
+        with self._deferred_lock:
+            if self._capturing:
+                # freeing is not allowed while a capture is open: it would end the capture
+                self._deferred.append(ptr)
+                return
         self._free_now(ptr)
 
     def _release_collected(self, ptr: int) -> None:
@@ -499,9 +519,10 @@ class CudaRuntime:
             driver.call("cuCtxPopCurrent")
 
     def _flush_deferred(self) -> None:
-        if self._capturing or not self._deferred:
-            return
-        pending, self._deferred = self._deferred, []
+        with self._deferred_lock:  # a finalizer may append meanwhile: take the list whole
+            if self._capturing or not self._deferred:
+                return
+            pending, self._deferred = self._deferred, []
         for ptr in pending:
             _quietly(lambda ptr=ptr: self._free_now(ptr))
 
@@ -510,6 +531,12 @@ class CudaRuntime:
 
     def _destroy_graph_quietly(self, executable: Any) -> None:
         _quietly(lambda: self._destroy_graph(executable))
+
+
+def free_after_error(buffers: list[DeviceBuffer]) -> None:
+    """Frees `buffers` while an error propagates, never raising over it."""
+    for buffer in buffers:
+        _quietly(buffer.free)
 
 
 def _quietly(step: Callable[[], object]) -> None:

@@ -59,7 +59,13 @@ from pyspk.candidate.segdense.selection import (
 )
 from pyspk.cuda.errors import ClosedError, KernelMissingError
 from pyspk.cuda.kernels import KernelModule
-from pyspk.cuda.runtime import BufferLayoutError, DeviceBuffer, device_address, device_array
+from pyspk.cuda.runtime import (
+    BufferLayoutError,
+    DeviceBuffer,
+    device_address,
+    device_array,
+    free_after_error,
+)
 
 if TYPE_CHECKING:
     from pyspk.cuda.device import DeviceAttributes
@@ -186,8 +192,7 @@ class Producer:
             # packing may run on another stream than the one a graph later captures
             runtime.synchronize()
         except BaseException:
-            for buffer in owned:
-                buffer.free()
+            free_after_error(owned)
             raise
         return cls(runtime, pin, main_launch, reduce, owned, shape.input_len, shape.output_len)
 
@@ -240,10 +245,15 @@ class Producer:
             partials_at = self._partials_address(partials, x_ptr, y_ptr)
         if stream is not None and phases is not PASS_THROUGH:
             raise ValueError(f"{CONTEXT}: phases time the runtime stream; give no stream")
-        if runtime._capturing:
-            runtime.note_capture_user(self)
         self._acquire()
         try:
+            # checked again under the lock that close() takes: a plan closed since the
+            # check above launches nothing, and close() frees only after this launch
+            if self._closed or runtime._closed:
+                what = "plan" if self._closed else "runtime of this plan"
+                raise ClosedError(f"{CONTEXT}: the {what} was closed; nothing was launched")
+            if runtime._capturing:
+                runtime.note_capture_user(self)
             self._set_input(x_ptr)
             self._set_output(y_ptr)
             if partials_at != self._partials_at:
@@ -295,22 +305,47 @@ class Producer:
         """Refuses every later enqueue and frees the packed weight, bias and owned
         partials (idempotent). While a captured graph that launches this plan is alive,
         the free waits for the last such graph to be closed or collected."""
-        self._closed = True
-        if self._graphs == 0:
-            self._free()
+        self._acquire()  # waits for an enqueue in flight, which launched on live memory
+        try:
+            self._closed = True
+            owned = self._take_owned() if self._graphs == 0 else []
+        finally:
+            self._release()
+        _free_all(owned)
 
     def graph_opened(self) -> None:
-        self._graphs += 1
+        self._acquire()
+        try:
+            self._graphs += 1
+        finally:
+            self._release()
 
     def graph_closed(self) -> None:
-        self._graphs -= 1
-        if self._closed and self._graphs == 0:
-            self._free()
+        # also called from the collector's finalizers, on any thread
+        self._acquire()
+        try:
+            self._graphs -= 1
+            owned = self._take_owned() if self._closed and self._graphs == 0 else []
+        finally:
+            self._release()
+        _free_all(owned)
 
-    def _free(self) -> None:
+    def _take_owned(self) -> list[DeviceBuffer]:
+        """The buffers to free, taken once (under the lock)."""
         owned, self._owned = self._owned, []
-        for buffer in owned:
+        return owned
+
+
+def _free_all(buffers: list[DeviceBuffer]) -> None:
+    """Frees every buffer; the first error is raised after the others are freed."""
+    failure: BaseException | None = None
+    for buffer in buffers:
+        try:
             buffer.free()
+        except Exception as error:
+            failure = failure or error
+    if failure is not None:
+        raise failure
 
 
 def _check(
