@@ -13,7 +13,7 @@ import pytest
 
 from pyspk.candidate import DenseSite, DenseSpec
 from pyspk.candidate.segdense import DenseOxide, Entry, SegdensePin
-from pyspk.cuda import ClosedError, CudaMath, CudaRuntime
+from pyspk.cuda import BufferLayoutError, BufferLengthError, ClosedError, CudaMath, CudaRuntime
 from pyspk.cuda.kernels import KernelModule
 from tests.concurrency import run_together
 from tests.fake_driver import FakeApi
@@ -167,3 +167,67 @@ def test_a_failing_free_does_not_hide_the_planning_error(
     monkeypatch.setattr(fake, "cuMemFree", failing_free)
     with pytest.raises(RuntimeError, match="the error that matters"):
         DenseOxide.plan(runtime, kernels, SPEC, weight, bias, pin)
+
+
+class _Stream:
+    """A float32 device array written by `stream` (by __cuda_array_interface__)."""
+
+    def __init__(self, ptr: int, length: int, stream: int) -> None:
+        self.__cuda_array_interface__ = {
+            "version": 3,
+            "shape": (length,),
+            "typestr": "<f4",
+            "data": (ptr, False),
+            "strides": None,
+            "stream": stream,
+        }
+
+
+def _split_plan(runtime: CudaRuntime, weight=None, bias=None, scratch=None) -> DenseOxide:
+    kernels = runtime.load_kernels(KernelModule.SEGDENSE)
+    pin = SegdensePin.forced(Entry.EMBED_B32, CudaMath.FP32, kernels.tier, runtime.device)
+    spec = DenseSpec(DenseSite.EMBEDDING, 32, CudaMath.FP32)
+    weight = weight if weight is not None else runtime.upload(np.zeros(256 * 5120, np.float32))
+    bias = bias if bias is not None else runtime.upload(np.zeros(256, np.float32))
+    return DenseOxide.plan(runtime, kernels, spec, weight, bias, pin, scratch)
+
+
+def test_a_callers_scratch_is_kept_alive_and_checked(fake: FakeApi, runtime: CudaRuntime):
+    probe = _split_plan(runtime)
+    workspace = probe.producer.workspace_len
+    probe.close()
+    scratch = runtime.alloc_zeros(workspace)
+    at = scratch._ptr
+    oxide = _split_plan(runtime, scratch=scratch)
+    del scratch
+    gc.collect()
+    assert at in fake.memory  # the plan still holds it
+    x, y = runtime.alloc_zeros(96 * 5120), runtime.alloc_zeros(96 * 256)
+    oxide.enqueue(x, y)
+    with pytest.raises(BufferLayoutError, match="scratch overlaps the input"):
+        oxide.enqueue(_Stream(at, 96 * 5120, 0), y)
+    with pytest.raises(BufferLengthError, match="scratch has 10 elements"):
+        _split_plan(runtime, scratch=runtime.alloc_zeros(10))
+    with CudaRuntime(1) as other:
+        elsewhere = other.alloc_zeros(workspace)
+        with pytest.raises(BufferLayoutError, match="scratch lives on device 1"):
+            _split_plan(runtime, scratch=elsewhere)
+    oxide.close()
+
+
+def test_plan_time_reads_wait_for_the_buffers_producer_streams(fake: FakeApi, runtime: CudaRuntime):
+    weight = runtime.upload(np.zeros(256 * 5120, np.float32))
+    bias = runtime.upload(np.zeros(256, np.float32))
+    waited: list[int] = []
+    synchronize = fake.cuStreamSynchronize
+
+    def record(stream):
+        waited.append(int(stream))
+        return synchronize(stream)
+
+    fake.cuStreamSynchronize = record
+    _split_plan(
+        runtime, _Stream(weight._ptr, 256 * 5120, 0xA11), _Stream(bias._ptr, 256, 0xB22)
+    ).close()
+    assert 0xA11 in waited and 0xB22 in waited
+    assert waited.index(0xA11) < waited.index(runtime.stream_handle)  # before the pack

@@ -312,20 +312,22 @@ class CudaRuntime:
         if count:
             self._make_current()
             api = driver.api()
-            if producer is not None and producer != self.stream_handle:
-                driver.call("cuStreamSynchronize", api.CUstream(producer))
+            self.order_after(producer)
             source = api.CUdeviceptr(ptr)
             driver.call("cuMemcpyDtoHAsync", host.ctypes.data, source, host.nbytes, self._stream)
             self.synchronize()
         return host
 
     def copy(self, dst: object, src: object) -> None:
-        """Enqueue a device-to-device copy of all of `src` into `dst` (equal lengths)."""
+        """Enqueue a device-to-device copy of all of `src` into `dst` (equal lengths), on
+        the runtime's stream after the work pending on the streams that produce them."""
         context = "CudaRuntime.copy"
-        dst_ptr, dst_len, _ = _interface(dst, context, "dst", self._ordinal, writable=True)
-        src_ptr, src_len, _ = _interface(src, context, "src", self._ordinal)
+        dst_ptr, dst_len, dst_stream = _interface(dst, context, "dst", self._ordinal, writable=True)
+        src_ptr, src_len, src_stream = _interface(src, context, "src", self._ordinal)
         check_len(context, dst_len, src_len, "src")
         if dst_len:
+            self.order_after(src_stream)
+            self.order_after(dst_stream)
             self._make_current()
             api = driver.api()
             driver.call(
@@ -335,6 +337,15 @@ class CudaRuntime:
                 dst_len * _ITEM_BYTES,
                 self._stream,
             )
+
+    def order_after(self, producer: int | None) -> None:
+        """Orders what the runtime enqueues next after the work pending on `producer` (a
+        buffer's producer stream, as `producer_stream` gives it; None: nothing to wait
+        for). Waits on the host: it serves planning, not the enqueue path."""
+        if producer is None or producer == self.stream_handle:
+            return
+        self._make_current()
+        driver.call("cuStreamSynchronize", driver.api().CUstream(producer))
 
     def synchronize(self) -> None:
         """Wait until everything enqueued on the runtime's stream has finished."""
@@ -699,6 +710,12 @@ def device_array(
         obj, context, buffer, ordinal, expected_len=expected_len, writable=writable
     )
     return ptr, count
+
+
+def producer_stream(obj: object, context: str, buffer: str, ordinal: int) -> int | None:
+    """The stream whose pending work writes `obj` (a `DeviceBuffer`'s runtime stream,
+    or the `stream` of its `__cuda_array_interface__`; None when it names none)."""
+    return _interface(obj, context, buffer, ordinal)[2]
 
 
 def device_address(

@@ -57,7 +57,13 @@ from pyspk.candidate.segdense.selection import (
     SplitWeights,
     TensorConv,
 )
-from pyspk.cuda.errors import ClosedError, KernelMissingError
+from pyspk.cuda import driver
+from pyspk.cuda.errors import (
+    BufferLengthError,
+    ClosedError,
+    DriverError,
+    KernelMissingError,
+)
 from pyspk.cuda.kernels import KernelModule
 from pyspk.cuda.runtime import (
     BufferLayoutError,
@@ -65,6 +71,7 @@ from pyspk.cuda.runtime import (
     device_address,
     device_array,
     free_after_error,
+    producer_stream,
 )
 
 if TYPE_CHECKING:
@@ -161,6 +168,7 @@ class Producer:
         # launchers bound to the caller streams seen (PyTorch's current streams), so an
         # enqueue on one pays no new driver handle
         self._stream_launchers: dict[int, _Launchers] = {}
+        self._borrowed: Scratch | None = None  # a caller's scratch the partials go to
 
     @classmethod
     def plan(
@@ -177,6 +185,11 @@ class Producer:
         if runtime.closed:
             raise ClosedError(f"{CONTEXT}: the runtime was closed; nothing was planned")
         shape, weight_ptr = _check(runtime, kernels, weight, bias, pin)
+        # every plan-time read (the pack, on the device or through a download, and the
+        # bias copy) is ordered after the work that writes the weight and the bias
+        for name, operand in (("weight", weight), ("bias", bias)):
+            if operand is not None:
+                runtime.order_after(producer_stream(operand, CONTEXT, name, runtime.ordinal))
         config = pin.config()
         main = _main_kernel(runtime, kernels, config)
         owned: list[DeviceBuffer] = []
@@ -194,7 +207,12 @@ class Producer:
         except BaseException:
             free_after_error(owned)
             raise
-        return cls(runtime, pin, main_launch, reduce, owned, shape.input_len, shape.output_len)
+        producer = cls(runtime, pin, main_launch, reduce, owned, shape.input_len, shape.output_len)
+        if scratch is not None and reduce is not None:
+            # the plan writes its partials there: keep the caller's scratch alive with it,
+            # and check at every enqueue that it shares no byte with the input or output
+            producer._borrowed = scratch
+        return producer
 
     def enqueue(
         self,
@@ -243,6 +261,8 @@ class Producer:
         partials_at = self._own_partials
         if partials is not None:
             partials_at = self._partials_address(partials, x_ptr, y_ptr)
+        elif self._borrowed is not None:
+            self._check_apart("scratch", partials_at, self.workspace_len, x_ptr, y_ptr)
         if stream is not None and phases is not PASS_THROUGH:
             raise ValueError(f"{CONTEXT}: phases time the runtime stream; give no stream")
         self._acquire()
@@ -285,13 +305,18 @@ class Producer:
             )
         length = self.workspace_len
         at = device_address(partials, length, CONTEXT, "partials", self._ordinal, writable=True)
+        self._check_apart("partials", at, length, x_ptr, y_ptr)
+        return at
+
+    def _check_apart(self, buffer: str, at: int, length: int, x_ptr: int, y_ptr: int) -> None:
+        """`BufferLayoutError` where `length` floats at `at` share a byte with the input
+        or the output."""
         for name, ptr, other_len in (
             ("input", x_ptr, self.input_len),
             ("output", y_ptr, self.output_len),
         ):
             if at < ptr + 4 * other_len and ptr < at + 4 * length:
-                raise BufferLayoutError(CONTEXT, "partials", f"share bytes with the {name}")
-        return at
+                raise BufferLayoutError(CONTEXT, buffer, f"overlaps the {name}")
 
     def _bind_stream(self, stream: int) -> _Launchers:
         if len(self._stream_launchers) >= _BOUND_STREAMS:
@@ -478,10 +503,23 @@ def _scratch(
         owned.append(buffer)
         return buffer.ptr
     if len(scratch) < workspace:
-        raise GeometryInvalid(
-            CONTEXT, f"scratch holds {len(scratch)} floats, the partials need {workspace}"
+        raise BufferLengthError(CONTEXT, workspace, len(scratch), "scratch")
+    if isinstance(scratch, DeviceBuffer) and scratch.freed:
+        raise BufferLayoutError(CONTEXT, "scratch", "is a DeviceBuffer that was freed")
+    ptr = int(scratch.ptr)
+    if ptr % 4:
+        raise BufferLayoutError(CONTEXT, "scratch", f"address {ptr:#x} is not 4-byte aligned")
+    try:
+        found = driver.pointer_device_ordinal(ptr)
+    except DriverError as error:
+        raise BufferLayoutError(
+            CONTEXT, "scratch", f"address {ptr:#x} is not CUDA device memory ({error.result_name})"
+        ) from error
+    if found != runtime.ordinal:
+        raise BufferLayoutError(
+            CONTEXT, "scratch", f"lives on device {found}, expected device {runtime.ordinal}"
         )
-    return scratch.ptr
+    return ptr
 
 
 def _pack_on_device(
