@@ -40,6 +40,7 @@ from pyspk.candidate import (
     DenseSite,
     DenseSpec,
     GeometryInvalid,
+    GeometryUnimplemented,
     PlanError,
     SegConvSite,
     SegConvSpec,
@@ -160,6 +161,7 @@ class _Planned(nn.Module):
         """Plans every served shape again from the current parameters, on their device
         (after a weight change or a move, or to reopen a closed wrapper)."""
         self.close()
+        self._check_dtypes()
         self._ordinal = self._weight_ordinal()
         runtime, kernels = shared_runtime(self._ordinal)
         with torch.no_grad(), torch.cuda.device(self._ordinal):
@@ -179,6 +181,15 @@ class _Planned(nn.Module):
                 raise
         self._plans = plans
         self._planned_state = self._state()
+
+    def _check_dtypes(self) -> None:
+        for name, parameter in (("weight", self.weight), ("bias", self.bias)):
+            if parameter is not None and parameter.dtype is not torch.float32:
+                # a half or double module keeps its library path (a fallback, not a bug)
+                raise GeometryUnimplemented(
+                    self._context,
+                    f"the {name} is {parameter.dtype}; pyspk plans take float32 modules",
+                )
 
     def _weight_ordinal(self) -> int:
         device = self.weight.device

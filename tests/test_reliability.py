@@ -11,7 +11,7 @@ import threading
 import numpy as np
 import pytest
 
-from pyspk.candidate import DenseSite, DenseSpec
+from pyspk.candidate import DenseSite, DenseSpec, WeightsOutOfContract
 from pyspk.candidate.segdense import DenseOxide, Entry, SegdensePin
 from pyspk.cuda import BufferLayoutError, BufferLengthError, ClosedError, CudaMath, CudaRuntime
 from pyspk.cuda.kernels import KernelModule
@@ -231,3 +231,20 @@ def test_plan_time_reads_wait_for_the_buffers_producer_streams(fake: FakeApi, ru
     ).close()
     assert 0xA11 in waited and 0xB22 in waited
     assert waited.index(0xA11) < waited.index(runtime.stream_handle)  # before the pack
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("where", ["weight", "bias"])
+def test_non_finite_weights_are_refused_at_plan_time(
+    fake: FakeApi, runtime: CudaRuntime, bad: float, where: str
+) -> None:
+    weight = np.zeros(256 * 5120, np.float32)
+    bias = np.zeros(256, np.float32)
+    (weight if where == "weight" else bias)[7] = bad
+    before = set(fake.memory)
+    uploaded = runtime.upload(weight), runtime.upload(bias)
+    with pytest.raises(WeightsOutOfContract, match=f"the {where} holds 1 non-finite"):
+        _split_plan(runtime, *uploaded)
+    for buffer in uploaded:
+        buffer.free()
+    assert set(fake.memory) == before  # nothing the failed plan made is left

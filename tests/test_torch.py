@@ -240,3 +240,30 @@ def test_epilogues_are_the_models_activations() -> None:
     assert torch.equal(ptorch.epilogue(DenseSite.LINEAR0)(y), torch.tensor([-0.02, 0.5]))
     assert torch.allclose(ptorch.epilogue(DenseSite.CLASSIFIER)(y), torch.log_softmax(y, -1))
     assert ptorch.epilogue(DenseSite.EMBEDDING) is None
+
+
+def test_a_half_or_double_module_is_a_fallback_not_an_abort(faked) -> None:
+    from pyspk.candidate import GeometryUnimplemented, PlanError
+
+    for dtype in (torch.float16, torch.float64):
+        linear = torch.nn.Linear(256, 128).to(dtype)
+        with pytest.raises(GeometryUnimplemented, match=f"the weight is {dtype}") as refused:
+            ptorch.PlannedDense(linear, DenseSite.LINEAR0)
+        assert isinstance(refused.value, PlanError)  # the library path serves it
+    assert faked == []  # nothing was planned
+
+
+def test_accelerate_keeps_the_library_path_of_a_half_model(faked, pyannote) -> None:
+    model = pyannote.segmentation_3_0(seed=0).half()
+    acceleration = pyannote.Acceleration(model, "fp32")
+    pyannote._accelerate_pyannet(model, acceleration)
+    assert acceleration.modules == {}
+    assert set(acceleration.skipped) == {
+        "sincnet.conv1d.1",
+        "sincnet.conv1d.2",
+        "linear.0",
+        "linear.1",
+        "classifier",
+    }
+    assert all("float16" in why for why in acceleration.skipped.values())
+    acceleration.undo()

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, ClassVar
 import attrs
 import numpy as np
 
-from pyspk.candidate.errors import DeviceUnsupported, GeometryInvalid
+from pyspk.candidate.errors import DeviceUnsupported, GeometryInvalid, WeightsOutOfContract
 from pyspk.candidate.framework import (
     PASS_THROUGH,
     Coverage,
@@ -432,12 +432,11 @@ def _main_kernel(runtime: CudaRuntime, kernels: LoadedKernels, config: Config) -
 
 
 def _copy_bias(runtime: CudaRuntime, bias: object | None, n: int) -> DeviceBuffer | None:
-    """The plan's own copy of the bias (None for the convolutions)."""
+    """The plan's own copy of the bias (None for the convolutions); non-finite values
+    are refused."""
     if bias is None:
         return None
-    copy = runtime.alloc_zeros(n)
-    runtime.copy(copy, bias)
-    return copy
+    return runtime.upload(_finite(runtime.download(bias), "bias"))
 
 
 def _launches(
@@ -543,6 +542,19 @@ def _pack_on_device(
     return packed
 
 
+def _finite(values: np.ndarray, name: str) -> np.ndarray:
+    """`values`, or `WeightsOutOfContract` naming the first NaN or infinity: the numerics
+    contract bounds outputs by sums of |terms|, which a non-finite operand has none of."""
+    bad = np.flatnonzero(~np.isfinite(values))
+    if bad.size:
+        raise WeightsOutOfContract(
+            CONTEXT,
+            f"the {name} holds {bad.size} non-finite values (the first, {values[bad[0]]}, at "
+            f"element {int(bad[0])}); plans take finite weights only",
+        )
+    return values
+
+
 def _pack(
     runtime: CudaRuntime,
     kernels: LoadedKernels,
@@ -553,27 +565,28 @@ def _pack(
     k: int,
 ) -> DeviceBuffer:
     """The weight (checked, at device address `source`) in the layout the kind's kernel
-    reads, in a buffer the plan owns."""
+    reads, in a buffer the plan owns; non-finite weights are refused first."""
+    host = _finite(runtime.download(weight), "weight")
     match kind:
         case Conv():
-            return runtime.upload(pack_conv_rows(runtime.download(weight), k // TAPS))
+            return runtime.upload(pack_conv_rows(host, k // TAPS))
         case TensorConv(cin_pad=cin_pad, planes=1):
-            return runtime.upload(pack_conv_half(runtime.download(weight), k // TAPS, cin_pad))
+            return runtime.upload(pack_conv_half(host, k // TAPS, cin_pad))
         case TensorConv(cin_pad=cin_pad, planes=planes):
             pack = _function(kernels, "spk_segdense_pack_conv_mma")
             length = planes * cin_pad * TAPS * CONV_PADDED
             dims = (k // TAPS, cin_pad, planes)
             return _pack_on_device(runtime, pack, source, n * k, length, dims)
         case Split(weights=SplitWeights.SCALED_HALF):
-            return runtime.upload(pack_half_columns(runtime.download(weight), n, k))
+            return runtime.upload(pack_half_columns(host, n, k))
         case Split(cols=cols, fragments=Fragments(planes=planes, paired=paired)):
-            by_k = runtime.download(weight).reshape(n, k).T
+            by_k = host.reshape(n, k).T
             return runtime.upload(pack_gemm_mma(by_k, n, k, cols, planes, paired))
         case Split():
             pack = _function(kernels, "spk_segdense_pack")
             return _pack_on_device(runtime, pack, source, n * k, k * n, (n, k, n))
         case Gemm(cols=cols, select=select, fragments=Fragments() as fragments):
-            host = runtime.download(weight).reshape(k, n)
+            host = host.reshape(k, n)
             rows = selected_rows(host, n, select) if select else np.zeros(0, np.uint32)
             if fragments.half:
                 # the selected rows pack as zeros: the kernel multiplies them in 3xTF32
