@@ -13,6 +13,12 @@ Needs numpy and pyannote.core; no torch.
 
 from __future__ import annotations
 
+import copy
+import itertools
+import os
+import types
+from typing import Any
+
 import numpy as np
 from pyannote.core import Annotation, Segment, SlidingWindow, SlidingWindowFeature
 from pyannote.core import segment as core_segment
@@ -180,6 +186,16 @@ def reconstruct(
 ) -> SlidingWindowFeature:
     """`SpeakerDiarization.reconstruct`: each chunk's local speakers merged (max) into
     their clusters, then `to_diarization`; cluster -2 is left out."""
+    return reconstruct_each(segmentations, hard_clusters, [count])[0]
+
+
+def reconstruct_each(
+    segmentations: SlidingWindowFeature,
+    hard_clusters: np.ndarray,
+    counts: list[SlidingWindowFeature],
+) -> list[SlidingWindowFeature]:
+    """`reconstruct` for each of `counts` (the pipeline's count and its exclusive
+    count), merging the clusters and summing their activations once for all."""
     num_chunks, num_frames, local_num_speakers = segmentations.data.shape
     num_clusters = np.max(hard_clusters) + 1
     # (chunk, cluster) rows of frames; float32 holds the float32 scores exactly, as
@@ -199,7 +215,11 @@ def reconstruct(
         rows[row] = np.where(first[:, None], values, np.maximum(rows[row], values))
         filled[row] = True
     clustered = rows.reshape(num_chunks, num_clusters, num_frames).transpose(0, 2, 1)
-    return to_diarization(SlidingWindowFeature(clustered, segmentations.sliding_window), count)
+    clustered = SlidingWindowFeature(clustered, segmentations.sliding_window)
+    activations = [_activations(clustered, count) for count in counts[:1]]
+    # the counts share their frames: the same sums serve every one
+    activations += [activations[0]] * (len(counts) - 1)
+    return [_select(sums, count) for sums, count in zip(activations, counts, strict=True)]
 
 
 def to_diarization(
@@ -207,15 +227,26 @@ def to_diarization(
 ) -> SlidingWindowFeature:
     """`SpeakerDiarizationMixin.to_diarization`: in each frame the `count` most active
     speakers, ranked by pyannote's own `np.argsort`."""
-    activations = aggregate(
+    return _select(_activations(segmentations, count), count)
+
+
+def _activations(
+    segmentations: SlidingWindowFeature, count: SlidingWindowFeature
+) -> SlidingWindowFeature:
+    """`to_diarization`'s sums of each speaker's activity over the chunks."""
+    return aggregate(
         segmentations, count.sliding_window, hamming=False, missing=0.0, skip_average=True
     )
-    _, num_speakers = activations.data.shape
+
+
+def _select(activations: SlidingWindowFeature, count: SlidingWindowFeature) -> SlidingWindowFeature:
+    """The rest of `to_diarization`: the `count` most active speakers of each frame."""
+    data = activations.data
+    _, num_speakers = data.shape
     max_speakers_per_frame = np.max(count.data)
     if num_speakers < max_speakers_per_frame:
-        activations.data = np.pad(
-            activations.data, ((0, 0), (0, max_speakers_per_frame - num_speakers))
-        )
+        data = np.pad(data, ((0, 0), (0, max_speakers_per_frame - num_speakers)))
+    activations = SlidingWindowFeature(data, activations.sliding_window)
     extent = activations.extent & count.extent
     activations = activations.crop(extent, return_data=False)
     count = count.crop(extent, return_data=False)
@@ -306,3 +337,70 @@ def to_annotation(
         min_duration_on=min_duration_on,
         min_duration_off=min_duration_off,
     )
+
+
+# -- clustering -------------------------------------------------------------------------
+
+
+def pdist_euclidean(points: np.ndarray, threads: int | None = None) -> np.ndarray:
+    """`scipy.spatial.distance.pdist(points, "euclidean")` to the bit, its rows computed
+    by `cdist` (which gives each pair pdist's value) on several threads: scipy's own
+    loop runs on one core, and it is half of a centroid linkage of thousands of
+    embeddings."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from scipy.spatial.distance import cdist, pdist
+
+    points = np.asarray(points, dtype=np.float64)  # as pdist converts them
+    count = len(points)
+    threads = threads or min(16, len(os.sched_getaffinity(0)))
+    if count < 1024 or threads < 2:
+        return pdist(points, "euclidean")
+    condensed = np.empty(count * (count - 1) // 2)
+    bounds = np.unique(np.linspace(0, count - 1, 8 * threads + 1).astype(np.int64))
+
+    def rows(first: int, last: int) -> None:
+        # rows first..last-1 against the points after the first of them
+        block = cdist(points[first:last], points[first + 1 :], "euclidean")
+        for row in range(first, last):
+            start = count * row - row * (row + 1) // 2
+            condensed[start : start + count - row - 1] = block[row - first, row - first :]
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(lambda span: rows(*span), itertools.pairwise(bounds)))
+    return condensed
+
+
+def _linkage(y: np.ndarray, method: str = "single", metric: str = "euclidean", **kwargs):
+    """`scipy.cluster.hierarchy.linkage` with the Euclidean distances of observations
+    from `pdist_euclidean`: the same condensed matrix, so the same dendrogram."""
+    from scipy.cluster.hierarchy import linkage
+
+    if metric == "euclidean" and np.ndim(y) == 2 and not kwargs:
+        return linkage(pdist_euclidean(y), method=method)
+    return linkage(y, method=method, metric=metric, **kwargs)
+
+
+def cluster(clustering: Any, **arguments: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`clustering(**arguments)` (a pipeline's clustering step): for pyannote's
+    `AgglomerativeClustering`, its own code run with `_linkage` in place of scipy's; any
+    other clustering as it is."""
+    from pyannote.audio.pipelines import clustering as module
+
+    if type(clustering) is not module.AgglomerativeClustering:
+        return clustering(**arguments)
+    stock = module.AgglomerativeClustering.cluster
+    if "linkage" not in stock.__code__.co_names:  # another pyannote.audio: its own code
+        return clustering(**arguments)
+    fast = types.FunctionType(
+        stock.__code__,
+        {**stock.__globals__, "linkage": _linkage},
+        stock.__name__,
+        stock.__defaults__,
+        stock.__closure__,
+    )
+    # a shallow copy whose own `cluster` shadows the class's: the caller's object is
+    # left as it was, and the copy reads the same hyper-parameters
+    twin = copy.copy(clustering)
+    twin.__dict__["cluster"] = types.MethodType(fast, twin)
+    return twin(**arguments)

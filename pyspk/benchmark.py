@@ -17,6 +17,7 @@ import attrs
 from pyspk.candidate.errors import PlanError
 from pyspk.candidate.segdense.selection import Entry, Products, Reduction, SegdensePin, Site
 from pyspk.cuda.device import DeviceAttributes
+from pyspk.cuda.errors import InvalidArgument
 from pyspk.cuda.math import CudaMath
 from pyspk.cuda.profiles import profile_key
 from pyspk.cuda.tier import PtxTier
@@ -78,7 +79,7 @@ def parse_pattern(text: str) -> Pattern:
     """`seg_1:32:fp32`, `conv1:1`, `linear2`, `*:32:tf32`; ValueError says what is wrong."""
     parts = [part.strip().lower() for part in text.strip().split(":")]
     if len(parts) > 3:
-        raise ValueError(f"tuple {text!r} has more than SITE:BATCH:MATH")
+        raise InvalidArgument(f"tuple {text!r} has more than SITE:BATCH:MATH")
     parts += [""] * (3 - len(parts))
     site_text, batch_text, math_text = parts
     site = None
@@ -86,12 +87,12 @@ def parse_pattern(text: str) -> Pattern:
         site = _SITE_ALIASES.get(site_text)
         if site is None:
             names = ", ".join(short_name(s) for s in Site)
-            raise ValueError(f"tuple {text!r}: unknown site {site_text!r} (sites: {names})")
+            raise InvalidArgument(f"tuple {text!r}: unknown site {site_text!r} (sites: {names})")
     batch = None
     if batch_text not in _ANY:
         batch_text = batch_text.removeprefix("b")
         if batch_text not in ("1", "32"):
-            raise ValueError(f"tuple {text!r}: batch must be 1 or 32")
+            raise InvalidArgument(f"tuple {text!r}: batch must be 1 or 32")
         batch = int(batch_text)
     math_value = None if math_text in _ANY else CudaMath.parse(math_text)
     return Pattern(site, batch, math_value)
@@ -115,7 +116,7 @@ def parse_entry(text: str) -> Entry:
     for entry in Entry:
         if wanted in (entry.name.lower(), entry.value):
             return entry
-    raise ValueError(f"unknown entry {text!r} (entries: {', '.join(e.name for e in Entry)})")
+    raise InvalidArgument(f"unknown entry {text!r} (entries: {', '.join(e.name for e in Entry)})")
 
 
 def forced_cases(entries: Sequence[Entry], cases: Sequence[Case]) -> list[tuple[Case, Entry]]:
@@ -207,7 +208,7 @@ def geomean(values: Iterable[float]) -> float | None:
     if not values:
         return None
     if any(not v > 0 for v in values):
-        raise ValueError(f"geometric mean of non-positive values {values}")
+        raise InvalidArgument(f"geometric mean of non-positive values {values}")
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 

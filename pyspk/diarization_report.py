@@ -8,6 +8,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pyspk.cuda.errors import InvalidArgument
+
 __all__ = ["PATHS", "RUN_FIELDS", "STEPS", "check_runs", "plot", "render_markdown"]
 
 STEPS = ("segmentation", "speaker_counting", "embeddings", "clustering", "reconstruction")
@@ -37,19 +39,19 @@ def check_runs(runs: Sequence[Mapping[str, Any]]) -> None:
     for index, run in enumerate(runs):
         for name, kind in RUN_FIELDS.items():
             if name not in run:
-                raise ValueError(f"run {index} has no field {name!r}")
+                raise InvalidArgument(f"run {index} has no field {name!r}")
             value = run[name]
             if isinstance(value, bool) and kind is not bool:
-                raise ValueError(f"run {index}: {name} is a bool, not {kind}")
+                raise InvalidArgument(f"run {index}: {name} is a bool, not {kind}")
             if not isinstance(value, kind):
-                raise ValueError(f"run {index}: {name} is {type(value).__name__}, not {kind}")
+                raise InvalidArgument(f"run {index}: {name} is {type(value).__name__}, not {kind}")
         if run["path"] not in PATHS:
-            raise ValueError(f"run {index}: path {run['path']!r} is not one of {PATHS}")
+            raise InvalidArgument(f"run {index}: path {run['path']!r} is not one of {PATHS}")
         if run["math"] not in ("fp32", "tf32"):
-            raise ValueError(f"run {index}: math {run['math']!r} is not fp32 or tf32")
+            raise InvalidArgument(f"run {index}: math {run['math']!r} is not fp32 or tf32")
         missing = [step for step in STEPS if step not in run["steps"]]
         if missing:
-            raise ValueError(f"run {index} has no time for the steps {missing}")
+            raise InvalidArgument(f"run {index} has no time for the steps {missing}")
 
 
 def _critical(run: Mapping[str, Any]) -> dict[str, float]:

@@ -51,6 +51,7 @@ from pyannote.core import Annotation, SlidingWindow, SlidingWindowFeature
 
 from pyspk import _steps
 from pyspk.cuda import CudaMath
+from pyspk.cuda.errors import InvalidArgument
 
 __all__ = ["EMBEDDING_BATCH", "SEGMENTATION_BATCH", "Engine", "Fbank", "RunReport", "library_math"]
 
@@ -87,7 +88,7 @@ class Fbank:
     def __init__(self, model: BaseWeSpeakerResNet, device: torch.device) -> None:
         reason = self.unsupported(model)
         if reason is not None:
-            raise ValueError(f"Fbank: {reason}")
+            raise InvalidArgument(f"Fbank: {reason}")
         hp = model.hparams
         rate = hp.sample_rate
         self.window_size = int(rate * hp.frame_length * 0.001)
@@ -201,6 +202,11 @@ class RunReport:
     chunks: int
     seconds: float = 0.0
     steps: dict[str, float] = field(default_factory=dict)
+    setup: float = 0.0
+    """Seconds from the call to the GPU's first work (reading and uploading the audio),
+    part of the segmentation step."""
+    gpu: float = 0.0
+    """Seconds of the GPU's work, from its first segmentation to its last embedding."""
     overlapped: tuple[str, ...] = ("speaker_counting",)
     """Steps run while the GPU works on the embeddings (off the critical path)."""
     scores: np.ndarray | None = None
@@ -224,7 +230,7 @@ class Engine:
         overlap: bool = True,
     ) -> None:
         if segmentation_batch < 1 or embedding_batch < 1:
-            raise ValueError(
+            raise InvalidArgument(
                 f"batches must be positive, not {segmentation_batch} and {embedding_batch}"
             )
         self.pipeline = pipeline
@@ -346,7 +352,7 @@ class Engine:
             if isinstance(file, Mapping) and "annotation" in file:
                 num_speakers = len(file["annotation"].labels())
             else:
-                raise ValueError(
+                raise InvalidArgument(
                     f"num_speakers must be provided when using {pipeline.klustering} clustering"
                 )
         with torch.inference_mode(), library_math(self.math), torch.cuda.device(self.device):
@@ -483,6 +489,8 @@ class Engine:
             hook("embeddings", None, total=batches, completed=index)
         embeddings_copied.synchronize()
         report.steps["embeddings"] = max(0.0, seg_done.elapsed_time(embedded[-1]) / 1e3)
+        report.setup = gpu_started - started
+        report.gpu = timing.elapsed_time(embedded[-1]) / 1e3
         report.embeddings = host_embeddings.numpy()
         hook("embeddings", report.embeddings)
         return report, segmentations, count, report.embeddings
@@ -496,7 +504,7 @@ class Engine:
             segment = window[chunk]
             start = audio.get_num_samples(segment.start, rate)
             if start != chunk * step:
-                raise ValueError(
+                raise InvalidArgument(
                     f"pyspk engine: chunk {chunk} starts at sample {start}, not "
                     f"{chunk * step}; the step {window.step} s is no whole number of samples"
                 )
@@ -538,7 +546,8 @@ class Engine:
         pipeline = self.pipeline
         binarized_segmentations = segmentations  # powerset outputs are binary already
         clustering = time.perf_counter()
-        hard_clusters, _, centroids = pipeline.clustering(
+        hard_clusters, _, centroids = _steps.cluster(
+            pipeline.clustering,
             embeddings=embeddings,
             segmentations=binarized_segmentations,
             num_clusters=num_speakers,
@@ -562,15 +571,18 @@ class Engine:
         count.data = np.minimum(count.data, max_speakers).astype(np.int8)
         inactive_speakers = np.sum(binarized_segmentations.data, axis=1) == 0
         hard_clusters[inactive_speakers] = -2
-        discrete_diarization = _steps.reconstruct(segmentations, hard_clusters, count)
+        exclusive_count = SlidingWindowFeature(
+            np.minimum(count.data, 1).astype(np.int8), count.sliding_window
+        )
+        discrete_diarization, exclusive = _steps.reconstruct_each(
+            segmentations, hard_clusters, [count, exclusive_count]
+        )
         hook("discrete_diarization", discrete_diarization)
         min_duration_off = pipeline.segmentation.min_duration_off
         diarization = _steps.to_annotation(
             discrete_diarization, min_duration_on=0.0, min_duration_off=min_duration_off
         )
         diarization.uri = file["uri"]
-        count.data = np.minimum(count.data, 1).astype(np.int8)
-        exclusive = _steps.reconstruct(segmentations, hard_clusters, count)
         exclusive_diarization = _steps.to_annotation(
             exclusive, min_duration_on=0.0, min_duration_off=min_duration_off
         )

@@ -13,7 +13,7 @@ import attrs
 
 from pyspk.candidate.segdense.selection import BATCHES, Entry, SegdensePin, Site
 from pyspk.cuda.device import DeviceAttributes
-from pyspk.cuda.errors import ArtifactError
+from pyspk.cuda.errors import ArtifactError, InvalidArgument
 from pyspk.cuda.kernels import KernelModule, Manifest
 from pyspk.cuda.math import CudaMath
 from pyspk.cuda.profiles import PROFILES
@@ -148,32 +148,32 @@ _PICK_TYPES: dict[str, tuple[type, ...]] = {
 def _typed(value: object, types: tuple[type, ...], where: str) -> None:
     if isinstance(value, bool) or not isinstance(value, types):
         names = " or ".join("null" if t is type(None) else t.__name__ for t in types)
-        raise ValueError(f"{where} is {json.dumps(value)}, not {names}")
+        raise InvalidArgument(f"{where} is {json.dumps(value)}, not {names}")
 
 
 def _recorded_picks(recorded: object) -> dict[tuple[str, int, str], dict[str, Any]]:
     """The picks of a recorded table by tuple; ValueError naming what is malformed: a
     missing field or one of another type than `to_json` writes included."""
     if not isinstance(recorded, dict) or not isinstance(recorded.get("picks"), list):
-        raise ValueError('the record is not an object with a "picks" list')
+        raise InvalidArgument('the record is not an object with a "picks" list')
     picks: dict[tuple[str, int, str], dict[str, Any]] = {}
     for index, item in enumerate(recorded["picks"]):
         if not isinstance(item, dict):
-            raise ValueError(f"recorded pick {index} is not an object")
+            raise InvalidArgument(f"recorded pick {index} is not an object")
         missing = [
             field for field in ("boundary", "batch", "math", *PICK_FIELDS) if field not in item
         ]
         if missing:
-            raise ValueError(f"recorded pick {index} lacks {', '.join(missing)}")
+            raise InvalidArgument(f"recorded pick {index} lacks {', '.join(missing)}")
         for field, types in _PICK_TYPES.items():
             _typed(item[field], types, f"recorded pick {index} field {field}")
         key = (item["boundary"], item["batch"], item["math"])
         if key in picks:
-            raise ValueError(f"recorded pick {index} repeats {_where(key)}")
+            raise InvalidArgument(f"recorded pick {index} repeats {_where(key)}")
         picks[key] = item
     device = recorded.get("device")
     if not isinstance(device, dict):
-        raise ValueError('the record has no "device" object')
+        raise InvalidArgument('the record has no "device" object')
     for field, kind in _DEVICE_TYPES.items():
         _typed(device.get(field), (kind,), f"device.{field}")
     _typed(recorded.get("tier"), (str,), "tier")

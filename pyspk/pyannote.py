@@ -38,6 +38,7 @@ from torch import nn
 
 from pyspk.candidate import DenseSite, PlanError, SegConvSite
 from pyspk.cuda import CudaMath
+from pyspk.cuda.errors import InvalidArgument
 from pyspk.synthetic import Recording
 from pyspk.torch import PlannedConv1d, PlannedDense, planned_modules
 
@@ -138,15 +139,17 @@ def accelerate(model: nn.Module, math: CudaMath | str = CudaMath.FP32) -> Accele
     for FP32 or TF32 math (`CudaMath` or "fp32"/"tf32"); see the module's docstring."""
     math = CudaMath.parse(math)
     if not isinstance(model, (PyanNet, BaseWeSpeakerResNet)):
-        raise TypeError(
+        raise InvalidArgument(
             f"accelerate takes a PyanNet or a WeSpeaker ResNet, not {type(model).__name__}"
         )
     device = next(model.parameters()).device
     if device.type != "cuda":
-        raise ValueError(f"accelerate: the model is on {device}; move it to a CUDA device first")
+        raise InvalidArgument(
+            f"accelerate: the model is on {device}; move it to a CUDA device first"
+        )
     planned = [name for name, _ in planned_modules(model)]
     if planned:
-        raise ValueError(
+        raise InvalidArgument(
             f"accelerate: {type(model).__name__} is accelerated already ({', '.join(planned)});"
             " undo() that first"
         )
@@ -246,11 +249,11 @@ class ChunkEmbeddings:
 
     def __init__(self, pipeline: Any, batch_size: int = CHUNK_BATCH) -> None:
         if batch_size < 1:
-            raise ValueError(f"batch_size must be positive, not {batch_size}")
+            raise InvalidArgument(f"batch_size must be positive, not {batch_size}")
         embedding = getattr(pipeline, "_embedding", None)
         model = getattr(embedding, "model_", None)
         if not isinstance(model, BaseWeSpeakerResNet):
-            raise TypeError(
+            raise InvalidArgument(
                 "embed_once_per_chunk needs a pipeline whose embedding model is a pyannote "
                 f"WeSpeaker ResNet, not {type(model).__name__}"
             )

@@ -11,6 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pyspk.candidate.framework import CONV_TAPS, DenseSite, SegConvSite
+from pyspk.cuda.errors import InvalidArgument
 
 LEAKY_SLOPE = 0.01
 
@@ -18,7 +19,7 @@ LEAKY_SLOPE = 0.01
 def _f64(array: npt.ArrayLike, shape: tuple[int, ...], name: str) -> np.ndarray:
     values = np.asarray(array, dtype=np.float64)
     if values.size != int(np.prod(shape)):
-        raise ValueError(f"{name} has {values.size} elements, expected {shape}")
+        raise InvalidArgument(f"{name} has {values.size} elements, expected {shape}")
     return values.reshape(shape)
 
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pyspk.cuda.errors import InvalidArgument
+
 __all__ = ["Recording", "Turn", "recording"]
 
 SAMPLE_RATE = 16_000
@@ -147,9 +149,9 @@ def recording(
 ) -> Recording:
     """A synthetic conversation of `seconds` among `speakers` voices (2 or more)."""
     if not seconds > 0:
-        raise ValueError(f"seconds must be positive, not {seconds}")
+        raise InvalidArgument(f"seconds must be positive, not {seconds}")
     if speakers < 2:
-        raise ValueError(f"a conversation needs at least 2 speakers, not {speakers}")
+        raise InvalidArgument(f"a conversation needs at least 2 speakers, not {speakers}")
     rng = np.random.default_rng(seed)
     voices = _voices(rng, speakers)
     turns = _turns(rng, seconds, speakers)

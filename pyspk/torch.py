@@ -41,14 +41,15 @@ from pyspk.candidate import (
     DenseSpec,
     GeometryInvalid,
     GeometryUnimplemented,
-    PlanError,
     SegConvSite,
     SegConvSpec,
 )
 from pyspk.candidate.framework import CONV_TAPS
 from pyspk.candidate.segdense import DenseOxide, SegConvOxide
 from pyspk.cuda import CudaMath, CudaRuntime, KernelModule
+from pyspk.cuda.errors import InvalidArgument
 from pyspk.cuda.kernels import LoadedKernels
+from pyspk.errors import InferenceOnlyError, WeightsChangedError
 
 __all__ = [
     "BATCHES",
@@ -68,14 +69,6 @@ batch takes the library path."""
 
 PIECE = BATCHES[-1]
 """The batch of one enqueue when a larger multiple of it is served piece by piece."""
-
-
-class InferenceOnlyError(PlanError):
-    """A planned module was called while autograd records."""
-
-
-class WeightsChangedError(PlanError):
-    """A planned module's parameters changed after its plans copied them."""
 
 
 _RUNTIMES: dict[int, tuple[CudaRuntime, LoadedKernels]] = {}
@@ -102,7 +95,7 @@ def _ordinal(device: torch.device | int | None) -> int:
         return device
     device = torch.device(device)
     if device.type != "cuda":
-        raise ValueError(f"pyspk plans run on CUDA devices, not {device}")
+        raise InvalidArgument(f"pyspk plans run on CUDA devices, not {device}")
     return torch.cuda.current_device() if device.index is None else device.index
 
 
@@ -194,7 +187,7 @@ class _Planned(nn.Module):
     def _weight_ordinal(self) -> int:
         device = self.weight.device
         if device.type != "cuda":
-            raise ValueError(
+            raise InvalidArgument(
                 f"{self._context}: the weight is on {device}; move the module to a CUDA "
                 "device before planning"
             )
@@ -430,7 +423,7 @@ class PlannedConv1d(_Planned):
                 f"not {conv}",
             )
         if bias not in ("add", "drop"):
-            raise ValueError(f"{self._context}: bias must be 'add' or 'drop', not {bias!r}")
+            raise InvalidArgument(f"{self._context}: bias must be 'add' or 'drop', not {bias!r}")
         self.bias_mode = bias
         super().__init__(conv, math, name)
 

@@ -95,6 +95,16 @@ def test_reconstruct_and_annotation_are_pyannotes(seed):
     )
     ours = _steps.reconstruct(SlidingWindowFeature(data.copy(), CHUNKS), clusters, count)
     assert _same(ours, theirs)
+    exclusive = SlidingWindowFeature(
+        np.minimum(count.data, 1).astype(np.int8), count.sliding_window
+    )
+    both = _steps.reconstruct_each(
+        SlidingWindowFeature(data.copy(), CHUNKS), clusters, [count, exclusive]
+    )
+    exclusive_theirs = SpeakerDiarization.reconstruct(
+        pipeline, SlidingWindowFeature(data.copy(), CHUNKS), clusters, exclusive
+    )
+    assert _same(both[0], theirs) and _same(both[1], exclusive_theirs)
     for on, off in ((0.0, 0.0), (0.3, 0.5)):
         expected = SpeakerDiarization.to_annotation(
             theirs, min_duration_on=on, min_duration_off=off
@@ -119,3 +129,46 @@ def test_binarize_is_pyannotes(onset, offset):
 def test_frame_middles_are_the_segments_middles():
     middles = _steps.frame_middles(FRAMES, 5000)
     assert [float(m) for m in middles] == [FRAMES[i].middle for i in range(5000)]
+
+
+def test_pdist_on_threads_is_scipys():
+    from scipy.spatial.distance import pdist
+
+    rng = np.random.default_rng(5)
+    points = rng.standard_normal((1500, 256)).astype(np.float32)
+    assert np.array_equal(_steps.pdist_euclidean(points, threads=4), pdist(points, "euclidean"))
+
+
+@pytest.mark.parametrize(
+    "constraints", [{}, {"num_clusters": 3}, {"min_clusters": 6}, {"max_clusters": 2}]
+)
+def test_agglomerative_clustering_is_pyannotes(constraints):
+    import pyspk.pyannote as pa
+
+    pipeline = pa.offline_pipeline(pa.segmentation_3_0(seed=0), pa.wespeaker_resnet34(seed=1))
+    rng = np.random.default_rng(6)
+    chunks = 1300
+    centres = rng.standard_normal((4, 256))
+    embeddings = centres[rng.integers(0, 4, (chunks, 3))] + 0.8 * rng.standard_normal(
+        (chunks, 3, 256)
+    )
+    embeddings = embeddings.astype(np.float32)
+    embeddings[rng.random((chunks, 3)) < 0.05] = np.nan
+    # one speaker at a time, so that most (chunk, speaker) pairs are kept for clustering
+    speaking = rng.integers(0, 3, (chunks, 59))
+    data = np.repeat(np.eye(3, dtype=np.float32)[speaking], 10, axis=1)[:, :589]
+    segmentations = SlidingWindowFeature(data, CHUNKS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "found only N clusters"
+        theirs = pipeline.clustering(
+            embeddings=embeddings.copy(), segmentations=segmentations, **constraints
+        )
+        ours = _steps.cluster(
+            pipeline.clustering,
+            embeddings=embeddings.copy(),
+            segmentations=segmentations,
+            **constraints,
+        )
+    for mine, stock in zip(ours, theirs, strict=True):
+        assert np.array_equal(mine, stock, equal_nan=True)
+    assert "cluster" not in pipeline.clustering.__dict__

@@ -254,13 +254,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                         ),
                         "stock_der_vs_truth": stock["der_vs_truth"],
                         "embedding_scale": float(np.nanmax(np.abs(stock["embeddings"]))),
+                        "setup_seconds": run.setup,
+                        "gpu_seconds": run.gpu,
                         "segmentation_plans": acceleration.segmentation is not None,
                         "segmentation_batch": args.segmentation_batch,
                     }
                 )
                 print(
                     f"{math} {length:g} s accelerated {seconds:.2f} s ({length / seconds:.0f}x) "
-                    f"identical {same} steps "
+                    f"identical {same} setup {run.setup:.3f} gpu {run.gpu:.3f} steps "
                     + ", ".join(f"{k} {v:.3f}" for k, v in run.steps.items()),
                     flush=True,
                 )

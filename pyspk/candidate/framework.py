@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar, run
 import attrs
 
 from pyspk.candidate.errors import GeometryInvalid, GeometryUnimplemented
+from pyspk.cuda.errors import InvalidArgument
 from pyspk.cuda.math import CudaMath
 from pyspk.cuda.tier import ComputeCapability, PtxTier
 
@@ -38,7 +39,7 @@ class BoundaryId:
     @classmethod
     def named(cls, name: str) -> BoundaryId:
         if not _BOUNDARY_NAME.fullmatch(name):
-            raise ValueError(f"boundary name {name!r} is not a dotted lower-case identifier")
+            raise InvalidArgument(f"boundary name {name!r} is not a dotted lower-case identifier")
         return cls(name)
 
     def name(self) -> str:
@@ -304,19 +305,19 @@ class BroadEvidence:
 
     def __attrs_post_init__(self) -> None:
         if len(self.architectures) < 2:
-            raise ValueError(
+            raise InvalidArgument(
                 f"broad evidence needs at least two architectures, got {len(self.architectures)}"
             )
         for speed in self.architectures:
             if speed.minimum_speedup_milli < MINIMUM_BROAD_SPEEDUP_MILLI:
-                raise ValueError(
+                raise InvalidArgument(
                     f"broad evidence on {speed.capability} is "
                     f"{speed.minimum_speedup_milli / 1000:.3f}x, under the 1.05x floor"
                 )
         capabilities = [speed.capability for speed in self.architectures]
         repeated = sorted({str(c) for c in capabilities if capabilities.count(c) > 1})
         if repeated:
-            raise ValueError(f"broad evidence repeats capability {', '.join(repeated)}")
+            raise InvalidArgument(f"broad evidence repeats capability {', '.join(repeated)}")
 
     @classmethod
     def with_limits(

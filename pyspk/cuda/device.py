@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import attrs
 
+from pyspk.cuda.errors import InvalidArgument
 from pyspk.cuda.tier import ComputeCapability
 
 DEFAULT_SHARED_OPTIN_BYTES = 99 * 1024
@@ -12,7 +13,7 @@ DEFAULT_L2_BYTES = 4 * 1024 * 1024
 
 def _positive(instance: object, attribute: attrs.Attribute, value: int) -> None:
     if value < 1:
-        raise ValueError(f"{attribute.name} must be at least 1, got {value}")
+        raise InvalidArgument(f"{attribute.name} must be at least 1, got {value}")
 
 
 @attrs.frozen

@@ -7,6 +7,12 @@ class CudaError(Exception):
     """Base of every error raised on the driver side of pyspk."""
 
 
+class InvalidArgument(TypeError, ValueError):
+    """An argument of the wrong type or value (the message names it): a bug in the
+    call, never a reason to fall back. A `TypeError` and a `ValueError`, as Python's own
+    argument errors are one or the other."""
+
+
 class DriverError(CudaError):
     """A CUDA driver call returned an error."""
 
@@ -35,6 +41,16 @@ class BufferLengthError(CudaError):
         self.expected = expected
         self.actual = actual
         super().__init__(f"{context}: {buffer} has {actual} elements, expected {expected}")
+
+
+class BufferLayoutError(CudaError):
+    """A device buffer has the wrong dtype, layout or device for the kernel it feeds."""
+
+    def __init__(self, context: str, buffer: str, problem: str) -> None:
+        self.context = context
+        self.buffer = buffer
+        self.problem = problem
+        super().__init__(f"{context}: {buffer} {problem}")
 
 
 class ClosedError(CudaError):

@@ -29,7 +29,13 @@ from typing import Any
 
 import attrs
 
-from pyspk.cuda.errors import ArtifactError, CudaError, DriverError, KernelMissingError
+from pyspk.cuda.errors import (
+    ArtifactError,
+    CudaError,
+    DriverError,
+    InvalidArgument,
+    KernelMissingError,
+)
 from pyspk.cuda.tier import MANIFEST_FORMAT, MANIFEST_NAME, ComputeCapability, PtxTier
 
 __all__ = [
@@ -376,7 +382,7 @@ class Kernel:
         if nbytes == self._max_dynamic_shared:
             return
         if nbytes < 0:
-            raise ValueError(f"{self.name}: dynamic shared memory cannot be {nbytes} bytes")
+            raise InvalidArgument(f"{self.name}: dynamic shared memory cannot be {nbytes} bytes")
         from pyspk.cuda import driver
 
         attribute = driver.api().CUfunction_attribute
@@ -512,7 +518,9 @@ def _dims(value: int | Sequence[int], what: str) -> tuple[int, int, int]:
     except TypeError:
         dims = tuple(operator.index(d) for d in value)  # type: ignore[union-attr]
     if len(dims) != 3 or min(dims) < 1:
-        raise ValueError(f"{what} must be a positive int or three positive ints, got {value!r}")
+        raise InvalidArgument(
+            f"{what} must be a positive int or three positive ints, got {value!r}"
+        )
     return dims  # type: ignore[return-value]
 
 
@@ -522,10 +530,12 @@ def _param_value(kind: str, value: Any) -> int:
     except TypeError:
         # driver handles (CUdeviceptr) convert with int() but not operator.index
         if kind != "ptr" or isinstance(value, float) or not hasattr(value, "__int__"):
-            raise TypeError(f"a {kind} kernel parameter must be an int, got {value!r}") from None
+            raise InvalidArgument(
+                f"a {kind} kernel parameter must be an int, got {value!r}"
+            ) from None
         number = int(value)
     if not 0 <= number < _PARAM_LIMITS[kind]:
-        raise ValueError(f"{number} does not fit a {kind} kernel parameter")
+        raise InvalidArgument(f"{number} does not fit a {kind} kernel parameter")
     return number
 
 
@@ -558,19 +568,23 @@ class Launch:
         signature = tuple(kind for _, kind in named)
         unknown = [kind for kind in signature if kind not in PARAM_KINDS]
         if unknown:
-            raise ValueError(f"unknown kernel parameter kinds {unknown}; use {list(PARAM_KINDS)}")
+            raise InvalidArgument(
+                f"unknown kernel parameter kinds {unknown}; use {list(PARAM_KINDS)}"
+            )
         if len(values) != len(signature):
-            raise ValueError(f"{kernel.name}: {len(values)} values for {len(signature)} parameters")
+            raise InvalidArgument(
+                f"{kernel.name}: {len(values)} values for {len(signature)} parameters"
+            )
         self.kernel = kernel
         self.grid = _dims(grid, "grid")
         self.block = _dims(block, "block")
         self.shared = operator.index(shared)
         if self.shared < 0:
-            raise ValueError(f"dynamic shared memory cannot be {self.shared} bytes")
+            raise InvalidArgument(f"dynamic shared memory cannot be {self.shared} bytes")
         self.signature = signature
         self._names = tuple(name for name, _ in named)
         if len(set(self._names)) != len(self._names):
-            raise ValueError(f"{kernel.name}: parameter names repeat in {self._names}")
+            raise InvalidArgument(f"{kernel.name}: parameter names repeat in {self._names}")
         fields = [
             (name, PARAM_KINDS[kind]) for name, kind in zip(self._names, signature, strict=True)
         ]

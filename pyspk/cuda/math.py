@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import enum
 
+from pyspk.cuda.errors import InvalidArgument
+
 
 class CudaMath(enum.Enum):
     """`FP32`: FP32 products and sums (tensor cores only through the FP32-exact 3xTF32
@@ -24,4 +26,4 @@ class CudaMath(enum.Enum):
         for math in cls:
             if math.value == wanted:
                 return math
-        raise ValueError(f"math {text!r} is not one of fp32, tf32")
+        raise InvalidArgument(f"math {text!r} is not one of fp32, tf32")

@@ -22,7 +22,14 @@ import numpy as np
 
 from pyspk.cuda import driver
 from pyspk.cuda.device import DeviceAttributes
-from pyspk.cuda.errors import ClosedError, CudaError, DriverError, check_len
+from pyspk.cuda.errors import (
+    BufferLayoutError,
+    ClosedError,
+    CudaError,
+    DriverError,
+    InvalidArgument,
+    check_len,
+)
 from pyspk.cuda.tier import PtxTier
 
 if TYPE_CHECKING:
@@ -41,16 +48,6 @@ _FLOAT32 = np.dtype("<f4")
 _ITEM_BYTES = 4
 # __cuda_array_interface__ v3 writes the legacy default stream as 1, never 0
 _CAI_LEGACY_STREAM = 1
-
-
-class BufferLayoutError(CudaError):
-    """A device buffer has the wrong dtype, layout or device for the kernel it feeds."""
-
-    def __init__(self, context: str, buffer: str, problem: str) -> None:
-        self.context = context
-        self.buffer = buffer
-        self.problem = problem
-        super().__init__(f"{context}: {buffer} {problem}")
 
 
 class DeviceBuffer:
@@ -501,7 +498,7 @@ class CudaRuntime:
     def _alloc(self, count: int) -> DeviceBuffer:
         count = operator.index(count)
         if count < 0:
-            raise ValueError(f"a buffer cannot hold {count} elements")
+            raise InvalidArgument(f"a buffer cannot hold {count} elements")
         if count == 0:
             return DeviceBuffer(self, 0, 0)  # the driver allocates no zero-byte blocks
         self._make_current()
@@ -560,7 +557,7 @@ def _adopt_stream(api: Any, stream: object) -> Any:
     if isinstance(stream, api.CUstream):
         return stream
     if isinstance(stream, bool):
-        raise TypeError("stream must be a stream handle or stream object, not a bool")
+        raise InvalidArgument("stream must be a stream handle or stream object, not a bool")
     if isinstance(stream, int):
         return api.CUstream(stream)
     protocol = getattr(stream, "__cuda_stream__", None)
@@ -570,7 +567,7 @@ def _adopt_stream(api: Any, stream: object) -> Any:
     handle = getattr(stream, "cuda_stream", None)
     if handle is not None:
         return api.CUstream(int(handle))
-    raise TypeError(
+    raise InvalidArgument(
         f"cannot use a {type(stream).__name__} as a CUDA stream: pass an int handle, a "
         "CUstream, or an object with `cuda_stream` (torch.cuda.Stream) or `__cuda_stream__`"
     )

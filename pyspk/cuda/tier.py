@@ -9,6 +9,8 @@ import re
 
 import attrs
 
+from pyspk.cuda.errors import InvalidArgument
+
 _CAPABILITY = re.compile(r"^\s*(\d+)\.(\d+)\s*$")
 
 
@@ -29,7 +31,7 @@ class ComputeCapability:
         """Parse "8.9"; anything else is a `ValueError` naming the text."""
         match = _CAPABILITY.match(text)
         if match is None:
-            raise ValueError(f"compute capability {text!r} is not of the form MAJOR.MINOR")
+            raise InvalidArgument(f"compute capability {text!r} is not of the form MAJOR.MINOR")
         return cls(int(match.group(1)), int(match.group(2)))
 
     def __lt__(self, other: object) -> bool:
@@ -76,7 +78,7 @@ class PtxTier(enum.Enum):
             if str(tier) == wanted:
                 return tier
         names = ", ".join(str(tier) for tier in cls)
-        raise ValueError(f"PTX tier {text!r} is not one of {names}")
+        raise InvalidArgument(f"PTX tier {text!r} is not one of {names}")
 
     @classmethod
     def highest_for(cls, capability: ComputeCapability) -> PtxTier | None:
@@ -142,7 +144,7 @@ def loadable_tier(capability: ComputeCapability, forced: PtxTier | None = None) 
     Raises ValueError naming the device and tier otherwise."""
     runnable = [tier for tier in SHIPPED_TIERS if tier.capability <= capability]
     if not runnable:
-        raise ValueError(
+        raise InvalidArgument(
             f"compute capability {capability} is below the lowest shipped PTX tier "
             f"{SHIPPED_TIERS[0]}"
         )
@@ -150,9 +152,9 @@ def loadable_tier(capability: ComputeCapability, forced: PtxTier | None = None) 
         return max(runnable)
     if forced not in SHIPPED_TIERS:
         shipped = ", ".join(str(tier) for tier in SHIPPED_TIERS)
-        raise ValueError(f"PTX tier {forced} is not shipped (shipped: {shipped})")
+        raise InvalidArgument(f"PTX tier {forced} is not shipped (shipped: {shipped})")
     if forced.capability > capability:
-        raise ValueError(
+        raise InvalidArgument(
             f"PTX tier {forced} needs compute capability {forced.capability}, "
             f"the device has {capability}"
         )

@@ -17,6 +17,7 @@ import numpy.typing as npt
 
 from pyspk.candidate.framework import CONV_TAPS, SegConvSite
 from pyspk.candidate.segdense.selection import CONV_PADDED
+from pyspk.cuda.errors import InvalidArgument
 
 __all__ = [
     "f16_bits",
@@ -149,15 +150,17 @@ def _weight_matrix(weight: npt.ArrayLike, rows: int, cols: int, name: str) -> np
     array = np.asarray(weight, dtype=np.float32)
     if array.ndim == 1:
         if array.size != rows * cols:
-            raise ValueError(
+            raise InvalidArgument(
                 f"{name} weight has {array.size} values, expected {rows} x {cols} = {rows * cols}"
             )
         return array.reshape(rows, cols)
     if array.ndim == 2:
         if array.shape != (rows, cols):
-            raise ValueError(f"{name} weight has shape {array.shape}, expected ({rows}, {cols})")
+            raise InvalidArgument(
+                f"{name} weight has shape {array.shape}, expected ({rows}, {cols})"
+            )
         return array
-    raise ValueError(f"{name} weight must be 1-D or 2-D, got {array.ndim} dimensions")
+    raise InvalidArgument(f"{name} weight must be 1-D or 2-D, got {array.ndim} dimensions")
 
 
 def pack_half_columns(weight: npt.ArrayLike, n: int, k: int) -> np.ndarray:
@@ -171,9 +174,9 @@ def pack_half_columns(weight: npt.ArrayLike, n: int, k: int) -> np.ndarray:
     `f32::max` ignores them.
     """
     if n < 1:
-        raise ValueError(f"pack_half_columns needs n >= 1 columns, got n={n}")
+        raise InvalidArgument(f"pack_half_columns needs n >= 1 columns, got n={n}")
     if k < 2 or k % 2:
-        raise ValueError(f"pack_half_columns needs an even k >= 2, got k={k}")
+        raise InvalidArgument(f"pack_half_columns needs an even k >= 2, got k={k}")
     matrix = _weight_matrix(weight, n, k, "pack_half_columns")
 
     largest = np.fmax.reduce(np.abs(matrix), axis=1, initial=np.float32(0.0))
@@ -198,15 +201,17 @@ def selected_rows(weight: npt.ArrayLike, n: int, count: int) -> np.ndarray:
     squares are added left to right, so near-ties break as they do there.
     """
     if n < 1:
-        raise ValueError(f"selected_rows needs n >= 1 columns, got n={n}")
+        raise InvalidArgument(f"selected_rows needs n >= 1 columns, got n={n}")
     if count < 0:
-        raise ValueError(f"selected_rows needs count >= 0, got count={count}")
+        raise InvalidArgument(f"selected_rows needs count >= 0, got count={count}")
     array = np.asarray(weight, dtype=np.float32)
     if array.ndim == 2:
         if array.shape[1] != n:
-            raise ValueError(f"selected_rows weight has shape {array.shape}, expected (k, {n})")
+            raise InvalidArgument(
+                f"selected_rows weight has shape {array.shape}, expected (k, {n})"
+            )
     elif array.ndim != 1 or array.size % n:
-        raise ValueError(
+        raise InvalidArgument(
             f"selected_rows weight must hold whole rows of n={n} values, got shape {array.shape}"
         )
     squares = np.square(array.reshape(-1, n).astype(np.float64))
@@ -256,9 +261,9 @@ def pack_gemm_mma(
     gave.
     """
     if planes not in (1, 2):
-        raise ValueError(f"pack_gemm_mma packs 1 or 2 planes, got {planes}")
+        raise InvalidArgument(f"pack_gemm_mma packs 1 or 2 planes, got {planes}")
     if cols < 16 or cols % 16 or n % cols or k % 8:
-        raise ValueError(
+        raise InvalidArgument(
             f"pack_gemm_mma needs cols a multiple of 16 dividing n, k a multiple of 8; "
             f"got n={n}, k={k}, cols={cols}"
         )
@@ -291,7 +296,7 @@ def pack_gemm_half(
     `zero_rows` pack as zeros and set no scale (Select recomputes them in 3xTF32).
     """
     if cols < 16 or cols % 16 or n % cols or k < 16 or k % 16:
-        raise ValueError(
+        raise InvalidArgument(
             f"pack_gemm_half needs cols a multiple of 16 dividing n, k a multiple of 16; "
             f"got n={n}, k={k}, cols={cols}"
         )
@@ -313,7 +318,7 @@ def _conv_matrix(weight: npt.ArrayLike, cin: int, name: str) -> np.ndarray:
     """A conv weight `[60, cin, 5]` (or already `[60, cin * 5]`) as float32 `[60, cin * 5]`."""
     array = np.asarray(weight, dtype=np.float32)
     if array.ndim == 3 and array.shape != (_CONV_OUT, cin, CONV_TAPS):
-        raise ValueError(f"{name} weight has shape {array.shape}, expected (60, {cin}, 5)")
+        raise InvalidArgument(f"{name} weight has shape {array.shape}, expected (60, {cin}, 5)")
     return _weight_matrix(
         array.reshape(_CONV_OUT, -1) if array.ndim == 3 else array,
         _CONV_OUT,
@@ -333,7 +338,7 @@ def pack_conv_half(weight: npt.ArrayLike, cin: int, cin_pad: int) -> np.ndarray:
     channels. Channels past 60 and input channels past `cin` are zero.
     """
     if not 1 <= cin <= cin_pad or cin_pad % 16:
-        raise ValueError(
+        raise InvalidArgument(
             f"pack_conv_half needs 1 <= cin <= cin_pad, cin_pad a multiple of 16; "
             f"got cin={cin}, cin_pad={cin_pad}"
         )
@@ -388,12 +393,12 @@ def pack_conv_mma(weight: npt.ArrayLike, cin: int, cin_pad: int, planes: int) ->
     `round_tf32(w)`, plane 1 (when `planes == 2`) `round_tf32(w - round_tf32(w))`.
     """
     if not 1 <= cin <= cin_pad or cin_pad % 8:
-        raise ValueError(
+        raise InvalidArgument(
             f"pack_conv_mma needs 1 <= cin <= cin_pad, cin_pad a multiple of 8; "
             f"got cin={cin}, cin_pad={cin_pad}"
         )
     if planes not in (1, 2):
-        raise ValueError(f"pack_conv_mma packs 1 or 2 planes, got {planes}")
+        raise InvalidArgument(f"pack_conv_mma packs 1 or 2 planes, got {planes}")
     matrix = _conv_matrix(weight, cin, "pack_conv_mma")
     padded = np.zeros((_MMA_TILES * 16, cin_pad * CONV_TAPS), np.float32)
     padded[:_CONV_OUT, : cin * CONV_TAPS] = matrix

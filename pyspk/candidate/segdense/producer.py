@@ -62,6 +62,7 @@ from pyspk.cuda.errors import (
     BufferLengthError,
     ClosedError,
     DriverError,
+    InvalidArgument,
     KernelMissingError,
 )
 from pyspk.cuda.kernels import KernelModule
@@ -264,7 +265,7 @@ class Producer:
         elif self._borrowed is not None:
             self._check_apart("scratch", partials_at, self.workspace_len, x_ptr, y_ptr)
         if stream is not None and phases is not PASS_THROUGH:
-            raise ValueError(f"{CONTEXT}: phases time the runtime stream; give no stream")
+            raise InvalidArgument(f"{CONTEXT}: phases time the runtime stream; give no stream")
         self._acquire()
         try:
             # checked again under the lock that close() takes: a plan closed since the
