@@ -46,7 +46,7 @@ from pyspk.candidate import (
 )
 from pyspk.candidate.framework import CONV_TAPS
 from pyspk.candidate.segdense import DenseOxide, SegConvOxide
-from pyspk.cuda import CudaMath, CudaRuntime, KernelModule
+from pyspk.cuda import ClosedError, CudaMath, CudaRuntime, KernelModule
 from pyspk.cuda.errors import InvalidArgument
 from pyspk.cuda.kernels import LoadedKernels
 from pyspk.errors import InferenceOnlyError, WeightsChangedError
@@ -359,7 +359,10 @@ class PlannedDense(_Planned):
         if served is None:
             return self.library(x)
         output = x.new_empty((*x.shape[:-1], self._n))
-        self._enqueue(served, x.contiguous(), output)
+        try:
+            self._enqueue(served, x.contiguous(), output)
+        except ClosedError:  # closed (or re-planned) by another thread meanwhile
+            return self.library(x)
         return output
 
     def library(self, x: torch.Tensor) -> torch.Tensor:
@@ -432,7 +435,10 @@ class PlannedConv1d(_Planned):
         if served is None:
             return self.library(x)
         output = x.new_empty((x.shape[0], self._n, self._length - 4))
-        self._enqueue(served, x.contiguous(), output)
+        try:
+            self._enqueue(served, x.contiguous(), output)
+        except ClosedError:  # closed (or re-planned) by another thread meanwhile
+            return self.library(x)
         if self.bias_mode == "add" and self.bias is not None:
             output += self.bias.view(1, -1, 1)
         return output

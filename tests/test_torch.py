@@ -267,3 +267,19 @@ def test_accelerate_keeps_the_library_path_of_a_half_model(faked, pyannote) -> N
     }
     assert all("float16" in why for why in acceleration.skipped.values())
     acceleration.undo()
+
+
+def test_a_call_whose_plan_is_closed_under_it_takes_the_library_path(faked) -> None:
+    from pyspk.cuda import ClosedError
+
+    linear = torch.nn.Linear(128, 128)
+    planned = ptorch.PlannedDense(linear, DenseSite.LINEAR1)
+
+    def closed_meanwhile(*args, **kwargs):
+        raise ClosedError("segdense: the plan was closed; nothing was launched")
+
+    for plan in faked:
+        plan.enqueue = closed_meanwhile
+    x = torch.randn(589, 128)
+    with torch.inference_mode():
+        torch.testing.assert_close(planned(x), planned.library(x), rtol=0, atol=0)
