@@ -33,8 +33,9 @@ from pyspk.cuda import (
     NoDriverError,
     PtxTier,
 )
+from pyspk.errors import InferenceOnlyError, InvalidArgument, WeightsChangedError
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "Area",
@@ -57,6 +58,8 @@ __all__ = [
     "GeometryError",
     "GeometryInvalid",
     "GeometryUnimplemented",
+    "InferenceOnlyError",
+    "InvalidArgument",
     "KernelMissingError",
     "KernelModule",
     "NoDeviceError",
@@ -69,6 +72,7 @@ __all__ = [
     "SegConvSpec",
     "SegdensePin",
     "Site",
+    "WeightsChangedError",
     "WeightsOutOfContract",
     "__version__",
 ]

@@ -20,6 +20,10 @@ an input or parameter that requires grad) raises `InferenceOnlyError`; run under
 `torch.inference_mode()` or `torch.no_grad()`. The plans hold a copy of the weights made
 at planning: a call after the parameters changed (an optimizer step, `load_state_dict`,
 `.to()`) raises `WeightsChangedError`; `replan()` plans again from the current weights.
+The check reads each parameter's identity, storage and version counter, which writes
+through `param.data` (`param.data.copy_(...)`, `param.data.add_(...)`) do not advance:
+after such a write the plans keep the weights they copied, so call `replan()` (checking
+the values themselves on every call would cost more than the call).
 A graph captured with `torch.cuda.graph` holds the plans' packed weights by address:
 keep the wrapper open (not `close()`d) while such a graph lives.
 """

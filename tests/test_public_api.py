@@ -38,3 +38,34 @@ def test_internals_are_not_public(name: str) -> None:
     if hasattr(module, "__path__"):
         visible |= set(dir(module))
     assert not visible & set(PRIVATE[name])
+
+
+def test_every_error_class_lives_in_pyspk_errors() -> None:
+    """Every exception class the importable modules define (the command line's own,
+    which never leave it, aside) is in `pyspk.errors`, and none of use is a PlanError."""
+    import inspect
+    import pkgutil
+
+    import pyspk
+    import pyspk.errors as errors
+
+    defined = set()
+    for info in pkgutil.walk_packages(pyspk.__path__, "pyspk."):
+        try:
+            module = importlib.import_module(info.name)
+        except ImportError:  # torch, pyannote or soundfile missing here
+            continue
+        for _, value in inspect.getmembers(module, inspect.isclass):
+            if issubclass(value, BaseException) and value.__module__ == info.name:
+                defined.add(value)
+    internal = {"pyspk.cli.UsageError", "pyspk.diarize.DiarizeError"}
+    missing = {
+        f"{c.__module__}.{c.__qualname__}"
+        for c in defined
+        if getattr(errors, c.__name__, None) is not c
+    } - internal
+    assert not missing
+    for use in (errors.InvalidArgument, errors.InferenceOnlyError, errors.WeightsChangedError):
+        assert not issubclass(use, errors.PlanError)
+    assert issubclass(errors.InvalidArgument, TypeError)
+    assert issubclass(errors.InvalidArgument, ValueError)

@@ -283,3 +283,25 @@ def test_a_call_whose_plan_is_closed_under_it_takes_the_library_path(faked) -> N
     x = torch.randn(589, 128)
     with torch.inference_mode():
         torch.testing.assert_close(planned(x), planned.library(x), rtol=0, atol=0)
+
+
+def test_writes_through_data_keep_the_planned_weights_until_replan(faked) -> None:
+    """The documented contract: `.data` writes bypass the version counter, so the plans
+    keep what they copied until `replan()`; a tracked in-place write is refused."""
+    linear = torch.nn.Linear(128, 128)
+    planned = ptorch.PlannedDense(linear, DenseSite.LINEAR1)
+    copied = [plan.library for plan in faked]
+    x = torch.randn(589, 128)
+    with torch.inference_mode():
+        before = planned(x)
+        linear.weight.data.add_(1.0)
+        assert len(faked) == 2  # not re-planned behind the caller's back
+        assert planned._state() == planned._planned_state  # nothing the check can see
+        planned.replan()
+        assert len(faked) == 4 and all(plan.closed for plan in faked[:2])
+        after = planned(x)
+    assert copied and not torch.equal(before, after)
+    with torch.no_grad():
+        linear.weight.add_(1.0)  # a tracked write: its version counter moves
+    with torch.inference_mode(), pytest.raises(ptorch.WeightsChangedError):
+        planned(x)
