@@ -12,11 +12,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import stat
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from pyspk import __version__
+from pyspk.candidate.framework import Fp16Policy
 from pyspk.cuda.device import DeviceAttributes
 from pyspk.cuda.errors import CudaError
 from pyspk.cuda.kernels import force_ptx_from_env
@@ -25,6 +27,13 @@ from pyspk.cuda.tier import SHIPPED_TIERS, ComputeCapability, PtxTier, loadable_
 from pyspk.pins import TUPLES, Pick, diff, pick_table, profiles_table, render_picks, to_json
 
 PROG = "pyspk"
+
+# bounds of a described device: every CUDA device gives a block 48 KiB of shared memory,
+# none gives more than 227 KiB (compute capability 9.0 and 10.0), and the largest GPUs
+# have fewer than 200 multiprocessors
+MIN_SHARED_OPTIN = 48 * 1024
+MAX_SHARED_OPTIN = 227 * 1024
+MAX_SMS = 1024
 
 
 class UsageError(Exception):
@@ -114,6 +123,13 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"the PTX tier loaded ({shipped}; default PYSPK_PTX_TIER, else "
         "the highest shipped tier the device loads)",
     )
+    pins.add_argument(
+        "--fp16",
+        choices=("allow", "forbid"),
+        default="allow",
+        help="whether TF32 math may multiply in scaled FP16 (default allow); forbid "
+        "shows the kernels that replace the FP16 ones",
+    )
     pins.add_argument("--json", action="store_true", help="print JSON instead of a table")
     record = pins.add_mutually_exclusive_group()
     record.add_argument("--write", metavar="FILE", help="record the picks as JSON in FILE")
@@ -157,11 +173,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line `argv` (default `sys.argv[1:]`); returns the exit status:
     0 done, 1 `--check` found changed picks, 2 a bad argument or input."""
     parser = build_parser()
+    args = None
     try:
         args = parser.parse_args(argv)
         if args.command is None:
             raise UsageError(f"a command is required: pins, info or diarize (see {PROG} --help)")
-        return args.run(args)
+        status = args.run(args)
+        sys.stdout.flush()  # a write error shows here, not at the interpreter's exit
+        return status
     except UsageError as error:
         print(f"{PROG}: error: {_one_line(str(error))}", file=sys.stderr)
         return 2
@@ -169,13 +188,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         # --help and --version
         return done.code if isinstance(done.code, int) else 0
     except BrokenPipeError:
-        # the reader (`| head`) left: silence the flush at exit rather than a traceback
-        try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-        except (OSError, ValueError):
-            pass
-        return 1
+        # the reader (`| head`) left: the status is the command's own (0, or 1 where
+        # --check found changes), whenever the pipe closed; silence the flush at exit
+        _silence_stdout()
+        return getattr(args, "status", 0)
+    except OSError as error:  # stdout unwritable: a full disk (`> /dev/full`)
+        _silence_stdout()
+        print(f"{PROG}: error: cannot write the output: {error.strerror or error}", file=sys.stderr)
+        return 2
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 # --- pins ----------------------------------------------------------------------------
@@ -199,17 +227,28 @@ def _named_device(args: argparse.Namespace) -> tuple[DeviceAttributes, str] | No
         loadable_tier(args.capability)
     except ValueError as error:
         raise UsageError(f"custom device: {error}") from None
+    if args.sms > MAX_SMS:
+        raise UsageError(f"--sms {args.sms}: no GPU has more than {MAX_SMS} multiprocessors")
     limit = SHARED_OPTIN_BY_CAPABILITY.get(args.capability)
     if limit is None:
-        known = ", ".join(str(capability) for capability in SHARED_OPTIN_BY_CAPABILITY)
-        raise UsageError(
-            f"compute capability {args.capability} is not a known architecture (known: {known})"
-        )
+        # the PTX JITs for any later architecture; its opt-in limit must then be given
+        if args.shared_optin is None:
+            known = ", ".join(str(capability) for capability in SHARED_OPTIN_BY_CAPABILITY)
+            raise UsageError(
+                f"compute capability {args.capability} has no opt-in shared memory figure "
+                f"here (known: {known}); give --shared-optin BYTES"
+            )
+        limit = MAX_SHARED_OPTIN
     shared = limit if args.shared_optin is None else args.shared_optin
     if shared > limit:
         raise UsageError(
             f"--shared-optin {shared} is more than compute capability {args.capability} "
             f"allows a block ({limit} bytes)"
+        )
+    if shared < MIN_SHARED_OPTIN:
+        raise UsageError(
+            f"--shared-optin {shared} is less than the {MIN_SHARED_OPTIN} bytes every CUDA "
+            "device gives a block"
         )
     device = DeviceAttributes(
         args.capability, multiprocessors=args.sms, shared_optin_bytes=shared, name="custom device"
@@ -249,7 +288,7 @@ def _run_pins(args: argparse.Namespace) -> int:
     except ValueError as error:
         raise UsageError(f"{device.name}: {error}") from None
     why = forced_by if forced is not None else "highest shipped it loads"
-    picks = pick_table(device, tier)
+    picks = pick_table(device, tier, Fp16Policy(args.fp16))
     record = to_json(device, tier, picks)
 
     if args.check is not None:
@@ -278,7 +317,7 @@ def _all_profiles(args: argparse.Namespace, forced: PtxTier | None, reason: str)
     if forced is not None and forced not in SHIPPED_TIERS:
         shipped = ", ".join(str(tier) for tier in SHIPPED_TIERS)
         raise UsageError(f"PTX tier {forced} is not shipped (shipped: {shipped})")
-    table = profiles_table(forced)
+    table = profiles_table(forced, fp16=Fp16Policy(args.fp16))
     print(f"{PROG}: {note}; showing every known profile", file=sys.stderr)
     if args.json:
         _print_json(table.as_json())
@@ -299,19 +338,39 @@ def _write(path: str, record: dict[str, Any]) -> None:
         raise UsageError(f"cannot write {path}: {error.strerror or error}") from None
 
 
-def _check(args: argparse.Namespace, record: dict[str, Any], picks: Sequence[Pick]) -> int:
-    path = args.check
+# a record `--write` writes is a few KiB; anything far larger is not one
+RECORD_LIMIT = 1 << 20
+
+
+def _read_record(path: str) -> object:
+    """The JSON of a record file, or UsageError: not a regular file (a FIFO or a device
+    would block or never end), over RECORD_LIMIT bytes, not UTF-8 JSON, nested or
+    numbered beyond what a record holds."""
     try:
-        with open(path, encoding="utf-8") as file:
-            recorded = json.load(file)
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise UsageError(f"{path} is not a regular file")
+        with open(path, "rb") as file:
+            data = file.read(RECORD_LIMIT + 1)
     except OSError as error:
         raise UsageError(f"cannot read {path}: {error.strerror or error}") from None
+    if len(data) > RECORD_LIMIT:
+        raise UsageError(f"{path} is over {RECORD_LIMIT} bytes; a record is a few KiB")
+    try:
+        return json.loads(data.decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise UsageError(f"{path} is not JSON: {error}") from None
+    except (RecursionError, ValueError) as error:  # deep nesting, a huge integer
+        raise UsageError(f"{path} is not a record: {type(error).__name__}") from None
+
+
+def _check(args: argparse.Namespace, record: dict[str, Any], picks: Sequence[Pick]) -> int:
+    path = args.check
+    recorded = _read_record(path)
     try:
         changes = diff(recorded, picks)
     except ValueError as error:
         raise UsageError(f"{path}: {error}") from None
+    args.status = 1 if changes else 0  # kept when the reader closes the pipe early
 
     if args.json:
         _print_json({"check": path, "matches": not changes, "changes": changes})

@@ -11,6 +11,7 @@ from typing import Any
 
 import attrs
 
+from pyspk.candidate.framework import Fp16Policy
 from pyspk.candidate.segdense.selection import BATCHES, Entry, SegdensePin, Site
 from pyspk.cuda.device import DeviceAttributes
 from pyspk.cuda.errors import ArtifactError, InvalidArgument
@@ -46,9 +47,15 @@ class Pick:
 
     @classmethod
     def select(
-        cls, site: Site, batch: int, math: CudaMath, tier: PtxTier, device: DeviceAttributes
+        cls,
+        site: Site,
+        batch: int,
+        math: CudaMath,
+        tier: PtxTier,
+        device: DeviceAttributes,
+        fp16: Fp16Policy = Fp16Policy.ALLOW,
     ) -> Pick:
-        pin = SegdensePin.select(site, batch, math, tier, device)
+        pin = SegdensePin.select(site, batch, math, tier, device, fp16)
         config = pin.config()
         return cls(
             boundary=site.value,
@@ -101,13 +108,15 @@ def shipped_entries(tier: PtxTier) -> frozenset[str] | None:
         return None
 
 
-def pick_table(device: DeviceAttributes, tier: PtxTier) -> list[Pick]:
+def pick_table(
+    device: DeviceAttributes, tier: PtxTier, fp16: Fp16Policy = Fp16Policy.ALLOW
+) -> list[Pick]:
     """The 24 picks of the device rule on `device` with the `tier` module loaded, each
     marked with whether the shipped module carries its kernel.
 
     The tier is taken as given; `loadable_tier` says which one a device would load."""
     shipped = shipped_entries(tier)
-    picks = [Pick.select(site, batch, math, tier, device) for site, batch, math in TUPLES]
+    picks = [Pick.select(site, batch, math, tier, device, fp16) for site, batch, math in TUPLES]
     if shipped is None:
         return picks
     return [attrs.evolve(pick, built=pick.kernel in shipped) for pick in picks]
@@ -167,6 +176,11 @@ def _recorded_picks(recorded: object) -> dict[tuple[str, int, str], dict[str, An
             raise InvalidArgument(f"recorded pick {index} lacks {', '.join(missing)}")
         for field, types in _PICK_TYPES.items():
             _typed(item[field], types, f"recorded pick {index} field {field}")
+        # the format's own enumerations; another version's boundaries, batches and
+        # entries are differences, not malformed records
+        _known(item["math"], [str(math) for math in CudaMath], f"recorded pick {index} math")
+        if item["batch"] < 1:
+            raise InvalidArgument(f"recorded pick {index} batch is {item['batch']}, not >= 1")
         key = (item["boundary"], item["batch"], item["math"])
         if key in picks:
             raise InvalidArgument(f"recorded pick {index} repeats {_where(key)}")
@@ -177,7 +191,15 @@ def _recorded_picks(recorded: object) -> dict[tuple[str, int, str], dict[str, An
     for field, kind in _DEVICE_TYPES.items():
         _typed(device.get(field), (kind,), f"device.{field}")
     _typed(recorded.get("tier"), (str,), "tier")
+    _known(recorded["tier"], [str(tier) for tier in PtxTier], "tier")
     return picks
+
+
+def _known(value: object, allowed: list, where: str) -> None:
+    """InvalidArgument unless `value` is one a record can hold."""
+    if value not in allowed:
+        shown = ", ".join(str(a) for a in allowed[:12]) + (", ..." if len(allowed) > 12 else "")
+        raise InvalidArgument(f"{where} is {json.dumps(value)}, not one of {shown}")
 
 
 def diff(recorded: object, picks: Iterable[Pick]) -> list[str]:
@@ -418,6 +440,7 @@ class ProfileTable:
 def profiles_table(
     tier_override: PtxTier | None = None,
     profiles: Mapping[str, DeviceAttributes] = PROFILES,
+    fp16: Fp16Policy = Fp16Policy.ALLOW,
 ) -> ProfileTable:
     """The picks of every profile on the tier it would load: the highest shipped tier at
     or below its capability, or `tier_override` where the profile can load that one."""
@@ -428,5 +451,5 @@ def profiles_table(
         except ValueError as error:
             rows.append(ProfileRow(name, device, None, (), str(error)))
             continue
-        rows.append(ProfileRow(name, device, tier, tuple(pick_table(device, tier))))
+        rows.append(ProfileRow(name, device, tier, tuple(pick_table(device, tier, fp16))))
     return ProfileTable(tuple(rows))

@@ -275,8 +275,11 @@ BAD_ARGUMENTS = [
     (["pins", "--capability", "6.1", "--sms", "20"], "below the lowest shipped"),
     (["pins", "--capability", "7.5", "--sms", "40", "--shared-optin", "65537"], "(65536 bytes)"),
     (["pins", "--capability", "9.0", "--sms", "132", "--shared-optin", "300000"], "232448"),
-    (["pins", "--capability", "8.7", "--sms", "16"], "8.7 is not a known architecture"),
-    (["pins", "--capability", "11.0", "--sms", "16"], "11.0 is not a known architecture"),
+    (["pins", "--capability", "8.7", "--sms", "16"], "8.7 has no opt-in shared memory figure"),
+    (["pins", "--capability", "11.0", "--sms", "16"], "give --shared-optin BYTES"),
+    (["pins", "--capability", "8.9", "--sms", "1", "--shared-optin", "1024"], "less than the"),
+    (["pins", "--capability", "8.9", "--sms", "1" + "0" * 19], "no GPU has more than"),
+    (["pins", "--capability", "11.0", "--sms", "20", "--shared-optin", "300000"], "more than"),
     (["pins", "--device", "h100"], "ambiguous: it may be h100-pcie, h100-sxm"),
     (["pins", "--device", "h200", "--write", "a.json", "--check", "b.json"], "not allowed"),
     (["pins", "--bogus"], "unrecognized arguments"),
@@ -571,3 +574,118 @@ def test_a_pick_the_module_lacks_is_marked_not_built(
     code, out, _ = run(capsys, "pins", "--device", "h200", "--json")
     built = {pick["entry"]: pick["built"] for pick in json.loads(out)["picks"]}
     assert built["CONV1_B32_TC"] is False and built["CONV1_B32_X3"] is True
+
+
+def test_pins_fp16_forbid_shows_no_fp16_entry(capsys) -> None:
+    import json
+
+    from pyspk.candidate.segdense import Entry
+    from pyspk.candidate.segdense.selection import Products
+
+    assert cli.main(["pins", "--device", "h200", "--json"]) == 0
+    allowed = json.loads(capsys.readouterr().out)["picks"]
+    assert cli.main(["pins", "--device", "h200", "--fp16", "forbid", "--json"]) == 0
+    forbidden = json.loads(capsys.readouterr().out)["picks"]
+    products = [Entry[pick["entry"]].products() for pick in forbidden]
+    assert Products.FP16 not in products
+    assert Products.FP16 in [Entry[pick["entry"]].products() for pick in allowed]
+    changed = {p["entry"] for p, q in zip(allowed, forbidden, strict=True) if p != q}
+    assert changed == {"CONV1_B32_TC", "CONV2_B32_TC", "LINEAR0_B32_SELECT", "LINEAR1_B32_TF32"}
+
+
+@pytest.mark.parametrize("capability", ["8.7", "8.8", "10.3", "11.0", "12.1"])
+def test_every_capability_the_ptx_serves_is_accepted(capability, capsys) -> None:
+    argv = ["pins", "--capability", capability, "--sms", "20", "--shared-optin", "101376"]
+    assert cli.main(argv) == 0
+    assert f"capability {capability}, 20 SMs" in capsys.readouterr().out
+
+
+def _record(tmp_path: Path, change=None) -> Path:
+    path = tmp_path / "picks.json"
+    assert cli.main(["pins", "--device", "h200", "--write", str(path)]) == 0
+    if change is not None:
+        record = json.loads(path.read_text())
+        change(record)
+        path.write_text(json.dumps(record))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("change", "text"),
+    [
+        (lambda r: r.__setitem__("tier", "sm99"), 'tier is "sm99"'),
+        (lambda r: r["picks"][0].__setitem__("math", "fp64"), 'math is "fp64"'),
+        (lambda r: r["picks"][0].__setitem__("batch", 0), "batch is 0"),
+    ],
+)
+def test_check_refuses_values_no_record_holds(tmp_path, capsys, change, text) -> None:
+    path = _record(tmp_path, change)
+    capsys.readouterr()
+    assert cli.main(["pins", "--device", "h200", "--check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert text.replace("\\\\", "") in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("content", "text"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "not a record"),
+        ('{"tier": ' + "9" * 5000 + "}", "not a record"),
+        ("x" * (cli.RECORD_LIMIT + 10), "over"),
+    ],
+    ids=["deep", "huge-int", "too-big"],
+)
+def test_check_refuses_hostile_records_in_one_line(tmp_path, capsys, content, text) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    assert cli.main(["pins", "--device", "h200", "--check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert text in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_check_refuses_a_fifo_or_device_without_blocking(tmp_path, capsys) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for path in (str(fifo), "/dev/zero"):
+        assert cli.main(["pins", "--device", "h200", "--check", path]) == 2
+        assert "is not a regular file" in capsys.readouterr().err
+
+
+def test_check_against_another_devices_record_is_a_difference(tmp_path, capsys) -> None:
+    path = tmp_path / "t4.json"
+    assert cli.main(["pins", "--device", "t4", "--write", str(path)]) == 0
+    capsys.readouterr()
+    assert cli.main(["pins", "--device", "h200", "--check", str(path)]) == 1
+
+
+def _pyspk(*argv: str, **run) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pyspk", *argv], capture_output=True, text=True, **run
+    )
+
+
+def test_a_full_disk_is_one_line_and_status_2() -> None:
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "pyspk", "pins", "--device", "h200"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    assert done.returncode == 2
+    assert done.stderr.strip().endswith("No space left on device")
+    assert "Traceback" not in done.stderr
+
+
+def test_a_reader_closing_the_pipe_leaves_the_commands_own_status() -> None:
+    for _ in range(5):
+        pins = subprocess.Popen(
+            [sys.executable, "-m", "pyspk", "pins"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        pins.stdout.read(10)
+        pins.stdout.close()  # as `| head -c 10` does
+        _, err = pins.communicate()
+        assert pins.returncode == 0, err
+        assert b"Traceback" not in err

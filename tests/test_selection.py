@@ -57,6 +57,7 @@ from pyspk.candidate.segdense import (
     SplitWeights,
     TensorConv,
 )
+from pyspk.candidate.segdense.selection import Products
 from pyspk.cuda import ComputeCapability, CudaMath, DeviceAttributes, PtxTier
 
 FP32 = CudaMath.FP32
@@ -986,9 +987,33 @@ def test_area_driver_pin() -> None:
     for dev, (name, site), batch, math, tier, fp16 in itertools.product(
         AREA_DEVICES, BOUNDARY_SITES.items(), (1, 32), MATHS, (SM75, SM80), Fp16Policy
     ):
-        # the Rust ignores the FP16 policy (`_fp16`, line 1384)
         got = Area.driver_pin(BoundaryId.named(name), batch, math, dev, tier, fp16)
-        assert got == SegdensePin.select(Site[site], batch, math, tier, dev)
+        assert got == SegdensePin.select(Site[site], batch, math, tier, dev, fp16)
+        if fp16 is Fp16Policy.ALLOW:
+            assert got == SegdensePin.select(Site[site], batch, math, tier, dev)
+
+
+def test_fp16_forbid_picks_no_fp16_products_anywhere() -> None:
+    """FORBID: the FP16 embedding takes its TF32 alternative, the other FP16 entries the
+    kernel FP32 math picks; every other tuple keeps its pick."""
+    replaced = 0
+    for dev, site, batch, math, tier in itertools.product(
+        AREA_DEVICES, Site, (1, 32), MATHS, (SM75, SM80)
+    ):
+        allowed = SegdensePin.select(site, batch, math, tier, dev)
+        forbidden = SegdensePin.select(site, batch, math, tier, dev, Fp16Policy.FORBID)
+        assert forbidden.entry().products() is not Products.FP16
+        assert forbidden.math is math and forbidden.entry().site() is site
+        if allowed.entry().products() is not Products.FP16:
+            assert forbidden == allowed
+            continue
+        replaced += 1
+        if allowed.entry() is Entry.EMBED_B32_F16:
+            assert forbidden.entry() in (Entry.EMBED_B32_TF32, Entry.EMBED_B32_TF32_K2)
+        else:
+            fp32 = SegdensePin.select(site, batch, CudaMath.FP32, tier, dev)
+            assert forbidden.choice == fp32.choice
+    assert replaced > 0
 
 
 def test_area_driver_pin_refusals() -> None:

@@ -58,7 +58,7 @@ class Area:
         tier: PtxTier,
         fp16: Fp16Policy,
     ) -> SegdensePin:
-        return SegdensePin.select(Site.from_boundary(boundary), batch, math, tier, device)
+        return SegdensePin.select(Site.from_boundary(boundary), batch, math, tier, device, fp16)
 
     tuning_fp32_pin = _tuning_pin(SegdensePin.select_fp32)
     tuning_tf32_pin = _tuning_pin(SegdensePin.select_tuning_tf32)

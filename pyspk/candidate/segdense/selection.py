@@ -22,6 +22,7 @@ from pyspk.candidate.framework import (
     Coverage,
     CoverageEntry,
     DenseSite,
+    Fp16Policy,
     InfinityContract,
     Maths,
     NanContract,
@@ -208,6 +209,19 @@ class Site(enum.Enum):
         if hardware.consumer_blackwell():
             return hardware.split_choice(Entry.EMBED_B32_TF32_K2)
         return hardware.split_choice(Entry.EMBED_B32_TF32)
+
+    def choice_without_fp16(
+        self, batch: int, math: CudaMath, tier: PtxTier, hardware: Hardware
+    ) -> Choice | None:
+        """`choice` with no FP16 products (`Fp16Policy.FORBID`): the FP16 embedding's
+        TF32 alternative, and for the other FP16 entries the kernel FP32 math picks
+        (FP32 or 3xTF32 products, more exact than TF32 math asks)."""
+        choice = self.choice(batch, math, tier, hardware)
+        if choice is None or choice.entry.products() is not Products.FP16:
+            return choice
+        if choice.entry is Entry.EMBED_B32_F16:
+            return Site.tf32_embedding(hardware)
+        return self.choice(batch, CudaMath.FP32, tier, hardware)
 
     def tuning_tf32_choice(self, batch: int, math: CudaMath, hardware: Hardware) -> Choice | None:
         """The TF32 kernel that FP16 products replace, so a tuner can time an approved
@@ -642,11 +656,21 @@ class SegdensePin:
 
     @classmethod
     def select(
-        cls, site: Site, batch: int, math: CudaMath, tier: PtxTier, device: DeviceAttributes
+        cls,
+        site: Site,
+        batch: int,
+        math: CudaMath,
+        tier: PtxTier,
+        device: DeviceAttributes,
+        fp16: Fp16Policy = Fp16Policy.ALLOW,
     ) -> SegdensePin:
         """The configuration the device rule picks for this boundary on the module `tier`
-        and `device`."""
-        choice = site.choice(batch, math, tier, Hardware.of(device))
+        and `device`; with `Fp16Policy.FORBID`, one with no FP16 products."""
+        hardware = Hardware.of(device)
+        if fp16 is Fp16Policy.FORBID:
+            choice = site.choice_without_fp16(batch, math, tier, hardware)
+        else:
+            choice = site.choice(batch, math, tier, hardware)
         if choice is None:
             raise _unimplemented_batch(site, batch)
         return cls(choice, math, tier)
