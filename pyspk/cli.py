@@ -62,7 +62,8 @@ def _capability(text: str) -> ComputeCapability:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
-def _positive(text: str) -> int:
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
     try:
         value = int(text)
     except ValueError:
@@ -106,12 +107,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="a device of this compute capability (needs --sms)",
     )
     pins.add_argument(
-        "--sms", metavar="N", type=_positive, help="multiprocessors of the --capability device"
+        "--sms", metavar="N", type=positive_int, help="multiprocessors of the --capability device"
     )
     pins.add_argument(
         "--shared-optin",
         metavar="BYTES",
-        type=_positive,
+        type=positive_int,
         help="opt-in shared memory per block of the --capability device (default and "
         "most: what its architecture allows, e.g. 65536 on 7.5, 232448 on 9.0)",
     )

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pyspk.cli import positive_int
+
 __all__ = ["DEMO_SECONDS", "DiarizeError", "add_parser", "run"]
 
 DEMO_SECONDS = 600.0
@@ -72,7 +74,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--batch",
         metavar="N",
-        type=_batch,
+        type=positive_int,
         default=128,
         help="chunks per segmentation forward (default 128)",
     )
@@ -106,7 +108,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         help="run the stock pipeline instead of pyspk's (for comparison)",
     )
     parser.add_argument(
-        "--num-speakers", metavar="N", type=_batch, help="the number of speakers, when known"
+        "--num-speakers", metavar="N", type=positive_int, help="the number of speakers, when known"
     )
     parser.add_argument(
         "--demo", action="store_true", help="diarize a synthetic recording, stock and accelerated"
@@ -122,16 +124,6 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(run=run)
     return parser
-
-
-def _batch(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not at least 1")
-    return value
 
 
 @dataclass

@@ -31,12 +31,11 @@ clustering) runs the stock `apply`; `Engine.unserved` says why.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +51,7 @@ from pyannote.core import Annotation, SlidingWindow, SlidingWindowFeature
 from pyspk import _steps
 from pyspk.cuda import CudaMath
 from pyspk.cuda.errors import InvalidArgument
+from pyspk.torch import library_math
 
 __all__ = ["EMBEDDING_BATCH", "SEGMENTATION_BATCH", "Engine", "Fbank", "RunReport", "library_math"]
 
@@ -61,21 +61,6 @@ chunk at batch 32, 0.11 at 128 and 0.10 at 256."""
 
 EMBEDDING_BATCH = 32
 """Chunks per embedding forward: 96 (chunk, speaker) rows, pyspk's seg_1 plan."""
-
-
-@contextlib.contextmanager
-def library_math(math: CudaMath) -> Iterator[None]:
-    """PyTorch's TF32 switches for `math` (on for TF32, off for FP32), restored after;
-    torch's notice that these switches are its legacy API is silenced meanwhile."""
-    allow = math is CudaMath.TF32
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*TF32")
-        before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = allow
-        try:
-            yield
-        finally:
-            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
 
 
 class Fbank:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import statistics
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -214,17 +213,12 @@ def assert_replay_bit_identical(
 
 @contextlib.contextmanager
 def library_math(torch: Any, math: CudaMath) -> Iterator[None]:
-    """The library's TF32 switches for `math`, restored afterwards; torch's notice that
-    these switches are its legacy API is silenced meanwhile."""
-    allow = math is CudaMath.TF32
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*TF32")
-        before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = allow
-        try:
-            yield
-        finally:
-            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+    """`pyspk.torch.library_math`: the library's TF32 switches for `math`, restored
+    afterwards (`torch` is taken for the callers that pass it)."""
+    from pyspk.torch import library_math as switches
+
+    with switches(math):
+        yield
 
 
 def library_function(torch: Any, site: Site) -> Callable[[Any, Any, Any], Any]:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Literal
 
@@ -63,6 +64,7 @@ __all__ = [
     "PlannedDense",
     "WeightsChangedError",
     "epilogue",
+    "library_math",
     "planned_modules",
     "shared_runtime",
 ]
@@ -112,6 +114,21 @@ _KEPT_PARTIALS = 16
 
 # the raw handle without building a torch.cuda.Stream (what compiled PyTorch code calls)
 _current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", _current_stream_handle)
+
+
+@contextlib.contextmanager
+def library_math(math: CudaMath) -> Iterator[None]:
+    """PyTorch's TF32 switches for `math` (on for TF32, off for FP32), restored after;
+    torch's notice that these switches are its legacy API is silenced meanwhile."""
+    allow = math is CudaMath.TF32
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*TF32")
+        before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = allow
+        try:
+            yield
+        finally:
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
 
 
 def epilogue(site: DenseSite) -> Callable[[torch.Tensor], torch.Tensor] | None:

@@ -336,3 +336,18 @@ class FakeApi(types.SimpleNamespace):
             values = [ctypes.c_uint64.from_address(slots[i]).value for i in self.read_params]
             self.param_values.append((f, *values))
         return (self.launch_status,)
+
+
+class CaiView:
+    """A float32 device array at `ptr` of `length` by `__cuda_array_interface__`, written
+    by `stream` (None: it names none)."""
+
+    def __init__(self, ptr: int, length: int, stream: int | None = None) -> None:
+        self.__cuda_array_interface__ = {
+            "version": 3,
+            "shape": (length,),
+            "typestr": "<f4",
+            "data": (ptr, False),
+            "strides": None,
+            "stream": stream,
+        }

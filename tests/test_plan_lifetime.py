@@ -21,7 +21,7 @@ from pyspk.cuda import (
 from pyspk.cuda.kernels import KernelModule, load_kernels
 from pyspk.cuda.tier import PtxTier
 from tests.concurrency import run_together
-from tests.fake_driver import FakeApi
+from tests.fake_driver import CaiView, FakeApi
 
 SPEC = DenseSpec(DenseSite.EMBEDDING, 1, CudaMath.FP32)
 KERNEL = "fn:spk_segdense_embed_b1"
@@ -106,26 +106,12 @@ def test_an_output_over_the_input_is_refused(fake: FakeApi, runtime: CudaRuntime
     both = runtime.alloc_zeros(3 * 5120 + 3 * 256)
     x = both
     # a view of the last 768 floats of the same allocation, as PyTorch would hand it over
-    y = _View(both.ptr + 4 * (3 * 5120 - 1), 3 * 256)
+    y = CaiView(both.ptr + 4 * (3 * 5120 - 1), 3 * 256)
     with pytest.raises(BufferLayoutError, match="output shares bytes with input"):
-        oxide.enqueue(_View(x.ptr, 3 * 5120), y)
+        oxide.enqueue(CaiView(x.ptr, 3 * 5120), y)
     assert _main_launches(fake) == 0
-    oxide.enqueue(_View(x.ptr, 3 * 5120), _View(both.ptr + 4 * 3 * 5120, 3 * 256))  # adjacent
+    oxide.enqueue(CaiView(x.ptr, 3 * 5120), CaiView(both.ptr + 4 * 3 * 5120, 3 * 256))  # adjacent
     assert _main_launches(fake) == 1
-
-
-class _View:
-    """A float32 device array at `ptr` of `length`, by __cuda_array_interface__."""
-
-    def __init__(self, ptr: int, length: int) -> None:
-        self.__cuda_array_interface__ = {
-            "version": 3,
-            "shape": (length,),
-            "typestr": "<f4",
-            "data": (ptr, False),
-            "strides": None,
-            "stream": None,
-        }
 
 
 def test_concurrent_enqueues_launch_their_own_buffers(fake: FakeApi, runtime: CudaRuntime) -> None:
@@ -205,9 +191,9 @@ def test_partials_are_checked(fake: FakeApi, runtime: CudaRuntime) -> None:
     workspace = split.producer.workspace_len
     both = runtime.alloc_zeros(96 * 5120 + workspace)
     # partials that begin on the input's last float
-    over = _View(both.ptr + 4 * (96 * 5120 - 1), workspace)
+    over = CaiView(both.ptr + 4 * (96 * 5120 - 1), workspace)
     with pytest.raises(BufferLayoutError, match="partials overlaps the input"):
-        split.enqueue(_View(both.ptr, 96 * 5120), y, partials=over)
+        split.enqueue(CaiView(both.ptr, 96 * 5120), y, partials=over)
     single = _plan(runtime)
     with pytest.raises(BufferLayoutError, match="without split-K"):
         single.enqueue(runtime.alloc_zeros(3 * 5120), runtime.alloc_zeros(3 * 256), partials=y)

@@ -16,7 +16,7 @@ from pyspk.candidate.segdense import DenseOxide, Entry, SegdensePin
 from pyspk.cuda import BufferLayoutError, BufferLengthError, ClosedError, CudaMath, CudaRuntime
 from pyspk.cuda.kernels import KernelModule
 from tests.concurrency import run_together
-from tests.fake_driver import FakeApi
+from tests.fake_driver import CaiView, FakeApi
 
 SPEC = DenseSpec(DenseSite.EMBEDDING, 1, CudaMath.FP32)
 KERNEL = "fn:spk_segdense_embed_b1"
@@ -169,20 +169,6 @@ def test_a_failing_free_does_not_hide_the_planning_error(
         DenseOxide.plan(runtime, kernels, SPEC, weight, bias, pin)
 
 
-class _Stream:
-    """A float32 device array written by `stream` (by __cuda_array_interface__)."""
-
-    def __init__(self, ptr: int, length: int, stream: int) -> None:
-        self.__cuda_array_interface__ = {
-            "version": 3,
-            "shape": (length,),
-            "typestr": "<f4",
-            "data": (ptr, False),
-            "strides": None,
-            "stream": stream,
-        }
-
-
 def _split_plan(runtime: CudaRuntime, weight=None, bias=None, scratch=None) -> DenseOxide:
     kernels = runtime.load_kernels(KernelModule.SEGDENSE)
     pin = SegdensePin.forced(Entry.EMBED_B32, CudaMath.FP32, kernels.tier, runtime.device)
@@ -205,7 +191,7 @@ def test_a_callers_scratch_is_kept_alive_and_checked(fake: FakeApi, runtime: Cud
     x, y = runtime.alloc_zeros(96 * 5120), runtime.alloc_zeros(96 * 256)
     oxide.enqueue(x, y)
     with pytest.raises(BufferLayoutError, match="scratch overlaps the input"):
-        oxide.enqueue(_Stream(at, 96 * 5120, 0), y)
+        oxide.enqueue(CaiView(at, 96 * 5120, 0), y)
     with pytest.raises(BufferLengthError, match="scratch has 10 elements"):
         _split_plan(runtime, scratch=runtime.alloc_zeros(10))
     with CudaRuntime(1) as other:
@@ -227,7 +213,7 @@ def test_plan_time_reads_wait_for_the_buffers_producer_streams(fake: FakeApi, ru
 
     fake.cuStreamSynchronize = record
     _split_plan(
-        runtime, _Stream(weight._ptr, 256 * 5120, 0xA11), _Stream(bias._ptr, 256, 0xB22)
+        runtime, CaiView(weight._ptr, 256 * 5120, 0xA11), CaiView(bias._ptr, 256, 0xB22)
     ).close()
     assert 0xA11 in waited and 0xB22 in waited
     assert waited.index(0xA11) < waited.index(runtime.stream_handle)  # before the pack
