@@ -27,8 +27,11 @@ from pyannote.core.utils.generators import string_generator
 __all__ = [
     "aggregate",
     "binarize",
+    "cluster",
     "frame_middles",
+    "pdist_euclidean",
     "reconstruct",
+    "reconstruct_each",
     "speaker_count",
     "to_annotation",
     "to_diarization",
@@ -38,17 +41,16 @@ __all__ = [
 def _window_starts(window: SlidingWindow, count: int) -> np.ndarray:
     """`window[i].start` for i < count, as `SlidingWindow.__getitem__` and `Segment`
     compute it (float64)."""
-    starts = window.start + np.arange(count) * window.step
     if core_segment.AUTO_ROUND_TIME:  # Segment rounds its ends: take them from Segments
         return np.array([window[i].start for i in range(count)], dtype=np.float64)
-    return starts
+    return window.start + np.arange(count) * window.step
 
 
 def frame_middles(window: SlidingWindow, count: int) -> np.ndarray:
     """`window[i].middle` for i < count (float64), without building the Segments."""
     if core_segment.AUTO_ROUND_TIME:
         return np.array([window[i].middle for i in range(count)], dtype=np.float64)
-    starts = window.start + np.arange(count) * window.step
+    starts = _window_starts(window, count)
     return 0.5 * (starts + (starts + window.duration))
 
 
@@ -110,11 +112,10 @@ def _whole_overlap_add(data: np.ndarray, starts: np.ndarray, num_frames: int) ->
     largest = 0.0
     for first in range(passes):
         rows = (starts[first::passes, None] + offsets).reshape(-1)
-        # float32 holds every whole number below 2^24 exactly, as pyannote's sums do
-        values = data[first::passes].reshape(-1, num_classes).astype(np.float32)
-        unknown = np.isnan(values)
-        values[unknown] = 0.0
-        if not np.array_equal(values, np.rint(values)):
+        chunks = data[first::passes].reshape(-1, num_classes)
+        unknown = np.isnan(chunks)
+        values = np.where(unknown, 0.0, chunks)  # a copy, in the scores' own dtype
+        if not np.array_equal(values, np.rint(values)):  # whole before any rounding
             return None
         largest = max(largest, float(np.abs(values).max(initial=0.0)))
         output[rows] += values

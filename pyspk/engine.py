@@ -53,7 +53,7 @@ from pyspk.cuda import CudaMath
 from pyspk.cuda.errors import InvalidArgument
 from pyspk.torch import library_math
 
-__all__ = ["EMBEDDING_BATCH", "SEGMENTATION_BATCH", "Engine", "Fbank", "RunReport", "library_math"]
+__all__ = ["EMBEDDING_BATCH", "SEGMENTATION_BATCH", "Engine", "Fbank", "RunReport"]
 
 SEGMENTATION_BATCH = 128
 """Chunks per segmentation forward: on the H200 the 4-layer BiLSTM takes 0.36 ms per
@@ -68,7 +68,7 @@ class Fbank:
     the mean over time subtracted) as the same tensor operations on the whole batch,
     with the window, the mel banks and the log floor made once on the device. The
     stock function builds those on the host at every call, which a CUDA graph cannot
-    hold. `supported(model)` says whether the model's fbank settings are these."""
+    hold. `unsupported(model)` says why a model's fbank settings are not these."""
 
     def __init__(self, model: BaseWeSpeakerResNet, device: torch.device) -> None:
         reason = self.unsupported(model)
@@ -239,7 +239,8 @@ class Engine:
         started = time.perf_counter()
         with torch.inference_mode(), library_math(self.math), torch.cuda.device(self.device):
             self._fbank = Fbank(self._embedding_model, self.device)
-            frames = self._embedding_model_frames(window)
+            # frames of the segmentation's output per chunk: what the masks have
+            self._mask_frames = self._segmentation_model.num_frames(window)
             self._segment = _Forward(
                 "segmentation",
                 self._segment_eager,
@@ -250,7 +251,7 @@ class Engine:
             self._embed = _Forward(
                 "embedding",
                 self._embed_eager,
-                [(embedding_batch, 1, window), (embedding_batch, 3, frames)],
+                [(embedding_batch, 1, window), (embedding_batch, 3, self._mask_frames)],
                 self.device,
                 graphs,
             )
@@ -278,10 +279,6 @@ class Engine:
         if embedding.hparams.sample_rate != model.hparams.sample_rate:
             return "the two models read different sample rates"
         return None
-
-    def _embedding_model_frames(self, window: int) -> int:
-        """Frames of the segmentation model's output for one chunk (what masks have)."""
-        return self._segmentation_model.num_frames(window)
 
     def _segment_eager(self, waveforms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         scores = self._segmentation_model(waveforms)
@@ -406,7 +403,7 @@ class Engine:
         segmented: list[tuple[int, torch.cuda.Event]] = []
         embedded: list[torch.cuda.Event] = []
         embeddings = None
-        exclude = self._exclusion(chunks.shape[0])
+        exclude = self._exclusion()
         next_chunk = 0
         for first in range(0, total, self.segmentation_batch):
             stop = min(first + self.segmentation_batch, total)
@@ -494,7 +491,7 @@ class Engine:
                     f"{chunk * step}; the step {window.step} s is no whole number of samples"
                 )
 
-    def _exclusion(self, total: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    def _exclusion(self) -> Callable[[torch.Tensor], torch.Tensor]:
         """The masks `get_embeddings` pools for (chunks, frames, speakers) binary
         segmentations: as they are, or with overlapped frames zeroed where enough
         frames remain (`embedding_exclude_overlap`)."""
@@ -502,11 +499,8 @@ class Engine:
         if not pipeline.embedding_exclude_overlap:
             return lambda masks: masks
         embedding = pipeline._embedding
-        frames = self._embedding_model_frames(
-            self._segmentation_model.audio.get_num_samples(pipeline._segmentation.duration)
-        )
         samples = pipeline._segmentation.duration * embedding.sample_rate
-        least = math.ceil(frames * embedding.min_num_samples / samples)
+        least = math.ceil(self._mask_frames * embedding.min_num_samples / samples)
 
         def exclude(masks: torch.Tensor) -> torch.Tensor:
             clean = masks * (masks.sum(dim=2, keepdim=True) < 2)
@@ -595,17 +589,12 @@ def _label(
         }
     diarization = diarization.rename_labels(mapping=mapping)
     exclusive_diarization = exclusive_diarization.rename_labels(mapping=mapping)
-    if centroids is None:
-        output = DiarizeOutput(
-            speaker_diarization=diarization,
-            exclusive_speaker_diarization=exclusive_diarization,
-            speaker_embeddings=centroids,
-        )
-        return output.speaker_diarization if pipeline.legacy else output
-    if len(diarization.labels()) > centroids.shape[0]:
-        centroids = np.pad(centroids, ((0, len(diarization.labels()) - centroids.shape[0]), (0, 0)))
-    inverse_mapping = {label: index for index, label in mapping.items()}
-    centroids = centroids[[inverse_mapping[label] for label in diarization.labels()]]
+    if centroids is not None:  # None from oracle clustering
+        labels = diarization.labels()
+        if len(labels) > centroids.shape[0]:
+            centroids = np.pad(centroids, ((0, len(labels) - centroids.shape[0]), (0, 0)))
+        inverse_mapping = {label: index for index, label in mapping.items()}
+        centroids = centroids[[inverse_mapping[label] for label in labels]]
     output = DiarizeOutput(
         speaker_diarization=diarization,
         exclusive_speaker_diarization=exclusive_diarization,

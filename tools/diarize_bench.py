@@ -136,8 +136,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pyspk import diarization_report as report
     from pyspk.benchmark import device_slug
     from pyspk.cuda import CudaMath
-    from pyspk.engine import library_math
     from pyspk.synthetic import recording
+    from pyspk.torch import library_math
 
     device = torch.device("cuda")
     fit = recording(400, seed=11)

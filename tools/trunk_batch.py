@@ -19,8 +19,9 @@ def main() -> None:
 
     import pyspk.pyannote as pa
     from pyspk.cuda import CudaMath
-    from pyspk.engine import Fbank, library_math
+    from pyspk.engine import Fbank
     from pyspk.testing import torch_graph
+    from pyspk.torch import library_math
 
     model = pa.wespeaker_resnet34(seed=1).cuda()
     fbank = Fbank(model, torch.device("cuda"))
