@@ -27,9 +27,10 @@
 // quads consecutive. x rows past m are zero-filled (copied from nowhere).
 //
 // Products (a = x, b = w): TF32 rounds both (b at plan time, with the bits cvt.rna
-// gives); SPLIT is 3xTF32. HALF: each warp scales its x rows by one running power of two
-// s_x that puts the largest magnitude they have shown in [2^14, 2^15) (half_step) and
-// rounds them to FP16; the sums are unscaled by 1 / (s_x s_c) after the last k-step.
+// gives); SPLIT is 3xTF32. HALF: each warp scales the x rows of each batch item among
+// its rows by one running power of two s_x that puts the largest magnitude they have
+// shown in [2^14, 2^15) (half_step) and rounds them to FP16; the sums are unscaled by
+// 1 / (s_x s_c) after the last k-step.
 // SELECT is HALF with the 16 listed k (selected_rows: largest sum of squares) packed as
 // zeros and recomputed in 3xTF32 from FP32 copies: the list follows the scales, then
 // those rows of w.
@@ -44,9 +45,9 @@
 // output), checked by the GPU tests: TF32 (SELECT only lowers the products' part)
 // (2^-10 + 2^-22 + 18 s u) sum|terms|; HALF the same plus FP16's range term: an operand
 // below FP16's normal range rounds by an absolute 2^-25 of its scaled value, so
-// 2^-38 (max|x| sum|w_c| + max|w_c| sum|x_r|), max|x| over the warp's 32 rows; 3xTF32
-// (12 + 36 + s + 1) u sum|terms|; the k-split, bias, reduction and LeakyReLU add a
-// rounding each.
+// 2^-38 (max|x| sum|w_c| + max|w_c| sum|x_r|), max|x| over the warp's rows of r's
+// item; 3xTF32 (12 + 36 + s + 1) u sum|terms|; the k-split, bias, reduction and
+// LeakyReLU add a rounding each.
 //
 // Scaled FP16 for the batch-32 linears: in the benchmark of record Select 17.33 -> 14.62 us
 // and linear1_b32 9.29 -> 8.63 per enqueue; in the timing harness (medians of CUDA graphs
@@ -192,16 +193,74 @@ __device__ __forceinline__ void a_fragment(saddr at, uint4& hi, uint4& lo) {
     lo = make_uint4(l[0], l[1], l[2], l[3]);
 }
 
+// The running scales of a warp's x rows: one per batch item among its WM rows, so no
+// item's rounding depends on another item's magnitudes. A warp's rows span at most two
+// items (WM < ITEM_ROWS); rows from `split` on belong to the second.
+struct ItemScales {
+    WarpScale first, second;
+    u32 split;  // WM where the warp's rows are one item's
+};
+template <class G>
+__device__ __forceinline__ ItemScales item_scales_start(u32 warp_row0) {
+    static_assert(!G::HALF || (G::M % lin::ITEM_ROWS == 0 && G::WM < lin::ITEM_ROWS), "items");
+    const u32 next_item = (warp_row0 / lin::ITEM_ROWS + 1) * lin::ITEM_ROWS;
+    return ItemScales{warp_scale_start(), warp_scale_start(), min(next_item - warp_row0, G::WM)};
+}
+// Folds this lane's largest magnitudes of the next operands of each item (`m_first`,
+// `m_second`) into the items' scales. A warp of one item (the branch is warp-uniform)
+// keeps the one-scale path; a warp of two reduces each item's largest on its own and
+// rescales each accumulator row by its item's ratio (1 where a scale stays).
+template <class G>
+__device__ __forceinline__ void raise_item_scales(float m_first, float m_second, ItemScales& s,
+                                                  float (&acc)[G::MT][G::NT][4]) {
+    if (s.split >= G::WM) {
+        raise_warp_scale(m_first, s.first, acc);
+        return;
+    }
+    float ratio[2];
+#pragma unroll
+    for (u32 item = 0; item < 2; ++item) {
+        WarpScale& scale = item == 0 ? s.first : s.second;
+        float m = item == 0 ? m_first : m_second;
+#pragma unroll
+        for (u32 d = 1; d < 32; d *= 2) {
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, d));
+        }
+        scale.largest = fmaxf(scale.largest, m);
+        float next, next_inverse;
+        half_scale_of(scale.largest, next, next_inverse);
+        ratio[item] = next * scale.inverse;  // powers of two: exactly 1 where unchanged
+        scale.scale = next;
+        scale.inverse = next_inverse;
+    }
+    if (ratio[0] != 1.0f || ratio[1] != 1.0f) {
+        const u32 g = threadIdx.x % 32 / 4;
+#pragma unroll
+        for (u32 i = 0; i < G::MT; ++i) {
+#pragma unroll
+            for (u32 h = 0; h < 2; ++h) {  // rows g and g + 8 of tile i
+                const float r = i * 16 + 8 * h + g >= s.split ? ratio[1] : ratio[0];
+#pragma unroll
+                for (u32 j = 0; j < G::NT; ++j) {
+                    acc[i][j][2 * h] *= r;
+                    acc[i][j][2 * h + 1] *= r;
+                }
+            }
+        }
+    }
+}
+
 // One k-step of 16 on scaled FP16 products: x rows g and g + 8 of each 16-row tile at
 // `a` (columns 2 q, 2 q + 1 and 2 q + 8, 2 q + 9), w's packed pair fragments at `b`, the
-// x rows scaled by the warp's running scale (raise_warp_scale). One scale per warp
-// rather than per row: one shuffle tree per k-step instead of one per row, Select
-// 16.15 -> 15.16 us, linear1 9.55 -> 8.96 (timing harness).
+// x rows scaled by their item's running scale in the warp (raise_item_scales). Scales
+// per warp and item rather than per row: one shuffle tree per k-step (two in the warps
+// that span two items) instead of one per row.
 template <class G>
 __device__ __forceinline__ void half_step(saddr a, saddr b, float (&acc)[G::MT][G::NT][4],
-                                          WarpScale& warp) {
+                                          ItemScales& scales) {
+    const u32 g = threadIdx.x % 32 / 4;
     float2 front[G::MT][2], back[G::MT][2];
-    float m = 0.0f;
+    float m_first = 0.0f, m_second = 0.0f;
 #pragma unroll
     for (u32 i = 0; i < G::MT; ++i) {
 #pragma unroll
@@ -209,19 +268,28 @@ __device__ __forceinline__ void half_step(saddr a, saddr b, float (&acc)[G::MT][
             const saddr at = a + 4 * (i * 16 + 8 * h) * G::A_ROW;
             front[i][h] = lds2(at);
             back[i][h] = lds2(at + 4 * 8);
-            m = fmaxf(m, fmaxf(fmaxf(fabsf(front[i][h].x), fabsf(front[i][h].y)),
-                               fmaxf(fabsf(back[i][h].x), fabsf(back[i][h].y))));
+            const float m = fmaxf(fmaxf(fabsf(front[i][h].x), fabsf(front[i][h].y)),
+                                  fmaxf(fabsf(back[i][h].x), fabsf(back[i][h].y)));
+            if (i * 16 + 8 * h + g >= scales.split) {
+                m_second = fmaxf(m_second, m);
+            } else {
+                m_first = fmaxf(m_first, m);
+            }
         }
     }
-    raise_warp_scale(m, warp, acc);
-    const float s = warp.scale;
+    raise_item_scales<G>(m_first, m_second, scales, acc);
     uint4 frag[G::MT];
 #pragma unroll
     for (u32 i = 0; i < G::MT; ++i) {
-        frag[i] = make_uint4(f16_pair(front[i][0].x * s, front[i][0].y * s),
-                             f16_pair(front[i][1].x * s, front[i][1].y * s),
-                             f16_pair(back[i][0].x * s, back[i][0].y * s),
-                             f16_pair(back[i][1].x * s, back[i][1].y * s));
+        float s[2];
+#pragma unroll
+        for (u32 h = 0; h < 2; ++h) {
+            s[h] = i * 16 + 8 * h + g >= scales.split ? scales.second.scale : scales.first.scale;
+        }
+        frag[i] = make_uint4(f16_pair(front[i][0].x * s[0], front[i][0].y * s[0]),
+                             f16_pair(front[i][1].x * s[1], front[i][1].y * s[1]),
+                             f16_pair(back[i][0].x * s[0], back[i][0].y * s[0]),
+                             f16_pair(back[i][1].x * s[1], back[i][1].y * s[1]));
     }
 #pragma unroll
     for (u32 p = 0; p < G::NT / 2; ++p) {
@@ -406,7 +474,7 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
     const u32 b_at = 4 * (G::A_STAGE + (group * G::BKS * G::BN / 16 + wc * G::WN / 16) * G::PAIR +
                           4 * lane);
 
-    WarpScale warp_scale = warp_scale_start();
+    ItemScales item_scales = item_scales_start<G>(row0 + wr * G::WM);
 
     // the ring slot of this stage and of the one issued in it, STAGES - 1 ahead
     u32 slot = 0, ahead = G::STAGES - 1;
@@ -439,7 +507,7 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
         for (u32 kk = 0; kk < G::BKS; ++kk) {
             if constexpr (G::HALF) {
                 half_step<G>(stage_at + a_at + 4 * 16 * kk,
-                             stage_at + b_at + 4 * kk * G::BN / 16 * G::PAIR, acc, warp_scale);
+                             stage_at + b_at + 4 * kk * G::BN / 16 * G::PAIR, acc, item_scales);
                 continue;
             }
             const saddr at = stage_at + 4 * 8 * kk;  // x columns 8 kk ..
@@ -491,17 +559,22 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
                 col_exponent[j][e] = exponent_of(lds1(base + 4 * (G::COL_AT + col)));
             }
         }
-        const int x_exponent = exponent_of(warp_scale.inverse);
 #pragma unroll
-        for (u32 j = 0; j < G::NT; ++j) {
+        for (u32 i = 0; i < G::MT; ++i) {
 #pragma unroll
-            for (u32 e = 0; e < 2; ++e) {
-                float f1, f2;
-                pow2_halves(x_exponent + col_exponent[j][e], f1, f2);
+            for (u32 h = 0; h < 2; ++h) {  // rows g and g + 8 of tile i, by their item
+                const WarpScale& row_scale =
+                    i * 16 + 8 * h + g >= item_scales.split ? item_scales.second
+                                                            : item_scales.first;
+                const int x_exponent = exponent_of(row_scale.inverse);
 #pragma unroll
-                for (u32 i = 0; i < G::MT; ++i) {
-                    acc[i][j][e] = acc[i][j][e] * f1 * f2;
-                    acc[i][j][2 + e] = acc[i][j][2 + e] * f1 * f2;
+                for (u32 j = 0; j < G::NT; ++j) {
+#pragma unroll
+                    for (u32 e = 0; e < 2; ++e) {
+                        float f1, f2;
+                        pow2_halves(x_exponent + col_exponent[j][e], f1, f2);
+                        acc[i][j][2 * h + e] = acc[i][j][2 * h + e] * f1 * f2;
+                    }
                 }
             }
         }

@@ -134,8 +134,8 @@ def tensor_bound(
     each operand to 11 significant bits too, and below FP16's normal range by an absolute
     2^-25 of the scaled value: 2^-38 (max|x_r| sum|w_c| + max|w_c| sum|x_r|) more, over
     the terms of the output (the convolutions: max|x| of the item, which bounds that of
-    the window a warp scales by; the batch-32 linears: max|x| of the 32 rows a warp
-    scales together).
+    the window a warp scales by; the batch-32 linears: max|x| of the rows of one item
+    among the 32 a warp scales).
     3xTF32: the dropped a_lo b_lo and split residuals cost 12 u |a b| per term, the
     three mma of a k-step at most 36 u of its terms, and the s FP32 additions s u, so
     (12 + 36 + s + 1) u sum|terms|. All then take one rounding per added k-split group,
@@ -159,8 +159,8 @@ def tensor_bound(
 def _fp16_floor(site: Site, ops: dict[str, np.ndarray]) -> np.ndarray:
     """max|x| sum|w| + max|w| sum|x| over the terms of each output, flat: what FP16's
     range costs scaled operands (`tensor_bound`). Convolution operands are `[b, cin, L]`
-    and `[60, cin, 5]`, any batch; max|x| is per row for the embedding and per 32 rows
-    for the linears."""
+    and `[60, cin, 5]`, any batch; max|x| is per row for the embedding and per item's
+    rows among 32 for the linears."""
     x, w = np.abs(ops["x"].astype(np.float64)), np.abs(ops["w"].astype(np.float64))
     if site.is_conv():
         batch = x.shape[0]
@@ -174,11 +174,11 @@ def _fp16_floor(site: Site, ops: dict[str, np.ndarray]) -> np.ndarray:
     x_max = x.max(axis=1)
     if site is Site.EMBEDDING:  # w [n, k], each row scaled on its own
         return (np.outer(x_max, w.sum(axis=1)) + np.outer(x.sum(axis=1), w.max(axis=1))).reshape(-1)
-    # linears: w [k, n]; a warp scales its 32 rows (32-aligned) together
-    groups = -(-x_max.size // 32)
-    padded = np.zeros(groups * 32)
-    padded[: x_max.size] = x_max
-    x_max = np.repeat(padded.reshape(groups, 32).max(axis=1), 32)[: x_max.size]
+    # linears: w [k, n]; a warp scales the rows of each item among its 32 (32-aligned)
+    # together
+    rows = np.arange(x_max.size)
+    starts = np.flatnonzero((rows % 32 == 0) | (rows % site.dimensions()[0] == 0))
+    x_max = np.repeat(np.maximum.reduceat(x_max, starts), np.diff(starts, append=x_max.size))
     return (np.outer(x_max, w.sum(axis=0)) + np.outer(x.sum(axis=1), w.max(axis=0))).reshape(-1)
 
 

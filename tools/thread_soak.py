@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import threading
 import time
 from pathlib import Path
@@ -67,9 +68,14 @@ def main() -> int:
     started = time.perf_counter()
     for thread in threads:
         thread.start()
-    for _ in range(args.cycles):
+    for cycle in range(1, args.cycles + 1):
         planned.close()
         planned.replan()
+        if cycle % 1000 == 0:  # progress, for runs under a sanitizer
+            with lock:
+                calls = sum(counts.values())
+            elapsed = time.perf_counter() - started
+            print(f"cycle {cycle}: {calls} calls, {elapsed:.1f} s", file=sys.stderr, flush=True)
     done.set()
     for thread in threads:
         thread.join()
