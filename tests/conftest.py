@@ -1,12 +1,20 @@
 """GPU tests carry the `gpu` marker: skipped where no device answers, failing instead
-when PYSPK_REQUIRE_GPU=1 so a GPU run cannot pass by skipping."""
+when PYSPK_REQUIRE_GPU=1 so a GPU run cannot pass by skipping. The fixtures of the
+GPU-free tests: the fake driver, a runtime opened on it, and an environment that forces
+no PTX tier. (tests/gpu/conftest.py gives its tests a real `runtime` instead.)"""
 
 from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from pyspk.cuda import CudaRuntime
+    from tests.fake_driver import FakeApi
 
 
 @functools.cache
@@ -33,7 +41,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 @pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch):
+def fake(monkeypatch: pytest.MonkeyPatch) -> FakeApi:
     """The fake driver (`tests.fake_driver.FakeApi`) in place of cuda.bindings."""
     from pyspk.cuda import driver
     from tests.fake_driver import FakeApi
@@ -41,3 +49,18 @@ def fake(monkeypatch: pytest.MonkeyPatch):
     api = FakeApi()
     monkeypatch.setattr(driver, "_api", api)
     return api
+
+
+@pytest.fixture
+def runtime(fake: FakeApi) -> Iterator[CudaRuntime]:
+    """Device 0 of the fake driver, closed after the test."""
+    from pyspk.cuda import CudaRuntime
+
+    with CudaRuntime(0) as opened:
+        yield opened
+
+
+@pytest.fixture
+def no_forced_tier(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No PYSPK_PTX_TIER: the tier is the one the device gets."""
+    monkeypatch.delenv("PYSPK_PTX_TIER", raising=False)

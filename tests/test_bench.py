@@ -4,12 +4,10 @@ rendering, on fake results (no torch, no GPU)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import subprocess
 import sys
-import types
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +18,7 @@ from pyspk import benchmark
 from pyspk.candidate.segdense import Entry, SegdensePin, Site
 from pyspk.cuda import CudaMath, PtxTier
 from pyspk.cuda.profiles import profile
+from tests.repo import load_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 H200 = profile("h200")
@@ -42,16 +41,7 @@ H200_SIMT = [
 ]
 
 
-def _tool() -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location("pyspk_tools_bench", ROOT / "tools/bench.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _tool()
+bench = load_tool("bench")
 
 
 # -- tuples and the filter -------------------------------------------------------------

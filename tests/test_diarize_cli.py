@@ -8,13 +8,11 @@ import sys
 
 import pytest
 
-from pyspk.cli import main
+from tests.command import run
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:
-    status = main(["diarize", *argv])
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
+    return run(capsys, "diarize", *argv)
 
 
 def test_help_names_the_options_and_the_checkpoint_caveat(capsys):

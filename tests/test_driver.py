@@ -32,13 +32,6 @@ from tests.fake_driver import (
 )
 
 
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> FakeApi:
-    api = FakeApi()
-    monkeypatch.setattr(driver, "_api", api)
-    return api
-
-
 class Interface:
     """An object exposing a chosen __cuda_array_interface__."""
 

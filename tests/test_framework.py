@@ -1,5 +1,9 @@
 """The plan framework: specs, coverage, boundaries, evidence, contracts, the PlanError
-family and phases. Expected values are computed by hand from DESIGN.md's table."""
+family and phases. Expected values are computed by hand from the sites' sizes, rows per
+batch item x columns x reduction: linear0 589 x 128 x 256, linear1 589 x 128 x 128, the
+classifier (linear2) 589 x 7 x 128 and the embedding (resnet.seg_1) 3 x 256 x 5120; the
+convolutions have 60 output channels of five taps over 80 (conv1) or 60 (conv2) input
+channels of 5325 or 1773 samples."""
 
 from __future__ import annotations
 
@@ -47,7 +51,7 @@ LIMIT = 2**31
 # --- specs -----------------------------------------------------------------------
 
 # site -> batch -> (m, input, weight, bias, output); m = batch * rows, input m * k,
-# weight n * k, bias n, output m * n (DESIGN 1)
+# weight n * k, bias n, output m * n (rows, n and k as the module docstring gives them)
 DENSE = {
     DenseSite.LINEAR0: {
         1: (589, 150784, 32768, 128, 75392),

@@ -8,15 +8,9 @@ import json
 
 import pytest
 
-from pyspk import cli
 from pyspk.cuda import driver
+from tests.command import run
 from tests.fake_driver import FakeApi
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def test_without_a_driver_it_says_why_and_exits_0(
@@ -35,13 +29,6 @@ def test_without_a_driver_it_says_why_and_exits_0(
     code, out, _ = run(capsys, "info", "--json")
     report = json.loads(out)
     assert code == 0 and report["devices"] == [] and report["driver"].startswith("unavailable")
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> FakeApi:
-    api = FakeApi()
-    monkeypatch.setattr(driver, "_api", api)
-    return api
 
 
 def test_each_device_with_its_artifact_and_picks(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pyspk.candidate import DenseSite, DenseSpec, DeviceUnsupported, PlanError
+from pyspk.candidate import DeviceUnsupported, PlanError
 from pyspk.candidate.segdense import DenseOxide, Entry, SegdensePin
 from pyspk.cuda import (
     BufferLayoutError,
@@ -16,36 +16,12 @@ from pyspk.cuda import (
     ClosedError,
     CudaMath,
     CudaRuntime,
-    driver,
 )
 from pyspk.cuda.kernels import KernelModule, load_kernels
 from pyspk.cuda.tier import PtxTier
 from tests.concurrency import run_together
+from tests.embed_plans import KERNEL, SPEC, embed_b1_plan, embed_b32_plan
 from tests.fake_driver import CaiView, FakeApi
-
-SPEC = DenseSpec(DenseSite.EMBEDDING, 1, CudaMath.FP32)
-KERNEL = "fn:spk_segdense_embed_b1"
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> FakeApi:
-    api = FakeApi()
-    monkeypatch.setattr(driver, "_api", api)
-    return api
-
-
-@pytest.fixture
-def runtime(fake: FakeApi):
-    with CudaRuntime(0) as opened:
-        yield opened
-
-
-def _plan(runtime: CudaRuntime, kernels=None) -> DenseOxide:
-    kernels = kernels or runtime.load_kernels(KernelModule.SEGDENSE)
-    pin = SegdensePin.forced(Entry.EMBED_B1, CudaMath.FP32, kernels.tier, runtime.device)
-    weight = runtime.upload(np.zeros(256 * 5120, np.float32))
-    bias = runtime.upload(np.zeros(256, np.float32))
-    return DenseOxide.plan(runtime, kernels, SPEC, weight, bias, pin)
 
 
 def _main_launches(fake: FakeApi) -> int:
@@ -53,7 +29,7 @@ def _main_launches(fake: FakeApi) -> int:
 
 
 def test_a_closed_plan_launches_nothing(fake: FakeApi, runtime: CudaRuntime) -> None:
-    oxide = _plan(runtime)
+    oxide = embed_b1_plan(runtime)
     x, y = runtime.alloc_zeros(3 * 5120), runtime.alloc_zeros(3 * 256)
     oxide.enqueue(x, y)
     oxide.close()
@@ -65,7 +41,7 @@ def test_a_closed_plan_launches_nothing(fake: FakeApi, runtime: CudaRuntime) -> 
 def test_a_closed_runtime_plans_and_launches_nothing(fake: FakeApi) -> None:
     runtime = CudaRuntime(0)
     kernels = runtime.load_kernels(KernelModule.SEGDENSE)
-    oxide = _plan(runtime, kernels)
+    oxide = embed_b1_plan(runtime, kernels)
     pin = SegdensePin.forced(Entry.EMBED_B1, CudaMath.FP32, kernels.tier, runtime.device)
     weight = runtime.upload(np.zeros(256 * 5120, np.float32))
     bias = runtime.upload(np.zeros(256, np.float32))
@@ -82,7 +58,7 @@ def test_a_live_graph_keeps_the_plan_buffers(fake: FakeApi, runtime: CudaRuntime
     """Closing a plan that a captured graph launches defers the free to the graph's end;
     the plan refuses new enqueues at once."""
     before = set(fake.memory)
-    oxide = _plan(runtime)
+    oxide = embed_b1_plan(runtime)
     owned = set(fake.memory) - before
     assert len(owned) == 2  # the weight copy and the bias copy
     x, y = runtime.alloc_zeros(3 * 5120), runtime.alloc_zeros(3 * 256)
@@ -102,7 +78,7 @@ def test_a_live_graph_keeps_the_plan_buffers(fake: FakeApi, runtime: CudaRuntime
 
 
 def test_an_output_over_the_input_is_refused(fake: FakeApi, runtime: CudaRuntime) -> None:
-    oxide = _plan(runtime)
+    oxide = embed_b1_plan(runtime)
     both = runtime.alloc_zeros(3 * 5120 + 3 * 256)
     x = both
     # a view of the last 768 floats of the same allocation, as PyTorch would hand it over
@@ -115,7 +91,7 @@ def test_an_output_over_the_input_is_refused(fake: FakeApi, runtime: CudaRuntime
 
 
 def test_concurrent_enqueues_launch_their_own_buffers(fake: FakeApi, runtime: CudaRuntime) -> None:
-    oxide = _plan(runtime)
+    oxide = embed_b1_plan(runtime)
     fake.read_params = (0, 6)  # x and y
     pairs = [(runtime.alloc_zeros(3 * 5120), runtime.alloc_zeros(3 * 256)) for _ in range(8)]
 
@@ -132,14 +108,14 @@ def test_an_entry_the_module_lacks_is_a_plan_error(fake: FakeApi, runtime: CudaR
     kernels = load_kernels(KernelModule.SEGDENSE, runtime.device.capability, PtxTier.SM80)
     del kernels._kernels["spk_segdense_embed_b1"]
     with pytest.raises(DeviceUnsupported, match="spk_segdense_embed_b1 cannot run here") as caught:
-        _plan(runtime, kernels)
+        embed_b1_plan(runtime, kernels)
     assert isinstance(caught.value, PlanError)
 
 
 def test_an_enqueue_on_a_given_stream_launches_there(fake: FakeApi, runtime: CudaRuntime) -> None:
     """`stream=` (a raw handle, as torch's `cuda_stream`) takes the launch off the
     runtime's stream for that call only; with timing phases it is refused."""
-    oxide = _plan(runtime)
+    oxide = embed_b1_plan(runtime)
     x, y = runtime.alloc_zeros(3 * 5120), runtime.alloc_zeros(3 * 256)
     oxide.enqueue(x, y, stream=0x5EED)
     oxide.enqueue(x, y)
@@ -155,19 +131,10 @@ class RecordingPhases:
         raise AssertionError("not reached")
 
 
-def _split_k_plan(runtime: CudaRuntime) -> DenseOxide:
-    kernels = runtime.load_kernels(KernelModule.SEGDENSE)
-    pin = SegdensePin.forced(Entry.EMBED_B32, CudaMath.FP32, kernels.tier, runtime.device)
-    spec = DenseSpec(DenseSite.EMBEDDING, 32, CudaMath.FP32)
-    weight = runtime.upload(np.zeros(256 * 5120, np.float32))
-    bias = runtime.upload(np.zeros(256, np.float32))
-    return DenseOxide.plan(runtime, kernels, spec, weight, bias, pin)
-
-
 def test_a_callers_partials_serve_one_enqueue(fake: FakeApi, runtime: CudaRuntime) -> None:
     """`partials=` points the split-K launch and its reduction at the caller's scratch for
     that call; the next call without it goes back to the plan's own."""
-    oxide = _split_k_plan(runtime)
+    oxide = embed_b32_plan(runtime)
     producer = oxide.producer
     x, y = runtime.alloc_zeros(96 * 5120), runtime.alloc_zeros(96 * 256)
     mine = runtime.alloc_zeros(producer.workspace_len)
@@ -183,7 +150,7 @@ def test_a_callers_partials_serve_one_enqueue(fake: FakeApi, runtime: CudaRuntim
 
 
 def test_partials_are_checked(fake: FakeApi, runtime: CudaRuntime) -> None:
-    split = _split_k_plan(runtime)
+    split = embed_b32_plan(runtime)
     x, y = runtime.alloc_zeros(96 * 5120), runtime.alloc_zeros(96 * 256)
     launches = len(fake.launches)
     with pytest.raises(BufferLengthError, match="partials"):
@@ -194,7 +161,7 @@ def test_partials_are_checked(fake: FakeApi, runtime: CudaRuntime) -> None:
     over = CaiView(both.ptr + 4 * (96 * 5120 - 1), workspace)
     with pytest.raises(BufferLayoutError, match="partials overlaps the input"):
         split.enqueue(CaiView(both.ptr, 96 * 5120), y, partials=over)
-    single = _plan(runtime)
+    single = embed_b1_plan(runtime)
     with pytest.raises(BufferLayoutError, match="without split-K"):
         single.enqueue(runtime.alloc_zeros(3 * 5120), runtime.alloc_zeros(3 * 256), partials=y)
     assert len(fake.launches) == launches  # nothing launched

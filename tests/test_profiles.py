@@ -1,5 +1,6 @@
 """Device profiles, and the device rule's picks on three of them against tables written
-by hand from the rule in reference/segdense.rs (not from the code under test)."""
+by hand from the reference implementation's device rule (not from the code under
+test)."""
 
 from __future__ import annotations
 
@@ -117,7 +118,7 @@ def test_unknown_profile_lists_the_known_names() -> None:
 
 # --- the device rule on three profiles, by hand ----------------------------------------
 
-# entry -> (kernel, block, dynamic shared bytes), the launch table of segdense.rs. The
+# entry -> (kernel, block, dynamic shared bytes), the reference's table of entries. The
 # tensor convolutions' shared memory is 4 * max(3 * (8 * (128 + 16) + 2560 * planes),
 # 64 * (128 + 8)): 44544 for one TF32 plane, 75264 for the two 3xTF32 planes. The FP16
 # embedding's is 4 * (96 + max(96 * (160 + 4) + 3 * 16 * 136, 192 * 32 * 64 / 32)) = 89472.

@@ -11,29 +11,13 @@ import threading
 import numpy as np
 import pytest
 
-from pyspk.candidate import DenseSite, DenseSpec, WeightsOutOfContract
+from pyspk.candidate import WeightsOutOfContract
 from pyspk.candidate.segdense import DenseOxide, Entry, SegdensePin
 from pyspk.cuda import BufferLayoutError, BufferLengthError, ClosedError, CudaMath, CudaRuntime
 from pyspk.cuda.kernels import KernelModule
 from tests.concurrency import run_together
+from tests.embed_plans import KERNEL, SPEC, embed_b1_plan, embed_b32_plan
 from tests.fake_driver import CaiView, FakeApi
-
-SPEC = DenseSpec(DenseSite.EMBEDDING, 1, CudaMath.FP32)
-KERNEL = "fn:spk_segdense_embed_b1"
-
-
-@pytest.fixture
-def runtime(fake: FakeApi):
-    with CudaRuntime(0) as opened:
-        yield opened
-
-
-def _plan(runtime: CudaRuntime) -> DenseOxide:
-    kernels = runtime.load_kernels(KernelModule.SEGDENSE)
-    pin = SegdensePin.forced(Entry.EMBED_B1, CudaMath.FP32, kernels.tier, runtime.device)
-    weight = runtime.upload(np.zeros(256 * 5120, np.float32))
-    bias = runtime.upload(np.zeros(256, np.float32))
-    return DenseOxide.plan(runtime, kernels, SPEC, weight, bias, pin)
 
 
 def _owned(oxide: DenseOxide) -> list[int]:
@@ -55,7 +39,7 @@ def test_close_waits_for_the_enqueue_in_flight(fake: FakeApi, runtime: CudaRunti
         return launch(*args)
 
     fake.cuLaunchKernel = launch_while_closing  # before planning: launches bind it
-    oxide = _plan(runtime)
+    oxide = embed_b1_plan(runtime)
     x, y = runtime.alloc_zeros(3 * 5120), runtime.alloc_zeros(3 * 256)
     owned = _owned(oxide)
     armed.append(threading.Thread(target=oxide.close))
@@ -70,7 +54,7 @@ def test_close_waits_for_the_enqueue_in_flight(fake: FakeApi, runtime: CudaRunti
 def test_a_close_between_the_checks_and_the_launch_launches_nothing(
     fake: FakeApi, runtime: CudaRuntime
 ) -> None:
-    oxide = _plan(runtime)
+    oxide = embed_b1_plan(runtime)
     x, y = runtime.alloc_zeros(3 * 5120), runtime.alloc_zeros(3 * 256)
     producer = oxide.producer
     acquire = producer._acquire
@@ -104,7 +88,7 @@ def test_close_and_enqueue_from_many_threads_never_launch_on_freed_memory(
 
     fake.cuLaunchKernel = checked_launch
     for _ in range(20):
-        oxide = _plan(runtime)
+        oxide = embed_b1_plan(runtime)
         live[0] = _owned(oxide)
 
         def enqueue_until_closed(oxide=oxide):
@@ -123,7 +107,7 @@ def test_close_and_enqueue_from_many_threads_never_launch_on_freed_memory(
 
 
 def test_collected_graphs_leave_no_entry_in_the_runtime(fake: FakeApi, runtime: CudaRuntime):
-    oxide = _plan(runtime)
+    oxide = embed_b1_plan(runtime)
     x, y = runtime.alloc_zeros(3 * 5120), runtime.alloc_zeros(3 * 256)
     for _ in range(1000):
         graph = runtime.capture(lambda: oxide.enqueue(x, y))
@@ -169,22 +153,13 @@ def test_a_failing_free_does_not_hide_the_planning_error(
         DenseOxide.plan(runtime, kernels, SPEC, weight, bias, pin)
 
 
-def _split_plan(runtime: CudaRuntime, weight=None, bias=None, scratch=None) -> DenseOxide:
-    kernels = runtime.load_kernels(KernelModule.SEGDENSE)
-    pin = SegdensePin.forced(Entry.EMBED_B32, CudaMath.FP32, kernels.tier, runtime.device)
-    spec = DenseSpec(DenseSite.EMBEDDING, 32, CudaMath.FP32)
-    weight = weight if weight is not None else runtime.upload(np.zeros(256 * 5120, np.float32))
-    bias = bias if bias is not None else runtime.upload(np.zeros(256, np.float32))
-    return DenseOxide.plan(runtime, kernels, spec, weight, bias, pin, scratch)
-
-
 def test_a_callers_scratch_is_kept_alive_and_checked(fake: FakeApi, runtime: CudaRuntime):
-    probe = _split_plan(runtime)
+    probe = embed_b32_plan(runtime)
     workspace = probe.producer.workspace_len
     probe.close()
     scratch = runtime.alloc_zeros(workspace)
     at = scratch._ptr
-    oxide = _split_plan(runtime, scratch=scratch)
+    oxide = embed_b32_plan(runtime, scratch=scratch)
     del scratch
     gc.collect()
     assert at in fake.memory  # the plan still holds it
@@ -193,11 +168,11 @@ def test_a_callers_scratch_is_kept_alive_and_checked(fake: FakeApi, runtime: Cud
     with pytest.raises(BufferLayoutError, match="scratch overlaps the input"):
         oxide.enqueue(CaiView(at, 96 * 5120, 0), y)
     with pytest.raises(BufferLengthError, match="scratch has 10 elements"):
-        _split_plan(runtime, scratch=runtime.alloc_zeros(10))
+        embed_b32_plan(runtime, scratch=runtime.alloc_zeros(10))
     with CudaRuntime(1) as other:
         elsewhere = other.alloc_zeros(workspace)
         with pytest.raises(BufferLayoutError, match="scratch lives on device 1"):
-            _split_plan(runtime, scratch=elsewhere)
+            embed_b32_plan(runtime, scratch=elsewhere)
     oxide.close()
 
 
@@ -212,7 +187,7 @@ def test_plan_time_reads_wait_for_the_buffers_producer_streams(fake: FakeApi, ru
         return synchronize(stream)
 
     fake.cuStreamSynchronize = record
-    _split_plan(
+    embed_b32_plan(
         runtime, CaiView(weight._ptr, 256 * 5120, 0xA11), CaiView(bias._ptr, 256, 0xB22)
     ).close()
     assert 0xA11 in waited and 0xB22 in waited
@@ -230,7 +205,7 @@ def test_non_finite_weights_are_refused_at_plan_time(
     before = set(fake.memory)
     uploaded = runtime.upload(weight), runtime.upload(bias)
     with pytest.raises(WeightsOutOfContract, match=f"the {where} holds 1 non-finite"):
-        _split_plan(runtime, *uploaded)
+        embed_b32_plan(runtime, *uploaded)
     for buffer in uploaded:
         buffer.free()
     assert set(fake.memory) == before  # nothing the failed plan made is left
