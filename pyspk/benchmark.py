@@ -15,7 +15,8 @@ from typing import Any
 import attrs
 
 from pyspk.candidate.errors import PlanError
-from pyspk.candidate.segdense.selection import Entry, Products, Reduction, SegdensePin, Site
+from pyspk.candidate.framework import Fp16Policy
+from pyspk.candidate.segdense import Area, Entry, Products, Reduction, SegdensePin, Site
 from pyspk.cuda.device import DeviceAttributes
 from pyspk.cuda.errors import InvalidArgument
 from pyspk.cuda.math import CudaMath
@@ -138,7 +139,9 @@ def is_simt(entry: Entry) -> bool:
 
 
 def pick(case: Case, tier: PtxTier, device: DeviceAttributes) -> SegdensePin:
-    return SegdensePin.select(case.site, case.batch, case.math, tier, device)
+    return Area.driver_pin(
+        case.site.boundary(), case.batch, case.math, device, tier, Fp16Policy.ALLOW
+    )
 
 
 def simt_keys(tier: PtxTier, device: DeviceAttributes) -> list[str]:
@@ -158,21 +161,19 @@ def forced_pin(
 
 def new_row(case: Case, pin: SegdensePin, *, forced: bool, simt: bool) -> dict[str, Any]:
     """A result row with every field present; the GPU run fills in the measurements."""
-    config = pin.config()
+    fields = pin.fields()
     splits = pin.splits()
     return {
         "key": case.key(),
         "boundary": case.site.value,
         "batch": case.batch,
         "math": str(case.math),
-        "entry": pin.entry().name,
+        "entry": fields.pop("entry"),
         "forced": forced,
         "simt": simt,
-        "kernel": config.kernel,
+        "kernel": fields.pop("kernel"),
         "reduce_kernel": None if splits is None else Reduction.shape(splits).kernel,
-        "splits": splits,
-        "block": config.block,
-        "shared": config.shared,
+        **fields,
         "status": MEASURED,
         "note": "",
         "library_us": None,

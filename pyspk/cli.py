@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from pyspk import __version__
+from pyspk._arguments import positive_int
 from pyspk.candidate.framework import Fp16Policy
 from pyspk.cuda.device import DeviceAttributes
 from pyspk.cuda.errors import CudaError
@@ -60,17 +61,6 @@ def _capability(text: str) -> ComputeCapability:
         return ComputeCapability.parse(text)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
-
-
-def positive_int(text: str) -> int:
-    """An argparse type: a whole number of at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not at least 1")
-    return value
 
 
 def _tier(text: str) -> PtxTier:

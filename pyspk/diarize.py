@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pyspk.cli import positive_int
+from pyspk._arguments import positive_int
 
 __all__ = ["DEMO_SECONDS", "DiarizeError", "add_parser", "run"]
 

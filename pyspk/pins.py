@@ -12,7 +12,7 @@ from typing import Any
 import attrs
 
 from pyspk.candidate.framework import Fp16Policy
-from pyspk.candidate.segdense.selection import BATCHES, Entry, SegdensePin, Site
+from pyspk.candidate.segdense import BATCHES, Area, Entry, Site
 from pyspk.cuda.device import DeviceAttributes
 from pyspk.cuda.errors import ArtifactError, InvalidArgument
 from pyspk.cuda.kernels import KernelModule, Manifest
@@ -55,18 +55,8 @@ class Pick:
         device: DeviceAttributes,
         fp16: Fp16Policy = Fp16Policy.ALLOW,
     ) -> Pick:
-        pin = SegdensePin.select(site, batch, math, tier, device, fp16)
-        config = pin.config()
-        return cls(
-            boundary=site.value,
-            batch=batch,
-            math=math,
-            entry=pin.entry().name,
-            kernel=config.kernel,
-            splits=pin.splits(),
-            block=config.block,
-            shared=config.shared,
-        )
+        pin = Area.driver_pin(site.boundary(), batch, math, device, tier, fp16)
+        return cls(boundary=site.value, batch=batch, math=math, **pin.fields())
 
     def key(self) -> tuple[str, int, str]:
         return (self.boundary, self.batch, str(self.math))
@@ -76,17 +66,7 @@ class Pick:
         return _label(self.entry, self.splits)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "boundary": self.boundary,
-            "batch": self.batch,
-            "math": str(self.math),
-            "entry": self.entry,
-            "kernel": self.kernel,
-            "splits": self.splits,
-            "block": self.block,
-            "shared": self.shared,
-            "built": self.built,
-        }
+        return {**attrs.asdict(self), "math": str(self.math)}
 
 
 def _label(entry: object, splits: object) -> str:
@@ -290,39 +270,22 @@ def _render(
 
 # --- every known profile side by side ------------------------------------------------
 
-# the entry-name stem of each site: CONV1_B32_X3 is stem CONV1, batch 32, variant X3
-_STEMS = {
-    Site.CONV1: "CONV1",
-    Site.CONV2: "CONV2",
-    Site.LINEAR0: "LINEAR0",
-    Site.LINEAR1: "LINEAR1",
-    Site.LINEAR2: "CLASSIFIER",
-    Site.EMBEDDING: "EMBED",
-}
-
-# variant after the stem -> (short cell label, legend text)
+# each entry variant's (Entry.variant) legend
 _VARIANTS = {
-    "": ("simt", "FP32 SIMT kernel"),
-    "TC": ("tc", "tensor-core convolution, scaled FP16 products"),
-    "X3": ("x3", "3xTF32 tensor cores (FP32-exact)"),
-    "TF32": ("tf32", "tensor cores in TF32 math (TF32 or scaled FP16 products)"),
-    "SELECT": ("sel", "scaled FP16 tensor cores, 16 reduction rows in 3xTF32"),
-    "TF32_E64": ("e64", "TF32 split-K on 96 x 64 tiles"),
-    "TF32_K2": ("k2", "TF32 split-K with an in-block k-split"),
-    "F16": ("f16", "split-K with scaled FP16 products"),
+    "simt": "FP32 SIMT kernel",
+    "tc": "tensor-core convolution, scaled FP16 products",
+    "x3": "3xTF32 tensor cores (FP32-exact)",
+    "tf32": "tensor cores in TF32 math (TF32 or scaled FP16 products)",
+    "sel": "scaled FP16 tensor cores, 16 reduction rows in 3xTF32",
+    "e64": "TF32 split-K on 96 x 64 tiles",
+    "k2": "TF32 split-K with an in-block k-split",
+    "f16": "split-K with scaled FP16 products",
 }
-
-
-def _variant(entry_name: str) -> str:
-    entry = Entry[entry_name]
-    prefix = f"{_STEMS[entry.site()]}_B{entry.batch()}"
-    return entry_name.removeprefix(prefix).lstrip("_")
 
 
 def short_cell(pick: Pick) -> str:
     """A compact cell naming the pick within its tuple: "e64:66", "x3", "simt:34"."""
-    variant = _variant(pick.entry)
-    label = _VARIANTS.get(variant, (variant.lower() or "simt", ""))[0]
+    label = Entry[pick.entry].variant()
     return label if pick.splits is None else f"{label}:{pick.splits}"
 
 
@@ -394,11 +357,11 @@ class ProfileTable:
             entries = self._entries(varying)
             lines.append("")
             lines.append("cells: the entry's variant within its tuple; :N = split-K slices")
-            for variant, (label, text) in _VARIANTS.items():
+            for label, text in _VARIANTS.items():
                 named = [
                     entry.name
                     for entry in Entry
-                    if entry.name in entries and _variant(entry.name) == variant
+                    if entry.name in entries and entry.variant() == label
                 ]
                 if named:
                     lines.append(f"  {label:<5} {text}: {', '.join(named)}")

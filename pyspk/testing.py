@@ -14,11 +14,10 @@ from typing import Any
 import numpy as np
 
 from pyspk import reference
-from pyspk.candidate import DenseSite, DenseSpec, SegConvSite, SegConvSpec
-from pyspk.candidate.segdense import EMBED_MAX_SPLITS, Entry, Products, SegdensePin, Site
+from pyspk.candidate import SegConvSite
+from pyspk.candidate.segdense import EMBED_MAX_SPLITS, Area, Entry, Products, SegdensePin, Site
 from pyspk.candidate.segdense.producer import DenseOxide, SegConvOxide
 from pyspk.cuda import CudaMath
-from pyspk.cuda.kernels import LoadedKernels
 from pyspk.cuda.runtime import CudaRuntime
 
 # unit roundoff of FP32
@@ -48,32 +47,26 @@ def operands(site: Site, batch: int, seed: int = 0) -> dict[str, np.ndarray]:
 
 def truth(site: Site, batch: int, ops: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(float64 output, float64 sum of |terms| per pre-epilogue output), both flat."""
-    if site.is_conv():
-        conv_site = SegConvSite(site.value)
-        y = reference.conv(conv_site, batch, ops["x"], ops["w"])
-        scale = reference.conv_absolute_sum(conv_site, batch, ops["x"], ops["w"])
+    framework_site = site.framework_site()
+    if isinstance(framework_site, SegConvSite):
+        y = reference.conv(framework_site, batch, ops["x"], ops["w"])
+        scale = reference.conv_absolute_sum(framework_site, batch, ops["x"], ops["w"])
     else:
-        dense_site = DenseSite(site.value)
-        y = reference.dense(dense_site, batch, ops["x"], ops["w"], ops["bias"])
-        scale = reference.dense_absolute_sum(dense_site, batch, ops["x"], ops["w"], ops["bias"])
+        y = reference.dense(framework_site, batch, ops["x"], ops["w"], ops["bias"])
+        scale = reference.dense_absolute_sum(framework_site, batch, ops["x"], ops["w"], ops["bias"])
     return y.reshape(-1), scale.reshape(-1)
 
 
 def plan_pin(
-    runtime: CudaRuntime, kernels: LoadedKernels, pin: SegdensePin, ops: dict[str, np.ndarray]
+    runtime: CudaRuntime, pin: SegdensePin, ops: dict[str, np.ndarray]
 ) -> DenseOxide | SegConvOxide:
-    """`pin` planned from freshly uploaded operands, freed once the plan holds its own
-    packed copy."""
+    """`pin` planned through the front door from freshly uploaded operands, freed once the
+    plan holds its own packed copy."""
     entry = pin.entry()
-    site, batch = entry.site(), entry.batch()
-    uploads = [runtime.upload(ops["w"])]
+    uploads = [runtime.upload(ops[name]) for name in ("w", "bias") if name in ops]
     try:
-        if site.is_conv():
-            spec = SegConvSpec(SegConvSite(site.value), batch, pin.math)
-            return SegConvOxide.plan(runtime, kernels, spec, uploads[0], pin)
-        uploads.append(runtime.upload(ops["bias"]))
-        spec = DenseSpec(DenseSite(site.value), batch, pin.math)
-        return DenseOxide.plan(runtime, kernels, spec, uploads[0], uploads[1], pin)
+        bias = uploads[1] if len(uploads) > 1 else None
+        return Area.plan(runtime, entry.site(), entry.batch(), pin.math, uploads[0], bias, pin=pin)
     finally:
         runtime.synchronize()
         for buffer in uploads:
@@ -81,16 +74,11 @@ def plan_pin(
 
 
 def plan(
-    runtime: CudaRuntime,
-    kernels: LoadedKernels,
-    entry: Entry,
-    math: CudaMath,
-    ops: dict[str, np.ndarray],
+    runtime: CudaRuntime, entry: Entry, math: CudaMath, ops: dict[str, np.ndarray]
 ) -> DenseOxide | SegConvOxide:
     """A plan of `entry` forced on this device."""
-    return plan_pin(
-        runtime, kernels, SegdensePin.forced(entry, math, kernels.tier, runtime.device), ops
-    )
+    tier = runtime.load_kernels(Area.AREA).tier
+    return plan_pin(runtime, SegdensePin.forced(entry, math, tier, runtime.device), ops)
 
 
 def run_eager(runtime: CudaRuntime, oxide: DenseOxide | SegConvOxide, x: np.ndarray) -> np.ndarray:
@@ -164,8 +152,9 @@ def _fp16_floor(site: Site, ops: dict[str, np.ndarray]) -> np.ndarray:
     x, w = np.abs(ops["x"].astype(np.float64)), np.abs(ops["w"].astype(np.float64))
     if site.is_conv():
         batch = x.shape[0]
-        conv_site = SegConvSite(site.value)
-        x_sums = reference.conv_absolute_sum(conv_site, batch, ops["x"], np.ones_like(ops["w"]))
+        x_sums = reference.conv_absolute_sum(
+            site.framework_site(), batch, ops["x"], np.ones_like(ops["w"])
+        )
         w_rows = w.reshape(w.shape[0], -1)
         x_max = x.reshape(batch, -1).max(axis=1)
         floor = x_max[:, None, None] * w_rows.sum(axis=1)[None, :, None]

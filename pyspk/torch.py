@@ -43,17 +43,14 @@ from torch import nn
 from pyspk import reference
 from pyspk.candidate import (
     DenseSite,
-    DenseSpec,
     GeometryInvalid,
     GeometryUnimplemented,
     SegConvSite,
-    SegConvSpec,
 )
 from pyspk.candidate.framework import CONV_TAPS
-from pyspk.candidate.segdense import DenseOxide, SegConvOxide
-from pyspk.cuda import ClosedError, CudaMath, CudaRuntime, KernelModule
+from pyspk.candidate.segdense import BATCHES, Area, DenseOxide, SegConvOxide
+from pyspk.cuda import ClosedError, CudaMath, CudaRuntime
 from pyspk.cuda.errors import InvalidArgument
-from pyspk.cuda.kernels import LoadedKernels
 from pyspk.errors import InferenceOnlyError, WeightsChangedError
 
 __all__ = [
@@ -69,28 +66,26 @@ __all__ = [
     "shared_runtime",
 ]
 
-BATCHES = (1, 32)
-"""The model batches pyspk plans serve (a multiple of 32 as batch-32 pieces); every other
-batch takes the library path."""
 
 PIECE = BATCHES[-1]
 """The batch of one enqueue when a larger multiple of it is served piece by piece."""
 
 
-_RUNTIMES: dict[int, tuple[CudaRuntime, LoadedKernels]] = {}
+_RUNTIMES: dict[int, CudaRuntime] = {}
 _RUNTIMES_LOCK = threading.Lock()
 
 
-def shared_runtime(device: torch.device | int | None = None) -> tuple[CudaRuntime, LoadedKernels]:
-    """The runtime and loaded segdense module that `pyspk.torch` plans on for a CUDA
-    device (default: the current one), made once per device and shared. Its own stream
+def shared_runtime(device: torch.device | int | None = None) -> CudaRuntime:
+    """The runtime `pyspk.torch` plans on for a CUDA device (default: the current one),
+    made once per device and shared, with the segdense module loaded. Its own stream
     only packs weights at planning; enqueues go to PyTorch's current stream."""
     ordinal = _ordinal(device)
     with _RUNTIMES_LOCK:
         if ordinal not in _RUNTIMES:
             with torch.cuda.device(ordinal):  # PyTorch makes the primary context first
                 runtime = CudaRuntime(ordinal)
-                _RUNTIMES[ordinal] = (runtime, runtime.load_kernels(KernelModule.SEGDENSE))
+                runtime.load_kernels(Area.AREA)
+                _RUNTIMES[ordinal] = runtime
         return _RUNTIMES[ordinal]
 
 
@@ -177,7 +172,7 @@ class _Planned(nn.Module):
         self.close()
         self._check_dtypes()
         self._ordinal = self._weight_ordinal()
-        runtime, kernels = shared_runtime(self._ordinal)
+        runtime = shared_runtime(self._ordinal)
         with torch.no_grad(), torch.cuda.device(self._ordinal):
             weight, bias = self._plan_operands()
             # the plans pack on the runtime's stream: the weights, and the layout copies
@@ -186,8 +181,7 @@ class _Planned(nn.Module):
             plans = {}
             try:
                 for batch in BATCHES:
-                    plan = self._plan(runtime, kernels, batch, weight, bias)
-                    plans[self._shape_key(batch)] = plan
+                    plans[self._shape_key(batch)] = self._plan(runtime, batch, weight, bias)
             except BaseException:
                 for plan in plans.values():
                     with contextlib.suppress(Exception):  # keep the planning error
@@ -324,26 +318,15 @@ class _Planned(nn.Module):
         raise NotImplementedError
 
     def _plan(
-        self,
-        runtime: CudaRuntime,
-        kernels: LoadedKernels,
-        batch: int,
-        weight: torch.Tensor,
-        bias: torch.Tensor | None,
+        self, runtime: CudaRuntime, batch: int, weight: torch.Tensor, bias: torch.Tensor | None
     ) -> DenseOxide | SegConvOxide:
         """The rule's pick for this site, batch and math on the device, planned."""
-        if isinstance(self.site, DenseSite):
-            spec = DenseSpec(self.site, batch, self.math)
-            pin = DenseOxide.implemented_pin(spec, kernels.tier, runtime.device)
-            return DenseOxide.plan(runtime, kernels, spec, weight, bias, pin)
-        conv = SegConvSpec(self.site, batch, self.math)
-        pin = SegConvOxide.implemented_pin(conv, kernels.tier, runtime.device)
-        return SegConvOxide.plan(runtime, kernels, conv, weight, pin)
+        return Area.plan(runtime, self.site, batch, self.math, weight, bias)
 
 
 _EPILOGUE_NAMES = {
-    DenseSite.LINEAR0: "LeakyReLU(0.01)",
-    DenseSite.LINEAR1: "LeakyReLU(0.01)",
+    DenseSite.LINEAR0: f"LeakyReLU({reference.LEAKY_SLOPE})",
+    DenseSite.LINEAR1: f"LeakyReLU({reference.LEAKY_SLOPE})",
     DenseSite.CLASSIFIER: "log-softmax",
     DenseSite.EMBEDDING: "none",
 }

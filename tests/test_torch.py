@@ -120,7 +120,7 @@ def faked(monkeypatch: pytest.MonkeyPatch) -> list[_FakePlan]:
     """pyspk.torch on CPU tensors: device 0, stream 0x5EED, and plans that record."""
     plans: list[_FakePlan] = []
 
-    def plan(self, runtime, kernels, batch, weight, bias):
+    def plan(self, runtime, batch, weight, bias):
         workspace = 66 * 96 * 256 if (self.site, batch) == (DenseSite.EMBEDDING, 32) else 0
         made = _FakePlan(f"{self.site.name}_B{batch}", workspace, self.library)
         plans.append(made)
@@ -128,7 +128,7 @@ def faked(monkeypatch: pytest.MonkeyPatch) -> list[_FakePlan]:
 
     monkeypatch.setattr(ptorch._Planned, "_weight_ordinal", lambda self: 0)
     monkeypatch.setattr(ptorch._Planned, "_plan", plan)
-    monkeypatch.setattr(ptorch, "shared_runtime", lambda ordinal: (None, None))
+    monkeypatch.setattr(ptorch, "shared_runtime", lambda ordinal: None)
     monkeypatch.setattr(ptorch, "_current_raw_stream", lambda ordinal: 0x5EED)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     monkeypatch.setattr(torch.Tensor, "get_device", lambda self: 0)

@@ -307,7 +307,7 @@ class _PyspkArm:
 
         runtime = self._runtime
         ops = bench.operands(case.site, case.batch)
-        self.oxide = testing.plan_pin(runtime, bench.kernels, pin, ops)
+        self.oxide = testing.plan_pin(runtime, pin, ops)
         producer = self.oxide.producer
         self.x = self._keep(runtime.upload(ops["x"]))
         if len(self.x) != producer.input_len:

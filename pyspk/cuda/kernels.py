@@ -76,10 +76,6 @@ class KernelModule(enum.Enum):
     def __str__(self) -> str:
         return self.value
 
-    @property
-    def module_name(self) -> str:
-        return self.value
-
 
 def artifact_dir() -> Path:
     """Where the artifacts live: `pyspk/_ptx` in an installed wheel, else the source
@@ -315,7 +311,7 @@ def choose_artifact(
     shipped). The cubin built for exactly `capability.sm` is used when the tier has one
     and `force_ptx` is false; otherwise the tier's PTX, which the driver JITs.
     """
-    runnable = [tier for tier in manifest.tiers if tier.capability <= capability]
+    highest = PtxTier.highest_for(capability, manifest.tiers)
     if tier_override is not None:
         if tier_override.capability > capability:
             raise ArtifactError(
@@ -324,8 +320,8 @@ def choose_artifact(
                 f"{PtxTier.highest_for(capability) or 'none'}"
             )
         tier = tier_override
-    elif runnable:
-        tier = max(runnable)
+    elif highest is not None:
+        tier = highest
     else:
         have = ", ".join(str(t) for t in sorted(manifest.tiers))
         raise ArtifactError(
@@ -427,7 +423,6 @@ class LoadedKernels:
         functions: Mapping[str, Any],
     ) -> None:
         self.module = module
-        self.choice = artifact
         self.tier: PtxTier = artifact.tier
         self.artifact: str = artifact.describe()
         self._handle = handle

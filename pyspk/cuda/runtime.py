@@ -60,8 +60,6 @@ class DeviceBuffer:
         self._runtime = runtime
         self._ptr = ptr
         self._len = length
-        # false once free() ran: a flag an enqueue reads faster than the finalizer state
-        self._live = bool(ptr)
         self._finalizer: weakref.finalize | None = None
         if ptr:
             self._finalizer = weakref.finalize(self, runtime._release_collected, ptr)
@@ -111,7 +109,6 @@ class DeviceBuffer:
 
     def free(self) -> None:
         """Free the memory now (idempotent)."""
-        self._live = False
         if self._finalizer is not None and self._finalizer.detach() is not None:
             self._runtime._release(self._ptr)
 

@@ -6,6 +6,7 @@ import enum
 import functools
 import os
 import re
+from collections.abc import Iterable
 
 import attrs
 
@@ -21,10 +22,6 @@ class ComputeCapability:
 
     major: int
     minor: int
-
-    @staticmethod
-    def new(major: int, minor: int) -> ComputeCapability:
-        return ComputeCapability(major, minor)
 
     @classmethod
     def parse(cls, text: str) -> ComputeCapability:
@@ -81,9 +78,14 @@ class PtxTier(enum.Enum):
         raise InvalidArgument(f"PTX tier {text!r} is not one of {names}")
 
     @classmethod
-    def highest_for(cls, capability: ComputeCapability) -> PtxTier | None:
-        """The highest tier a device of `capability` runs, or None below sm75."""
-        runnable = [tier for tier in cls if tier.capability <= capability]
+    def highest_for(
+        cls, capability: ComputeCapability, among: Iterable[PtxTier] | None = None
+    ) -> PtxTier | None:
+        """The highest tier (of `among`, by default every tier) a device of `capability`
+        runs, or None where it runs none."""
+        runnable = [
+            tier for tier in (cls if among is None else among) if tier.capability <= capability
+        ]
         return max(runnable) if runnable else None
 
     @classmethod
@@ -142,14 +144,14 @@ def loadable_tier(capability: ComputeCapability, forced: PtxTier | None = None) 
     """The shipped tier a device of `capability` loads: the highest at or below it, or
     `forced` (e.g. from `PtxTier.from_env()`) when that is shipped and not above it.
     Raises ValueError naming the device and tier otherwise."""
-    runnable = [tier for tier in SHIPPED_TIERS if tier.capability <= capability]
-    if not runnable:
+    highest = PtxTier.highest_for(capability, SHIPPED_TIERS)
+    if highest is None:
         raise InvalidArgument(
             f"compute capability {capability} is below the lowest shipped PTX tier "
             f"{SHIPPED_TIERS[0]}"
         )
     if forced is None:
-        return max(runnable)
+        return highest
     if forced not in SHIPPED_TIERS:
         shipped = ", ".join(str(tier) for tier in SHIPPED_TIERS)
         raise InvalidArgument(f"PTX tier {forced} is not shipped (shipped: {shipped})")

@@ -26,7 +26,7 @@ ENTRIES = [Entry.EMBED_B1, Entry.EMBED_B32]
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.name)
 def test_torch_tensors_give_the_same_bits(runtime, kernels, torch, entry: Entry) -> None:
     ops = operands(Site.EMBEDDING, entry.batch(), seed=13)
-    oxide = plan(runtime, kernels, entry, CudaMath.FP32, ops)
+    oxide = plan(runtime, entry, CudaMath.FP32, ops)
     eager = run_eager(runtime, oxide, ops["x"])
     x = torch.from_numpy(ops["x"]).cuda()
     out = torch.full((oxide.producer.output_len,), float("nan"), device="cuda")
@@ -57,7 +57,7 @@ def test_split_counts_agree_to_rounding(runtime, kernels) -> None:
 
 def test_errors_raise_before_any_launch(runtime, kernels, torch) -> None:
     ops = operands(Site.EMBEDDING, 1, seed=16)
-    oxide = plan(runtime, kernels, Entry.EMBED_B1, CudaMath.FP32, ops)
+    oxide = plan(runtime, Entry.EMBED_B1, CudaMath.FP32, ops)
     poison = np.full(oxide.producer.output_len, np.nan, np.float32)
     out = runtime.upload(poison)
     x = runtime.upload(ops["x"])
@@ -116,7 +116,7 @@ def test_sm75_tier_runs_the_same_kernels(runtime) -> None:
         for entry in ENTRIES:
             ops = operands(Site.EMBEDDING, entry.batch(), seed=18)
             exact, scale = truth(Site.EMBEDDING, entry.batch(), ops)
-            oxide = plan(low, kernels, entry, CudaMath.FP32, ops)
+            oxide = plan(low, entry, CudaMath.FP32, ops)
             y = run_eager(low, oxide, ops["x"])
             assert np.all(np.abs(y - exact) <= error_bound(entry, exact, scale)), entry.name
             oxide.close()
@@ -124,7 +124,7 @@ def test_sm75_tier_runs_the_same_kernels(runtime) -> None:
 
 def test_event_phases_time_both_launches(runtime, kernels) -> None:
     ops = operands(Site.EMBEDDING, 32, seed=19)
-    oxide = plan(runtime, kernels, Entry.EMBED_B32, CudaMath.FP32, ops)
+    oxide = plan(runtime, Entry.EMBED_B32, CudaMath.FP32, ops)
     x = runtime.upload(ops["x"])
     out = runtime.alloc_zeros(oxide.producer.output_len)
     plain = runtime.alloc_zeros(oxide.producer.output_len)
@@ -143,7 +143,7 @@ def test_event_phases_time_both_launches(runtime, kernels) -> None:
 
 def test_caller_scratch_holds_the_partials(runtime, kernels) -> None:
     ops = operands(Site.EMBEDDING, 32, seed=20)
-    own = plan(runtime, kernels, Entry.EMBED_B32, CudaMath.FP32, ops)
+    own = plan(runtime, Entry.EMBED_B32, CudaMath.FP32, ops)
     expected = run_eager(runtime, own, ops["x"])
     pin = SegdensePin.forced(Entry.EMBED_B32, CudaMath.FP32, kernels.tier, runtime.device)
     spec = DenseSpec(DenseSite.EMBEDDING, 32, CudaMath.FP32)

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.gpu
 
 def test_a_closed_plan_leaves_the_output_untouched(runtime, kernels) -> None:
     ops = operands(Site.EMBEDDING, 1, seed=41)
-    oxide = plan(runtime, kernels, Entry.EMBED_B1, CudaMath.FP32, ops)
+    oxide = plan(runtime, Entry.EMBED_B1, CudaMath.FP32, ops)
     oxide.close()
     x = runtime.upload(ops["x"])
     out = runtime.upload(np.full(3 * 256, np.nan, np.float32))
@@ -33,7 +33,7 @@ def test_a_closed_plan_leaves_the_output_untouched(runtime, kernels) -> None:
 
 def test_a_live_graph_replays_a_closed_plan(runtime, kernels) -> None:
     ops = operands(Site.EMBEDDING, 32, seed=42)
-    oxide = plan(runtime, kernels, Entry.EMBED_B32, CudaMath.FP32, ops)
+    oxide = plan(runtime, Entry.EMBED_B32, CudaMath.FP32, ops)
     eager = run_eager(runtime, oxide, ops["x"]).view(np.uint32)
     x = runtime.upload(ops["x"])
     out = runtime.alloc_zeros(oxide.producer.output_len)
@@ -49,7 +49,7 @@ def test_a_live_graph_replays_a_closed_plan(runtime, kernels) -> None:
 
 def test_overlapping_torch_views_are_refused(runtime, kernels, torch) -> None:
     ops = operands(Site.EMBEDDING, 1, seed=43)
-    oxide = plan(runtime, kernels, Entry.EMBED_B1, CudaMath.FP32, ops)
+    oxide = plan(runtime, Entry.EMBED_B1, CudaMath.FP32, ops)
     storage = torch.zeros(3 * 5120 + 3 * 256, device="cuda")
     with pytest.raises(BufferLayoutError, match="output shares bytes with input"):
         oxide.enqueue(storage[: 3 * 5120], storage[3 * 5120 - 1 : 3 * 5120 - 1 + 3 * 256])
@@ -60,7 +60,7 @@ def test_overlapping_torch_views_are_refused(runtime, kernels, torch) -> None:
 
 def test_concurrent_enqueues_give_each_caller_its_bits(runtime, kernels) -> None:
     ops = operands(Site.EMBEDDING, 1, seed=44)
-    oxide = plan(runtime, kernels, Entry.EMBED_B1, CudaMath.FP32, ops)
+    oxide = plan(runtime, Entry.EMBED_B1, CudaMath.FP32, ops)
     rng = np.random.default_rng(44)
     inputs = [rng.standard_normal(3 * 5120).astype(np.float32) for _ in range(8)]
     expected = [run_eager(runtime, oxide, x).view(np.uint32) for x in inputs]
@@ -86,10 +86,10 @@ def test_plan_close_cycles_leak_no_device_memory(runtime, kernels) -> None:
         return int(total) - int(free)
 
     for _ in range(20):
-        plan(runtime, kernels, Entry.EMBED_B1, CudaMath.FP32, ops).close()
+        plan(runtime, Entry.EMBED_B1, CudaMath.FP32, ops).close()
     before = used()
     for _ in range(300):
-        plan(runtime, kernels, Entry.EMBED_B1, CudaMath.FP32, ops).close()
+        plan(runtime, Entry.EMBED_B1, CudaMath.FP32, ops).close()
     assert used() - before <= 2 << 20  # the driver's allocation granularity
 
 

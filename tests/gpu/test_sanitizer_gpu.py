@@ -37,7 +37,7 @@ _SANITIZED_RUN = textwrap.dedent(
             fp32 = entry.products() is Products.FP32
             math = CudaMath.FP32 if fp32 else CudaMath.TF32
             ops = operands(entry.site(), entry.batch(), seed=38)
-            oxide = plan(runtime, kernels, entry, math, ops)  # packs run here
+            oxide = plan(runtime, entry, math, ops)  # packs run here
             run_eager(runtime, oxide, ops["x"])
             oxide.close()
             print(name, "done", flush=True)

@@ -98,7 +98,7 @@ def test_pack_bit_for_bit(
 @pytest.mark.parametrize("entry", ENTRIES, ids=_id)
 def test_matches_float64_within_the_product_bound(runtime, kernels, entry: Entry) -> None:
     ops = operands(entry.site(), entry.batch(), seed=31)
-    oxide = plan(runtime, kernels, entry, _math(entry), ops)
+    oxide = plan(runtime, entry, _math(entry), ops)
     _check(entry, ops, run_eager(runtime, oxide, ops["x"]))
     oxide.close()
 
@@ -127,7 +127,7 @@ def test_items_far_apart_in_level_keep_their_own_accuracy(runtime, kernels, entr
 
 def _check_items(runtime, kernels, entry: Entry, ops: dict[str, np.ndarray]) -> None:
     site = entry.site()
-    oxide = plan(runtime, kernels, entry, _math(entry), ops)
+    oxide = plan(runtime, entry, _math(entry), ops)
     y = run_eager(runtime, oxide, ops["x"]).reshape(32, -1)
     oxide.close()
     exact_all, scale_all = truth(site, 32, ops)
@@ -169,7 +169,7 @@ def test_small_integers_are_exact(runtime, kernels, entry: Entry) -> None:
     rng = np.random.default_rng(33)
     ops = operands(entry.site(), entry.batch(), seed=33)
     ops = {name: rng.integers(-3, 4, value.shape).astype(np.float32) for name, value in ops.items()}
-    oxide = plan(runtime, kernels, entry, _math(entry), ops)
+    oxide = plan(runtime, entry, _math(entry), ops)
     y = run_eager(runtime, oxide, ops["x"])
     oxide.close()
     assert np.array_equal(y, _exact_float32(entry, ops))
@@ -187,7 +187,7 @@ def test_finite_at_the_contract_boundary(runtime, kernels, entry: Entry) -> None
     ops = {name: value * np.float32(factors[name]) for name, value in ops.items()}
     _, scale = truth(entry.site(), batch, ops)
     assert FLT_MAX / 4 < scale.max() <= FLT_MAX / 2
-    oxide = plan(runtime, kernels, entry, _math(entry), ops)
+    oxide = plan(runtime, entry, _math(entry), ops)
     _check(entry, ops, run_eager(runtime, oxide, ops["x"]))
     oxide.close()
 
@@ -200,7 +200,7 @@ def test_scaled_products_with_operand_scales_far_apart(runtime, kernels, entry: 
     brought them back. Every output finite and within the bound."""
     ops = operands(entry.site(), entry.batch(), seed=40)
     ops = {**ops, "x": ops["x"] * np.float32(2.0**110), "w": ops["w"] * np.float32(2.0**-110)}
-    oxide = plan(runtime, kernels, entry, _math(entry), ops)
+    oxide = plan(runtime, entry, _math(entry), ops)
     _check(entry, ops, run_eager(runtime, oxide, ops["x"]))
     oxide.close()
 
@@ -208,7 +208,7 @@ def test_scaled_products_with_operand_scales_far_apart(runtime, kernels, entry: 
 @pytest.mark.parametrize("entry", ENTRIES, ids=_id)
 def test_graph_replay_is_bit_identical(runtime, kernels, entry: Entry) -> None:
     ops = operands(entry.site(), entry.batch(), seed=35)
-    oxide = plan(runtime, kernels, entry, _math(entry), ops)
+    oxide = plan(runtime, entry, _math(entry), ops)
     assert_replay_bit_identical(runtime, oxide, ops["x"])
     oxide.close()
 
@@ -227,7 +227,7 @@ def test_no_less_exact_than_the_library(runtime, kernels, torch, entry: Entry) -
     batch = entry.batch()
     ops = operands(entry.site(), batch, seed=36)
     exact, _ = truth(entry.site(), batch, ops)
-    oxide = plan(runtime, kernels, entry, _math(entry), ops)
+    oxide = plan(runtime, entry, _math(entry), ops)
     ours = relative_l2(run_eager(runtime, oxide, ops["x"]), exact)
     oxide.close()
     theirs = relative_l2(library(torch, entry.site(), ops, _math(entry)), exact)
@@ -245,7 +245,7 @@ def test_select_is_more_exact_than_plain_tf32(runtime, kernels) -> None:
         pytest.skip("the sm80 module does not carry LINEAR0_B32_SELECT")
     ops = operands(Site.LINEAR0, 32, seed=39)
     exact, _ = truth(Site.LINEAR0, 32, ops)
-    oxide = plan(runtime, kernels, entry, CudaMath.TF32, ops)
+    oxide = plan(runtime, entry, CudaMath.TF32, ops)
     ours = relative_l2(run_eager(runtime, oxide, ops["x"]), exact)
     oxide.close()
     rounded = {**ops, "x": round_tf32(ops["x"]), "w": round_tf32(ops["w"])}

@@ -34,7 +34,7 @@ def second(runtime: CudaRuntime):
 
 
 def _bits(runtime, kernels, entry, math, ops) -> np.ndarray:
-    oxide = plan(runtime, kernels, entry, math, ops)
+    oxide = plan(runtime, entry, math, ops)
     try:
         return run_eager(runtime, oxide, ops["x"]).view(np.uint32)
     finally:
@@ -54,7 +54,7 @@ def test_device_1_gives_device_0_bits(runtime, kernels, second, entry, math) -> 
 def test_a_device_0_buffer_is_refused_by_a_device_1_plan(runtime, second) -> None:
     one_runtime, one_kernels = second
     ops = operands(Site.EMBEDDING, 1, seed=52)
-    oxide = plan(one_runtime, one_kernels, Entry.EMBED_B1, CudaMath.FP32, ops)
+    oxide = plan(one_runtime, Entry.EMBED_B1, CudaMath.FP32, ops)
     foreign = runtime.upload(ops["x"])
     out = one_runtime.alloc_zeros(3 * 256)
     with pytest.raises(BufferLayoutError, match="lives on device 0, expected device 1"):
@@ -72,7 +72,7 @@ def test_two_threads_on_two_devices_match_a_serial_run(runtime, kernels, second)
 
     def drive(index: int, rt: CudaRuntime, loaded) -> None:
         rt.synchronize()  # makes this runtime's context current on this thread
-        oxide = plan(rt, loaded, entry, math, ops)
+        oxide = plan(rt, entry, math, ops)
         x = rt.upload(ops["x"])
         outs = [rt.alloc_zeros(oxide.producer.output_len) for _ in range(20)]
         for out in outs:

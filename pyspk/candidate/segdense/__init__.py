@@ -1,7 +1,7 @@
 """The segdense area: fixed-shape plans for the segmentation convolutions and dense
 heads and the embedding `seg_1` projection."""
 
-from pyspk.candidate.segdense.area import Area
+from pyspk.candidate.segdense.area import Area, plan
 from pyspk.candidate.segdense.packing import (
     f16_bits,
     half_scale,
@@ -91,5 +91,6 @@ __all__ = [
     "pack_gemm_half",
     "pack_gemm_mma",
     "pack_half_columns",
+    "plan",
     "selected_rows",
 ]

@@ -12,14 +12,26 @@ from __future__ import annotations
 
 from typing import overload
 
+import attrs
 import numpy as np
 import numpy.typing as npt
 
 from pyspk.candidate.framework import CONV_TAPS, SegConvSite
-from pyspk.candidate.segdense.selection import CONV_PADDED
+from pyspk.candidate.segdense.selection import (
+    CONV_PADDED,
+    KERNEL_PREFIX,
+    Conv,
+    Fragments,
+    Gemm,
+    Kind,
+    Split,
+    SplitWeights,
+    TensorConv,
+)
 from pyspk.cuda.errors import InvalidArgument
 
 __all__ = [
+    "DevicePack",
     "f16_bits",
     "half_scale",
     "pack_conv_half",
@@ -28,6 +40,7 @@ __all__ = [
     "pack_gemm_half",
     "pack_gemm_mma",
     "pack_half_columns",
+    "pack_weight",
     "round_tf32",
     "selected_rows",
 ]
@@ -417,3 +430,49 @@ def pack_conv_mma(weight: npt.ArrayLike, cin: int, cin_pad: int, planes: int) ->
     if planes == 1:
         return high
     return np.concatenate([high, round_tf32(values - high)])
+
+
+@attrs.frozen
+class DevicePack:
+    """A pack the module's `kernel` makes on the device, into `length` floats, from the
+    weight as the caller holds it; `dims` are the kernel's three shape parameters."""
+
+    kernel: str
+    length: int
+    dims: tuple[int, int, int]
+
+
+def pack_weight(kind: Kind, weight: np.ndarray, n: int, k: int) -> np.ndarray | DevicePack:
+    """The checked host `weight` of a site with n columns and reduction k in the layout
+    `kind`'s kernel reads; or, where a kernel of the module makes that layout, what to
+    launch instead (the TF32 planes of the 3xTF32 convolutions, the embedding's
+    transpose)."""
+    match kind:
+        case Conv():
+            return pack_conv_rows(weight, k // CONV_TAPS)
+        case TensorConv(cin_pad=cin_pad, planes=1):
+            return pack_conv_half(weight, k // CONV_TAPS, cin_pad)
+        case TensorConv(cin_pad=cin_pad, planes=planes):
+            length = planes * cin_pad * CONV_TAPS * CONV_PADDED
+            return DevicePack(
+                f"{KERNEL_PREFIX}pack_conv_mma", length, (k // CONV_TAPS, cin_pad, planes)
+            )
+        case Split(weights=SplitWeights.SCALED_HALF):
+            return pack_half_columns(weight, n, k)
+        case Split(cols=cols, fragments=Fragments(planes=planes, paired=paired)):
+            return pack_gemm_mma(weight.reshape(n, k).T, n, k, cols, planes, paired)
+        case Split():
+            return DevicePack(f"{KERNEL_PREFIX}pack", k * n, (n, k, n))
+        case Gemm(cols=cols, select=select, fragments=Fragments() as fragments):
+            matrix = weight.reshape(k, n)
+            rows = selected_rows(matrix, n, select) if select else np.zeros(0, np.uint32)
+            if fragments.half:
+                # the selected rows pack as zeros: the kernel multiplies them in 3xTF32
+                packed = pack_gemm_half(matrix, n, k, cols, rows)
+            else:
+                packed = pack_gemm_mma(matrix, n, k, cols, fragments.planes, fragments.paired)
+            if select == 0:
+                return packed
+            return np.concatenate([packed, rows.view(np.float32), matrix[rows].ravel()])
+    # the other kinds read the weight as the caller holds it
+    return weight

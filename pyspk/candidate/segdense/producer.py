@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 import attrs
 import numpy as np
@@ -25,17 +25,9 @@ from pyspk.candidate.framework import (
     SegConvSpec,
     SpecialValues,
 )
-from pyspk.candidate.segdense.packing import (
-    pack_conv_half,
-    pack_conv_rows,
-    pack_gemm_half,
-    pack_gemm_mma,
-    pack_half_columns,
-    selected_rows,
-)
+from pyspk.candidate.segdense.packing import DevicePack, pack_weight
 from pyspk.candidate.segdense.selection import (
     CONTEXT,
-    CONV_PADDED,
     DEFAULT_SHARED,
     DENSE_COVERAGE,
     EMBED_MAX_SPLITS,
@@ -46,7 +38,6 @@ from pyspk.candidate.segdense.selection import (
     Classifier,
     Config,
     Conv,
-    Fragments,
     Gemm,
     Gemv,
     Kind,
@@ -72,12 +63,11 @@ from pyspk.cuda.runtime import (
     device_address,
     device_array,
     free_after_error,
-    producer_stream,
 )
 
 if TYPE_CHECKING:
     from pyspk.cuda.device import DeviceAttributes
-    from pyspk.cuda.kernels import Kernel, Launch, LoadedKernels
+    from pyspk.cuda.kernels import Launch, LoadedKernels
     from pyspk.cuda.runtime import CudaRuntime
     from pyspk.cuda.tier import PtxTier
 
@@ -182,33 +172,37 @@ class Producer:
         scratch: Scratch | None = None,
     ) -> Producer:
         """Checks, packs the weight and prepares the launches; `bias` is None exactly for
-        the convolutions, whose bias the caller's pooling stage adds."""
+        the convolutions, whose bias the caller's pooling stage adds.
+
+        The weight and bias are read once each, after the work pending on their
+        producer streams, and refused unless finite; the weight is packed on the host,
+        or by a pack kernel where the module has one for the layout."""
         if runtime.closed:
             raise ClosedError(f"{CONTEXT}: the runtime was closed; nothing was planned")
-        shape, weight_ptr = _check(runtime, kernels, weight, bias, pin)
-        # every plan-time read (the pack, on the device or through a download, and the
-        # bias copy) is ordered after the work that writes the weight and the bias
-        for name, operand in (("weight", weight), ("bias", bias)):
-            if operand is not None:
-                runtime.order_after(producer_stream(operand, CONTEXT, name, runtime.ordinal))
+        shape = _check(kernels, bias, pin)
         config = pin.config()
-        main = _main_kernel(runtime, kernels, config)
+        weight_ptr, _ = device_array(weight, shape.n * shape.k, CONTEXT, "weight", runtime.ordinal)
+        weights = runtime.download(weight)
+        biases = None
+        if bias is not None:
+            device_array(bias, shape.n, CONTEXT, "bias", runtime.ordinal)
+            biases = runtime.download(bias)
+        _finite(weights, "weight")
+        if biases is not None:
+            _finite(biases, "bias")
+        workspace = _workspace(config.kind, shape)
+        partials = 0 if scratch is None else _scratch_address(scratch, workspace, runtime.ordinal)
+        packed = pack_weight(config.kind, weights, shape.n, shape.k)
         owned: list[DeviceBuffer] = []
         try:
-            packed = _pack(runtime, kernels, config.kind, weight, weight_ptr, shape.n, shape.k)
-            owned.append(packed)
-            bias_copy = _copy_bias(runtime, bias, shape.n)
-            if bias_copy is not None:
-                owned.append(bias_copy)
-            main_launch, reduce = _launches(
-                runtime, kernels, config, shape, main, packed, bias_copy, scratch, owned
-            )
+            buffers = _buffers(runtime, packed, biases, workspace, partials, owned)
+            main, reduce = _launches(runtime, kernels, config, shape, weight_ptr, packed, *buffers)
             # packing may run on another stream than the one a graph later captures
             runtime.synchronize()
         except BaseException:
             free_after_error(owned)
             raise
-        producer = cls(runtime, pin, main_launch, reduce, owned, shape.input_len, shape.output_len)
+        producer = cls(runtime, pin, main, reduce, owned, shape.input_len, shape.output_len)
         if scratch is not None and reduce is not None:
             # the plan writes its partials there: keep the caller's scratch alive with it,
             # and check at every enqueue that it shares no byte with the input or output
@@ -236,25 +230,10 @@ class Producer:
         `partials` (`workspace_len` floats) gives one call scratch of its own instead,
         e.g. from the caller's stream-ordered allocator."""
         runtime = self.runtime
-        if self._closed or runtime._closed:
-            what = "plan" if self._closed else "runtime of this plan"
-            raise ClosedError(f"{CONTEXT}: the {what} was closed; nothing was launched")
-        # a live buffer of this runtime and the right length needs no other check (the
-        # runtime is open, so its allocations are); anything else takes device_address
+        self._check_open()
         in_len, out_len = self.input_len, self.output_len
-        if type(x) is DeviceBuffer and x._runtime is runtime and x._len == in_len and x._live:
-            x_ptr = x._ptr
-        else:
-            x_ptr = device_address(x, in_len, CONTEXT, "input", self._ordinal)
-        if (
-            type(output) is DeviceBuffer
-            and output._runtime is runtime
-            and output._len == out_len
-            and output._live
-        ):
-            y_ptr = output._ptr
-        else:
-            y_ptr = device_address(output, out_len, CONTEXT, "output", self._ordinal, writable=True)
+        x_ptr = device_address(x, in_len, CONTEXT, "input", self._ordinal)
+        y_ptr = device_address(output, out_len, CONTEXT, "output", self._ordinal, writable=True)
         if x_ptr < y_ptr + 4 * out_len and y_ptr < x_ptr + 4 * in_len:
             raise BufferLayoutError(
                 CONTEXT, "output", "shares bytes with input; the kernels do not work in place"
@@ -270,11 +249,8 @@ class Producer:
         try:
             # checked again under the lock that close() takes: a plan closed since the
             # check above launches nothing, and close() frees only after this launch
-            if self._closed or runtime._closed:
-                what = "plan" if self._closed else "runtime of this plan"
-                raise ClosedError(f"{CONTEXT}: the {what} was closed; nothing was launched")
-            if runtime._capturing:
-                runtime.note_capture_user(self)
+            self._check_open()
+            runtime.note_capture_user(self)
             self._set_input(x_ptr)
             self._set_output(y_ptr)
             if partials_at != self._partials_at:
@@ -296,6 +272,11 @@ class Producer:
                 phases.op(Op.REDUCE, launch_reduce)
         finally:
             self._release()
+
+    def _check_open(self) -> None:
+        if self._closed or self.runtime.closed:
+            what = "plan" if self._closed else "runtime of this plan"
+            raise ClosedError(f"{CONTEXT}: the {what} was closed; nothing was launched")
 
     def _partials_address(self, partials: object, x_ptr: int, y_ptr: int) -> int:
         """The checked address of a caller's partials: a split-K plan's only, of
@@ -374,26 +355,15 @@ def _free_all(buffers: list[DeviceBuffer]) -> None:
         raise failure
 
 
-def _check(
-    runtime: CudaRuntime,
-    kernels: LoadedKernels,
-    weight: object,
-    bias: object | None,
-    pin: SegdensePin,
-) -> tuple[_Geometry, int]:
-    """Refuses a module, weight, bias or split count the pin's entry cannot take; the
-    geometry and the weight's device address."""
+def _check(kernels: LoadedKernels, bias: object | None, pin: SegdensePin) -> _Geometry:
+    """Refuses a module, bias or split count the pin's entry cannot take; the geometry."""
     if kernels.module is not KernelModule.SEGDENSE:
         raise GeometryInvalid(CONTEXT, f"the {kernels.module} module cannot run segdense plans")
-    shape = _Geometry.of(pin)
     site = pin.entry().site()
-    weight_ptr, _ = device_array(weight, shape.n * shape.k, CONTEXT, "weight", runtime.ordinal)
     if site.is_conv() != (bias is None):
         raise GeometryInvalid(
             CONTEXT, f"{site.value} takes a bias exactly when it is not a convolution"
         )
-    if bias is not None:
-        device_array(bias, shape.n, CONTEXT, "bias", runtime.ordinal)
     kind = pin.config().kind
     if isinstance(kind, Split):
         if not 1 <= kind.splits <= EMBED_MAX_SPLITS:
@@ -406,38 +376,40 @@ def _check(
                 CONTEXT,
                 f"{kind.splits} split-K slices, the FP16 kernel needs at least {HALF_MIN_SPLITS}",
             )
-    return shape, weight_ptr
+    return _Geometry.of(pin)
 
 
-def _function(kernels: LoadedKernels, name: str) -> Kernel:
-    """An entry of the loaded module; one it does not carry means this kernel cannot
-    serve here, a `DeviceUnsupported` an engine falls back on."""
-    try:
-        return kernels.function(name)
-    except KernelMissingError as error:
-        raise DeviceUnsupported(f"{name} cannot run here: {error}; use the library") from error
+def _workspace(kind: Kind, shape: _Geometry) -> int:
+    """Floats of the split-K partial planes (0 without split-K)."""
+    return kind.splits * shape.output_len if isinstance(kind, Split) else 0
 
 
-def _main_kernel(runtime: CudaRuntime, kernels: LoadedKernels, config: Config) -> Kernel:
-    """The entry, opted in to its dynamic shared memory where that is above the default."""
-    main = _function(kernels, config.kernel)
-    if config.shared > DEFAULT_SHARED:
-        optin = runtime.device.shared_optin_bytes
-        if config.shared > optin:
-            raise DeviceUnsupported(
-                f"{config.kernel} needs {config.shared} bytes of shared memory, "
-                f"the device allows {optin}"
-            )
-        main.set_max_dynamic_shared(config.shared)
-    return main
-
-
-def _copy_bias(runtime: CudaRuntime, bias: object | None, n: int) -> DeviceBuffer | None:
-    """The plan's own copy of the bias (None for the convolutions); non-finite values
-    are refused."""
-    if bias is None:
-        return None
-    return runtime.upload(_finite(runtime.download(bias), "bias"))
+def _buffers(
+    runtime: CudaRuntime,
+    packed: np.ndarray | DevicePack,
+    biases: np.ndarray | None,
+    workspace: int,
+    partials: int,
+    owned: list[DeviceBuffer],
+) -> tuple[DeviceBuffer, DeviceBuffer | None, int]:
+    """The plan's device buffers, each added to `owned` as it is made: the packed weight
+    (uploaded, or room for a pack kernel), the bias copy, and the address of the split-K
+    partial planes (`partials`, a caller's checked scratch, or a buffer of the plan's
+    own; 0 without split-K)."""
+    weight = (
+        runtime.alloc_zeros(packed.length)
+        if isinstance(packed, DevicePack)
+        else runtime.upload(packed)
+    )
+    owned.append(weight)
+    bias = None if biases is None else runtime.upload(biases)
+    if bias is not None:
+        owned.append(bias)
+    if workspace and not partials:
+        own = runtime.alloc_zeros(workspace)
+        owned.append(own)
+        partials = own.ptr
+    return weight, bias, partials
 
 
 def _launches(
@@ -445,34 +417,63 @@ def _launches(
     kernels: LoadedKernels,
     config: Config,
     shape: _Geometry,
-    main: Kernel,
-    packed: DeviceBuffer,
+    source: int,
+    packed: np.ndarray | DevicePack,
+    weight: DeviceBuffer,
     bias: DeviceBuffer | None,
-    scratch: Scratch | None,
-    owned: list[DeviceBuffer],
+    partials: int,
 ) -> tuple[Launch, Launch | None]:
-    """The main launch and, for split-K, the reduction launch, with every parameter but
-    the input and output addresses, which each enqueue writes."""
+    """Launches a device pack of the weight at `source` where `packed` asks for one, and
+    prepares the main launch and, for split-K, the reduction launch, with every
+    parameter but the input and output addresses, which each enqueue writes."""
     kind = config.kind
-    grid = _grid(kind, shape)
-    weight = [packed.ptr, len(packed)]
+    weights = [weight.ptr, len(weight)]
+    reduction = Reduction.shape(kind.splits) if isinstance(kind, Split) else None
     if isinstance(kind, (Conv, TensorConv)):
-        values = [0, shape.input_len, *weight, 0, shape.output_len]
-        return main.launch(grid, config.block, config.shared, CONV_PARAMS, values), None
-    assert bias is not None  # _check pairs a bias with every dense site
-    operands = [0, shape.input_len, *weight, bias.ptr, shape.n]
-    if not isinstance(kind, Split):
-        values = [*operands, 0, shape.output_len]
-        return main.launch(grid, config.block, config.shared, DENSE_PARAMS, values), None
-    workspace = kind.splits * shape.output_len
-    partials = _scratch(runtime, scratch, workspace, owned)
-    values = [*operands, partials, workspace]
-    main_launch = main.launch(grid, config.block, config.shared, DENSE_PARAMS, values)
-    reduction = Reduction.shape(kind.splits)
-    reduce_values = [partials, workspace, bias.ptr, shape.n, 0, shape.output_len, reduction.splits]
-    reduce = _function(kernels, reduction.kernel).launch(
-        reduction.grid, reduction.block, 0, REDUCE_PARAMS, reduce_values
-    )
+        params, values = CONV_PARAMS, [0, shape.input_len, *weights, 0, shape.output_len]
+    elif reduction is None:
+        params = DENSE_PARAMS
+        values = [0, shape.input_len, *weights, bias.ptr, shape.n, 0, shape.output_len]
+    else:
+        workspace = reduction.splits * shape.output_len
+        params = DENSE_PARAMS
+        values = [0, shape.input_len, *weights, bias.ptr, shape.n, partials, workspace]
+        reduce_values = [
+            partials,
+            workspace,
+            bias.ptr,
+            shape.n,
+            0,
+            shape.output_len,
+            reduction.splits,
+        ]
+    optin = runtime.device.shared_optin_bytes
+    if config.shared > max(DEFAULT_SHARED, optin):
+        raise DeviceUnsupported(
+            f"{config.kernel} needs {config.shared} bytes of shared memory, "
+            f"the device allows {optin}"
+        )
+    names = [config.kernel]
+    names += [packed.kernel] if isinstance(packed, DevicePack) else []
+    names += [] if reduction is None else [reduction.kernel]
+    try:
+        functions = [kernels.function(name) for name in names]
+    except KernelMissingError as error:
+        # a kernel the loaded module does not carry cannot serve here: a fallback
+        missing = next(name for name in names if name not in kernels.entries)
+        raise DeviceUnsupported(f"{missing} cannot run here: {error}; use the library") from error
+    main = functions[0]
+    if config.shared > DEFAULT_SHARED:
+        main.set_max_dynamic_shared(config.shared)
+    if isinstance(packed, DevicePack):
+        pack_values = [source, shape.n * shape.k, weight.ptr, packed.length, *packed.dims]
+        pack_grid = _ceil_div(packed.length, _PACK_BLOCK)
+        pack = functions[1].launch(pack_grid, _PACK_BLOCK, 0, PACK_PARAMS, pack_values)
+        pack.enqueue(runtime.stream)
+    main_launch = main.launch(_grid(kind, shape), config.block, config.shared, params, values)
+    if reduction is None:
+        return main_launch, None
+    reduce = functions[-1].launch(reduction.grid, reduction.block, 0, REDUCE_PARAMS, reduce_values)
     return main_launch, reduce
 
 
@@ -493,15 +494,9 @@ def _grid(kind: Kind, shape: _Geometry) -> tuple[int, int, int]:
     raise GeometryInvalid(CONTEXT, f"no grid for kind {kind!r}")
 
 
-def _scratch(
-    runtime: CudaRuntime, scratch: Scratch | None, workspace: int, owned: list[DeviceBuffer]
-) -> int:
-    """The address of `workspace` floats for the partial planes: the caller's scratch
-    (at least that long) or a new buffer this plan owns."""
-    if scratch is None:
-        buffer = runtime.alloc_zeros(workspace)
-        owned.append(buffer)
-        return buffer.ptr
+def _scratch_address(scratch: Scratch, workspace: int, ordinal: int) -> int:
+    """The checked address of a caller's scratch for `workspace` floats of partial
+    planes: at least that long, live, aligned and on device `ordinal`."""
     if len(scratch) < workspace:
         raise BufferLengthError(CONTEXT, workspace, len(scratch), "scratch")
     if isinstance(scratch, DeviceBuffer) and scratch.freed:
@@ -515,32 +510,11 @@ def _scratch(
         raise BufferLayoutError(
             CONTEXT, "scratch", f"address {ptr:#x} is not CUDA device memory ({error.result_name})"
         ) from error
-    if found != runtime.ordinal:
+    if found != ordinal:
         raise BufferLayoutError(
-            CONTEXT, "scratch", f"lives on device {found}, expected device {runtime.ordinal}"
+            CONTEXT, "scratch", f"lives on device {found}, expected device {ordinal}"
         )
     return ptr
-
-
-def _pack_on_device(
-    runtime: CudaRuntime,
-    pack: Kernel,
-    source: int,
-    source_len: int,
-    length: int,
-    dims: tuple[int, int, int],
-) -> DeviceBuffer:
-    """Runs a pack kernel over a new buffer of `length` floats."""
-    packed = runtime.alloc_zeros(length)
-    launch = pack.launch(
-        _ceil_div(length, _PACK_BLOCK),
-        _PACK_BLOCK,
-        0,
-        PACK_PARAMS,
-        [source, source_len, packed.ptr, length, *dims],
-    )
-    launch.enqueue(runtime.stream)
-    return packed
 
 
 def _finite(values: np.ndarray, name: str) -> np.ndarray:
@@ -556,51 +530,7 @@ def _finite(values: np.ndarray, name: str) -> np.ndarray:
     return values
 
 
-def _pack(
-    runtime: CudaRuntime,
-    kernels: LoadedKernels,
-    kind: Kind,
-    weight: object,
-    source: int,
-    n: int,
-    k: int,
-) -> DeviceBuffer:
-    """The weight (checked, at device address `source`) in the layout the kind's kernel
-    reads, in a buffer the plan owns; non-finite weights are refused first."""
-    host = _finite(runtime.download(weight), "weight")
-    match kind:
-        case Conv():
-            return runtime.upload(pack_conv_rows(host, k // TAPS))
-        case TensorConv(cin_pad=cin_pad, planes=1):
-            return runtime.upload(pack_conv_half(host, k // TAPS, cin_pad))
-        case TensorConv(cin_pad=cin_pad, planes=planes):
-            pack = _function(kernels, "spk_segdense_pack_conv_mma")
-            length = planes * cin_pad * TAPS * CONV_PADDED
-            dims = (k // TAPS, cin_pad, planes)
-            return _pack_on_device(runtime, pack, source, n * k, length, dims)
-        case Split(weights=SplitWeights.SCALED_HALF):
-            return runtime.upload(pack_half_columns(host, n, k))
-        case Split(cols=cols, fragments=Fragments(planes=planes, paired=paired)):
-            by_k = host.reshape(n, k).T
-            return runtime.upload(pack_gemm_mma(by_k, n, k, cols, planes, paired))
-        case Split():
-            pack = _function(kernels, "spk_segdense_pack")
-            return _pack_on_device(runtime, pack, source, n * k, k * n, (n, k, n))
-        case Gemm(cols=cols, select=select, fragments=Fragments() as fragments):
-            host = host.reshape(k, n)
-            rows = selected_rows(host, n, select) if select else np.zeros(0, np.uint32)
-            if fragments.half:
-                # the selected rows pack as zeros: the kernel multiplies them in 3xTF32
-                packed = pack_gemm_half(host, n, k, cols, rows)
-            else:
-                packed = pack_gemm_mma(host, n, k, cols, fragments.planes, fragments.paired)
-            if select == 0:
-                return runtime.upload(packed)
-            tail = [rows.view(np.float32), host[rows].ravel()]
-            return runtime.upload(np.concatenate([packed, *tail]))
-    copy = runtime.alloc_zeros(n * k)
-    runtime.copy(copy, weight)
-    return copy
+_OxideT = TypeVar("_OxideT", bound="_Oxide")
 
 
 class _Oxide:
@@ -623,6 +553,22 @@ class _Oxide:
     ) -> SegdensePin:
         return SegdensePin.select(Site.of(spec.site()), spec.batch(), spec.math(), tier, device)
 
+    @classmethod
+    def plan_pinned(
+        cls: type[_OxideT],
+        runtime: CudaRuntime,
+        kernels: LoadedKernels,
+        spec: DenseSpec | SegConvSpec,
+        weight: object,
+        bias: object | None,
+        pin: SegdensePin,
+        scratch: Scratch | None = None,
+    ) -> _OxideT:
+        """What both candidates' `plan` does: the pin checked against the spec and the
+        loaded module, then the producer planned."""
+        pin.check(Site.of(spec.site()), spec.batch(), spec.math(), kernels.tier)
+        return cls(Producer.plan(runtime, kernels, weight, bias, pin, scratch))
+
     def close(self) -> None:
         self.producer.close()
 
@@ -644,8 +590,7 @@ class DenseOxide(_Oxide):
         pin: SegdensePin,
         scratch: Scratch | None = None,
     ) -> DenseOxide:
-        pin.check(Site.of(spec.site()), spec.batch(), spec.math(), kernels.tier)
-        return cls(Producer.plan(runtime, kernels, weight, bias, pin, scratch))
+        return cls.plan_pinned(runtime, kernels, spec, weight, bias, pin, scratch)
 
 
 class SegConvOxide(_Oxide):
@@ -662,5 +607,4 @@ class SegConvOxide(_Oxide):
         weight: object,
         pin: SegdensePin,
     ) -> SegConvOxide:
-        pin.check(Site.of(spec.site()), spec.batch(), spec.math(), kernels.tier)
-        return cls(Producer.plan(runtime, kernels, weight, None, pin))
+        return cls.plan_pinned(runtime, kernels, spec, weight, None, pin)

@@ -31,6 +31,7 @@ from pyspk.candidate.framework import (
     SpecialValues,
 )
 from pyspk.cuda.device import DeviceAttributes
+from pyspk.cuda.errors import InvalidArgument
 from pyspk.cuda.math import CudaMath
 from pyspk.cuda.tier import ComputeCapability, PtxTier
 
@@ -56,7 +57,9 @@ HALF_STAGE = 32
 # most reduction terms one `spk_segdense_embed_b32_f16` slice keeps in shared memory
 HALF_SLICE = 320
 # fewest slices that keep every FP16 slice within HALF_SLICE terms
-HALF_MIN_SPLITS = -(-(5120 // HALF_STAGE) // (HALF_SLICE // HALF_STAGE))
+HALF_MIN_SPLITS = -(
+    -(DenseSite.EMBEDDING.dimensions()[2] // HALF_STAGE) // (HALF_SLICE // HALF_STAGE)
+)
 # dynamic shared memory of `spk_segdense_embed_b32_f16`: 96 row scales, the FP16 slice
 # of 96 rows and a three-stage weight ring, which the cross-group reduction of 192
 # threads' 64 accumulators reuses
@@ -126,24 +129,42 @@ class Site(enum.Enum):
     EMBEDDING = "resnet.seg_1"
 
     @classmethod
-    def of(cls, site: DenseSite | SegConvSite) -> Site:
-        """The area's site of a framework dense or convolution site."""
-        return cls(site.value)
+    def of(cls, site: Site | DenseSite | SegConvSite | BoundaryId) -> Site:
+        """The area's site of any of the vocabulary's names for a boundary: the engine's
+        `BoundaryId`, the framework's `DenseSite` or `SegConvSite`, or a `Site`."""
+        if isinstance(site, Site):
+            return site
+        if isinstance(site, BoundaryId):
+            return cls.from_boundary(site)
+        found = _FROM_FRAMEWORK.get(site)
+        if found is None:
+            raise InvalidArgument(
+                f"{CONTEXT}: {site!r} is no Site, DenseSite, SegConvSite or BoundaryId"
+            )
+        return found
 
     @classmethod
     def from_boundary(cls, boundary: BoundaryId) -> Site:
-        for site in cls:
-            if site.value == boundary.name():
-                return site
-        raise GeometryUnimplemented(CONTEXT, f"unknown boundary {boundary}")
+        found = _BY_BOUNDARY.get(boundary)
+        if found is None:
+            raise GeometryUnimplemented(CONTEXT, f"unknown boundary {boundary}")
+        return found
+
+    def framework_site(self) -> DenseSite | SegConvSite:
+        """The framework's site of this boundary (a `SegConvSite` for the convolutions)."""
+        return _TO_FRAMEWORK[self]
+
+    def boundary(self) -> BoundaryId:
+        return self.framework_site().boundary()
 
     def dimensions(self) -> tuple[int, int, int, int]:
         """(rows per batch item, columns, reduction, NCW input length); convolution rows
         are output positions, and the input length is 0 for the dense sites. The
         framework's site tables hold the figures."""
-        if self.is_conv():
-            return SegConvSite(self.value).dimensions()
-        return (*DenseSite(self.value).dimensions(), 0)
+        site = self.framework_site()
+        if isinstance(site, SegConvSite):
+            return site.dimensions()
+        return (*site.dimensions(), 0)
 
     def is_conv(self) -> bool:
         return self in (Site.CONV1, Site.CONV2)
@@ -210,6 +231,15 @@ class Site(enum.Enum):
             return hardware.split_choice(Entry.EMBED_B32_TF32_K2)
         return hardware.split_choice(Entry.EMBED_B32_TF32)
 
+    def rule_choice(
+        self, batch: int, math: CudaMath, tier: PtxTier, hardware: Hardware, fp16: Fp16Policy
+    ) -> Choice | None:
+        """The device rule's choice under the FP16 policy: `choice`, or with
+        `Fp16Policy.FORBID` `choice_without_fp16`."""
+        if fp16 is Fp16Policy.FORBID:
+            return self.choice_without_fp16(batch, math, tier, hardware)
+        return self.choice(batch, math, tier, hardware)
+
     def choice_without_fp16(
         self, batch: int, math: CudaMath, tier: PtxTier, hardware: Hardware
     ) -> Choice | None:
@@ -230,6 +260,20 @@ class Site(enum.Enum):
         if default is None or default.entry is not Entry.EMBED_B32_F16:
             return None
         return Site.tf32_embedding(hardware)
+
+
+# the one table between the area's sites and the framework's; the other directions and
+# the boundaries are derived from it
+_TO_FRAMEWORK: dict[Site, DenseSite | SegConvSite] = {
+    Site.CONV1: SegConvSite.CONV1,
+    Site.CONV2: SegConvSite.CONV2,
+    Site.LINEAR0: DenseSite.LINEAR0,
+    Site.LINEAR1: DenseSite.LINEAR1,
+    Site.LINEAR2: DenseSite.CLASSIFIER,
+    Site.EMBEDDING: DenseSite.EMBEDDING,
+}
+_FROM_FRAMEWORK = {framework: site for site, framework in _TO_FRAMEWORK.items()}
+_BY_BOUNDARY = {framework.boundary(): site for site, framework in _TO_FRAMEWORK.items()}
 
 
 class Products(enum.Enum):
@@ -292,9 +336,19 @@ class Entry(enum.Enum):
     def products(self) -> Products:
         return _ENTRY_FACTS[self][3]
 
+    def variant(self) -> str:
+        """The entry's form within its site and batch, as `pyspk pins` labels it: "simt"
+        for the FP32 SIMT kernels, else the tensor-core or split-K form ("x3", "e64")."""
+        return _VARIANTS.get(self, "simt")
+
+    def kernel(self) -> str:
+        """The kernel's exported name: KERNEL_PREFIX and the entry's value (Select keeps
+        the name of the TF32 kernel it grew from)."""
+        return KERNEL_PREFIX + _KERNEL_STEMS.get(self, self.value)
+
     def config(self, splits: int) -> Config:
         """The launch shape, with `splits` reduction slices for a split-K entry."""
-        return _CONFIGS[self](splits)
+        return _CONFIGS[self](self.kernel(), splits)
 
     def is_split(self) -> bool:
         return isinstance(self.config(1).kind, Split)
@@ -304,6 +358,27 @@ class Entry(enum.Enum):
         count in the device rule, or None for an entry without split-K."""
         return _SPLIT_RESIDENCY.get(self)
 
+
+# every entry not listed is an FP32 SIMT kernel ("simt")
+_VARIANTS = {
+    Entry.CONV1_B32_TC: "tc",
+    Entry.CONV2_B32_TC: "tc",
+    Entry.CONV1_B32_X3: "x3",
+    Entry.CONV2_B32_X3: "x3",
+    Entry.EMBED_B32_X3: "x3",
+    Entry.LINEAR0_B1_TF32: "tf32",
+    Entry.LINEAR1_B1_TF32: "tf32",
+    Entry.LINEAR1_B32_TF32: "tf32",
+    Entry.EMBED_B32_TF32: "tf32",
+    Entry.LINEAR0_B32_SELECT: "sel",
+    Entry.EMBED_B32_TF32_E64: "e64",
+    Entry.EMBED_B32_TF32_K2: "k2",
+    Entry.EMBED_B32_F16: "f16",
+}
+
+# every kernel of the module is named KERNEL_PREFIX + its stem
+KERNEL_PREFIX = "spk_segdense_"
+_KERNEL_STEMS = {Entry.LINEAR0_B32_SELECT: "linear0_b32_tf32"}
 
 # entry -> (site, batch, lowest tier with its real kernel, product precision)
 _ENTRY_FACTS = {
@@ -529,9 +604,9 @@ class Config:
         return cls(kernel, Split(96, cols, splits, SplitWeights.FP32, fragments), block, 0)
 
     @classmethod
-    def half_split(cls, splits: int) -> Config:
+    def half_split(cls, kernel: str, splits: int) -> Config:
         return cls(
-            "spk_segdense_embed_b32_f16",
+            kernel,
             Split(96, 128, splits, SplitWeights.SCALED_HALF),
             384,
             HALF_SHARED,
@@ -539,44 +614,36 @@ class Config:
 
 
 _CONFIGS = {
-    Entry.CONV1_B1: lambda _: Config.conv("spk_segdense_conv1_b1", 64, 256),
-    Entry.CONV1_B32: lambda _: Config.conv("spk_segdense_conv1_b32", 128, 128),
-    Entry.CONV1_B32_TC: lambda _: Config.tensor_conv("spk_segdense_conv1_b32_tc", 128, 80, 1, 128),
-    Entry.CONV1_B32_X3: lambda _: Config.tensor_conv("spk_segdense_conv1_b32_x3", 128, 80, 2, 256),
-    Entry.CONV2_B1: lambda _: Config.conv("spk_segdense_conv2_b1", 32, 256),
-    Entry.CONV2_B32: lambda _: Config.conv("spk_segdense_conv2_b32", 128, 128),
-    Entry.CONV2_B32_TC: lambda _: Config.tensor_conv("spk_segdense_conv2_b32_tc", 128, 64, 1, 128),
-    Entry.CONV2_B32_X3: lambda _: Config.tensor_conv("spk_segdense_conv2_b32_x3", 128, 64, 2, 256),
-    Entry.LINEAR0_B1: lambda _: Config.gemm("spk_segdense_linear0_b1", 16, 32, 128),
-    Entry.LINEAR0_B1_TF32: lambda _: Config.gemm(
-        "spk_segdense_linear0_b1_tf32", 32, 32, 128, Fragments(1, paired=True)
+    Entry.CONV1_B1: lambda kernel, _: Config.conv(kernel, 64, 256),
+    Entry.CONV1_B32: lambda kernel, _: Config.conv(kernel, 128, 128),
+    Entry.CONV1_B32_TC: lambda kernel, _: Config.tensor_conv(kernel, 128, 80, 1, 128),
+    Entry.CONV1_B32_X3: lambda kernel, _: Config.tensor_conv(kernel, 128, 80, 2, 256),
+    Entry.CONV2_B1: lambda kernel, _: Config.conv(kernel, 32, 256),
+    Entry.CONV2_B32: lambda kernel, _: Config.conv(kernel, 128, 128),
+    Entry.CONV2_B32_TC: lambda kernel, _: Config.tensor_conv(kernel, 128, 64, 1, 128),
+    Entry.CONV2_B32_X3: lambda kernel, _: Config.tensor_conv(kernel, 128, 64, 2, 256),
+    Entry.LINEAR0_B1: lambda kernel, _: Config.gemm(kernel, 16, 32, 128),
+    Entry.LINEAR0_B1_TF32: lambda kernel, _: Config.gemm(
+        kernel, 32, 32, 128, Fragments(1, paired=True)
     ),
-    Entry.LINEAR0_B32: lambda _: Config.gemm("spk_segdense_linear0_b32", 64, 128, 128),
-    Entry.LINEAR0_B32_SELECT: lambda _: Config.select_gemm(
-        "spk_segdense_linear0_b32_tf32", 64, 128, 128
+    Entry.LINEAR0_B32: lambda kernel, _: Config.gemm(kernel, 64, 128, 128),
+    Entry.LINEAR0_B32_SELECT: lambda kernel, _: Config.select_gemm(kernel, 64, 128, 128),
+    Entry.LINEAR1_B1: lambda kernel, _: Config.gemm(kernel, 16, 32, 128),
+    Entry.LINEAR1_B1_TF32: lambda kernel, _: Config.gemm(kernel, 16, 32, 128),
+    Entry.LINEAR1_B32: lambda kernel, _: Config.gemm(kernel, 64, 128, 128),
+    Entry.LINEAR1_B32_TF32: lambda kernel, _: Config.gemm(
+        kernel, 64, 128, 128, Fragments(1, half=True)
     ),
-    Entry.LINEAR1_B1: lambda _: Config.gemm("spk_segdense_linear1_b1", 16, 32, 128),
-    Entry.LINEAR1_B1_TF32: lambda _: Config.gemm("spk_segdense_linear1_b1_tf32", 16, 32, 128),
-    Entry.LINEAR1_B32: lambda _: Config.gemm("spk_segdense_linear1_b32", 64, 128, 128),
-    Entry.LINEAR1_B32_TF32: lambda _: Config.gemm(
-        "spk_segdense_linear1_b32_tf32", 64, 128, 128, Fragments(1, half=True)
+    Entry.CLASSIFIER_B1: lambda kernel, _: Config.classifier(kernel, 8, 64),
+    Entry.CLASSIFIER_B32: lambda kernel, _: Config.classifier(kernel, 128, 256),
+    Entry.EMBED_B1: lambda kernel, _: Config(kernel, Gemv(2), 256, 0),
+    Entry.EMBED_B32: lambda kernel, s: Config.split(kernel, 128, s, 192),
+    Entry.EMBED_B32_TF32: lambda kernel, s: Config.split(kernel, 128, s, 192, Fragments(1)),
+    Entry.EMBED_B32_TF32_K2: lambda kernel, s: Config.split(kernel, 128, s, 384, Fragments(1)),
+    Entry.EMBED_B32_TF32_E64: lambda kernel, s: Config.split(
+        kernel, 64, s, 192, Fragments(1, paired=True)
     ),
-    Entry.CLASSIFIER_B1: lambda _: Config.classifier("spk_segdense_classifier_b1", 8, 64),
-    Entry.CLASSIFIER_B32: lambda _: Config.classifier("spk_segdense_classifier_b32", 128, 256),
-    Entry.EMBED_B1: lambda _: Config("spk_segdense_embed_b1", Gemv(2), 256, 0),
-    Entry.EMBED_B32: lambda s: Config.split("spk_segdense_embed_b32", 128, s, 192),
-    Entry.EMBED_B32_TF32: lambda s: Config.split(
-        "spk_segdense_embed_b32_tf32", 128, s, 192, Fragments(1)
-    ),
-    Entry.EMBED_B32_TF32_K2: lambda s: Config.split(
-        "spk_segdense_embed_b32_tf32_k2", 128, s, 384, Fragments(1)
-    ),
-    Entry.EMBED_B32_TF32_E64: lambda s: Config.split(
-        "spk_segdense_embed_b32_tf32_e64", 64, s, 192, Fragments(1, paired=True)
-    ),
-    Entry.EMBED_B32_X3: lambda s: Config.split(
-        "spk_segdense_embed_b32_x3", 64, s, 192, Fragments(2)
-    ),
+    Entry.EMBED_B32_X3: lambda kernel, s: Config.split(kernel, 64, s, 192, Fragments(2)),
     Entry.EMBED_B32_F16: Config.half_split,
 }
 
@@ -584,13 +651,10 @@ _CONFIGS = {
 # --- reductions --------------------------------------------------------------------
 
 # embedding outputs at batch 32: 96 rows of 256 columns
-_REDUCTION_OUTPUTS = 96 * 256
+_EMBED_ROWS, _EMBED_COLUMNS, _ = DenseSite.EMBEDDING.dimensions()
+_REDUCTION_OUTPUTS = BATCHES[-1] * _EMBED_ROWS * _EMBED_COLUMNS
 # split counts the rule picks on the development GPUs, with fixed-count reductions
-_FIXED_REDUCTIONS = {
-    18: "spk_segdense_reduce_e18",
-    34: "spk_segdense_reduce_e34",
-    36: "spk_segdense_reduce_e36",
-}
+_FIXED_REDUCTIONS = (18, 34, 36)
 
 
 @attrs.frozen
@@ -612,15 +676,16 @@ class Reduction:
         adding them, with no barrier; more would not fit its registers, so eight warps
         share them and meet in shared memory. Split counts picked on the development
         GPUs have fixed-count forms with no per-plane test."""
-        fixed = _FIXED_REDUCTIONS.get(splits)
-        if fixed is not None:
-            return ReductionShape(fixed, splits, _REDUCTION_OUTPUTS // 4 // 128, 128)
+        if splits in _FIXED_REDUCTIONS:
+            kernel = f"{KERNEL_PREFIX}reduce_e{splits}"
+            return ReductionShape(kernel, splits, _REDUCTION_OUTPUTS // 4 // 128, 128)
         if splits <= FLAT_MAX_SPLITS:
             # 64-thread blocks spread the loads over more SMs than 48 blocks of 128 would
             return ReductionShape(
-                "spk_segdense_reduce_embed_flat", splits, _REDUCTION_OUTPUTS // 4 // 64, 64
+                f"{KERNEL_PREFIX}reduce_embed_flat", splits, _REDUCTION_OUTPUTS // 4 // 64, 64
             )
-        return ReductionShape("spk_segdense_reduce_embed", splits, _REDUCTION_OUTPUTS // 128, 256)
+        kernel = f"{KERNEL_PREFIX}reduce_embed"
+        return ReductionShape(kernel, splits, _REDUCTION_OUTPUTS // 128, 256)
 
 
 # --- pins ----------------------------------------------------------------------------
@@ -666,11 +731,7 @@ class SegdensePin:
     ) -> SegdensePin:
         """The configuration the device rule picks for this boundary on the module `tier`
         and `device`; with `Fp16Policy.FORBID`, one with no FP16 products."""
-        hardware = Hardware.of(device)
-        if fp16 is Fp16Policy.FORBID:
-            choice = site.choice_without_fp16(batch, math, tier, hardware)
-        else:
-            choice = site.choice(batch, math, tier, hardware)
+        choice = site.rule_choice(batch, math, tier, Hardware.of(device), fp16)
         if choice is None:
             raise _unimplemented_batch(site, batch)
         return cls(choice, math, tier)
@@ -726,6 +787,18 @@ class SegdensePin:
     def splits(self) -> int | None:
         """The split-K slice count, for split-K entries."""
         return self.choice.splits if self.choice.entry.is_split() else None
+
+    def fields(self) -> dict[str, str | int | None]:
+        """What the pin runs, as reports record it: entry name, kernel, split-K slices
+        (None without split-K), block threads and dynamic shared bytes."""
+        config = self.config()
+        return {
+            "entry": self.entry().name,
+            "kernel": config.kernel,
+            "splits": self.splits(),
+            "block": config.block,
+            "shared": config.shared,
+        }
 
     def check(self, site: Site, batch: int, math: CudaMath, tier: PtxTier) -> None:
         """Refuse a pin for another boundary or a module that lacks its kernels."""
