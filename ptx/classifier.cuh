@@ -2,7 +2,7 @@
 //
 // Segmentation linear2: y = log_softmax(x @ w + bias) per row over the 7 classes,
 // log_softmax(v) = v - max - ln(sum(exp(v - max))). x [m, 128], w [128, 7] and bias [7]
-// as the caller holds them (no packing), y [m, 7], m = batch * 589. Grid
+// as the caller holds them (no packing), y [m, 7], m = batch * ITEM_ROWS. Grid
 // (ceil(m / ROWS), 1, 1): block b owns rows [ROWS b, ROWS b + ROWS); rows >= m of the
 // last block are neither read nor written. FP32 SIMT, no atomics, fixed orders.
 //
@@ -19,7 +19,8 @@
 // same logits and evaluates the log-softmax; lane c stores class c.
 //
 // Batch 32 (144 rows, 256 threads; lane j of a row group takes rows r, r + 64 and, in
-// warps 0 and 1, r + 128, 4 lanes per row): compensated, issue bound, two paths chosen by fp64_fast() (uniform).
+// warps 0 and 1, r + 128, 4 lanes per row): compensated, issue bound, two paths chosen
+// by fp64_fast() (uniform).
 // FP64 path (GA100/GH100-class parts, where a DFMA costs the FP64 pipe 2 cycles per
 // warp, the same as two FP32 operations, and the 4-operation FP32 scheme below costs 4):
 // every product is formed exactly and summed in FP64. x enters as x * 2^-896 built from
@@ -57,12 +58,16 @@
 // Warp 0 copies w into shared memory unchanged (and finds max|w|) while x is in
 // flight; a thread's two rows share each w read.
 
+#pragma once
+
+#include "common.cuh"
+#include "model.cuh"
+
 namespace spk {
 namespace cls {
 
 constexpr u32 K = 128;
 constexpr u32 N = 7;
-constexpr u32 ITEM_ROWS = 589;
 constexpr u32 F4 = K / 4;  // float4 per x row
 
 __device__ __forceinline__ float lane4(float4 v, u32 e) {
@@ -460,9 +465,9 @@ __device__ __forceinline__ void b32_rows_f32(const float4 (&xr)[3][B32_STEPS],
 // compensated. Block b < 131 owns rows [144 b, 144 b + 144); blocks 131.. return at
 // once. A row group r (0..63, four lanes) takes rows r and r + 64, and in warps 0 and 1
 // (r < 16) also row r + 128. With 128 rows per block the 16 SMs that held two of the
-// 148 blocks set the kernel's time; 144 rows put one working block on each SM: 7.8 ->
-// 5.8 us per enqueue in the benchmark of record, same bits. That block may take all
-// the registers (at two blocks per SM, 128 each, the three-row warps spill).
+// 148 blocks set the kernel's time; 144 rows put one working block on each SM, with the
+// same bits. That block may take all the registers (at two blocks per SM, 128 each, the
+// three-row warps spill).
 extern "C" __global__ void __launch_bounds__(256, 1)
 spk_segdense_classifier_b32(const float* __restrict__ x, u64 x_len,
                             const float* __restrict__ w, u64 w_len,
@@ -498,8 +503,7 @@ spk_segdense_classifier_b32(const float* __restrict__ x, u64 x_len,
     const bool three = warp < 2;  // warp-uniform
 
     // FP64 path: this thread's float4 of w is requested before x, so that it arrives,
-    // is staged and passes the barrier while x is still in flight (5.66 -> 5.56 us in
-    // the timing harness, same bits)
+    // is staged and passes the barrier while x is still in flight
     const bool fast = fp64_fast();
     float4 w_part = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (fast && t < K * N / 4) {

@@ -30,11 +30,12 @@
 // o = 15 cg + 4 q + e at column slot(o) = 16 q + 4 cg + e and zeros in columns 51, 55,
 // 59 and 63 (q = 3, e = 3), so channel group cg reads channels 15 cg + 4 q + {0..3} as
 // one aligned float4 (the four channel groups of a warp: 64 contiguous bytes) and a
-// stage's rows are copied to shared memory unchanged, one float4 store each. Staged
-// from the plain [k, 64] layout, each float4 took four scalar stores to its remapped
-// slots (and rows padded to 72 floats against their bank conflicts): 11.65 -> 11.27 us
-// per enqueue of conv1_b1, 6.49 -> 6.12 of conv2_b1 (H200 benchmark of record, same
-// output bits).
+// stage's rows are copied to shared memory unchanged, one float4 store each, with no
+// remapping and no padding rows against bank conflicts.
+
+#pragma once
+
+#include "common.cuh"
 
 namespace spk {
 namespace conv {
@@ -303,8 +304,8 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
                 }
             };
             // Position by position, each over all taps and channels. Every accumulator
-            // takes its input channels and taps in order whatever the loop nest, so this
-            // is the nest ptxas schedules best of those tried.
+            // takes its input channels and taps in order whatever the loop nest, so the
+            // nest is free: this is the one ptxas schedules best.
             auto products = [&](u32 s) {
 #pragma unroll
                 for (u32 p = 0; p < TILE_POS; ++p) {
@@ -317,10 +318,9 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
                     }
                 }
             };
-            // Where every stage has all its rows, the stage's shared reads all come
-            // before its products; otherwise row by row. Timing harness, same bits:
-            // conv1_b1 12.16 (tap by tap) -> 11.82 (this nest) -> 11.72 us (reads
-            // first); conv2_b1, reading first, 6.60 -> 7.22 us.
+            // Where every stage has all its rows (EXACT), the stage's shared reads all
+            // come before its products; otherwise (conv2_b1) row by row, which is faster
+            // there. Either way each accumulator's order is the same.
 #pragma unroll
             for (u32 s = 0; s < K::S; ++s) {
                 if (has_row(s)) {

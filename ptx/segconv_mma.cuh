@@ -41,6 +41,11 @@
 //     |y - exact| <= (12 + 2 * 9 * 2 + k / 8 + 1) u sum_k |a_k b_k|,   u = 2^-24,
 // which the GPU tests check (FP32 SIMT summation of k terms: (k + 2) u).
 
+#pragma once
+
+#include "common.cuh"
+#include "sm80.cuh"
+
 namespace spk {
 namespace tconv {
 
@@ -149,8 +154,8 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
             const u32 copy = t + j * K::THREADS;
             const u32 plane = copy / (W_STAGE / 4);
             const u32 piece = copy % (W_STAGE / 4);
-            // through L2 only: copied through L1 (shared by the SM's blocks, as the
-            // GEMMs' weights are) they cost conv1 tc 58.0 -> 59.8 us, x3 183.8 -> 186.4
+            // through L2 only (.cg): copied through L1, where the SM's blocks could
+            // share them, they were slower
             cp_async16_fill(at + 4 * (X_STAGE + plane * W_STAGE + 4 * piece),
                             w + plane * K::PLANE + stage * W_STAGE + 4 * piece, 16);
         }
@@ -304,8 +309,7 @@ __device__ __forceinline__ void pack_conv_mma(const float* __restrict__ src, u64
 
 // tc: scaled FP16 products (m16n8k16, FP32 accumulation), which TF32 math allows. Against
 // TF32 m16n8k8 on the same tiles it issues half the mma (the H200 runs m16n8k16 at twice
-// the FLOP rate: benchmarks/h200-mma-ceiling.txt) and copies half the weight bytes:
-// conv1 58.5 -> 43.2 us, conv2 19.5 -> 13.4 (timing harness), rel-L2 equal to five digits.
+// the FLOP rate: benchmarks/h200-mma-ceiling.txt) and copies half the weight bytes.
 //   w: pack_conv_half at plan time: per stage of 16 input channels and per tap, the A
 //      fragments as FP16 pairs of adjacent input channels (k runs tap-major inside a
 //      stage), channel o times the power of two s_o that puts its largest magnitude in
@@ -390,8 +394,8 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
 #pragma unroll
         for (u32 j = 0; j < W_STAGE / 4 / THREADS; ++j) {
             const u32 copy = t + j * THREADS;
-            // through L2 only: through L1 (shared by the SM's four blocks, the half-size
-            // weight nearly fits) conv1 took 43.2 -> 44.7 us, conv2 13.6 -> 14.0
+            // through L2 only (.cg): through L1, shared by the SM's four blocks (the
+            // half-size weight nearly fits), they were slower
             cp_async16_fill(at + 16 * copy, w + stage * W_STAGE + 4 * copy, 16);
         }
         cp_async_commit();
@@ -399,9 +403,8 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
 
     // x of the warp's window: this lane's position (16 channels) and, for the 4 after
     // the warp's 32, position 32 + lane % 4 of pair lane / 4. Positions past the row's
-    // end and channels past CIN are zero, so they never set a scale. (Loaded from a
-    // clamped address and then zeroed, rather than under the condition, which compiles
-    // to a branch per load, they took conv1 43.1 -> 46.1 us.)
+    // end and channels past CIN are zero, so they never set a scale. They are loaded
+    // under the condition: from a clamped address and then zeroed they were slower.
     const u32 main_at = pos0 + warp * 32 + lane;
     const u32 halo_at = pos0 + warp * 32 + 32 + lane % 4;
     const u32 halo_pair = lane / 4;
@@ -413,8 +416,7 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
     float xh[2];
     // channel r of a stage exists in every stage when r < CIN % 16 (all, where 16
     // divides CIN): only the rest need the test, which keeps conv2 from spilling on
-    // sm_80. (Moving conv2's last stage back to end at CIN instead, its repeated
-    // channels' weights zero, took 13.4 -> 13.7 us.)
+    // sm_80.
     auto channel_in = [](u32 ci0, u32 r) {
         constexpr u32 ALWAYS = K::CIN % STAGE_CI == 0 ? STAGE_CI : K::CIN % STAGE_CI;
         return r < ALWAYS | ci0 + r < K::CIN;
@@ -453,8 +455,7 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
     };
 
     // x is fetched a stage ahead of its stash, right after the previous stash, weights
-    // two stages ahead: fetched after each stage's barrier instead, x cost conv1 43.2 ->
-    // 44.2 us, conv2 13.4 -> 14.5 (timing harness)
+    // two stages ahead, so the x loads fly during a whole stage's products
     issue(0);
     issue(1);
     fetch(0);
@@ -548,11 +549,8 @@ spk_segdense_pack_conv_mma(const float* __restrict__ src, u64 src_len,
 
 namespace spk {
 namespace tconv {
-// x3: eight warps of 32 channels x 32 positions, a fresh fragment per k-step. Measured on
-// the H200 (CUDA graphs of 20 launches, medians, conv1 / conv2): at 2 blocks per SM
-// (k-step loop rolled, 126 registers) 184.4 / 56.6 us against 184.0 / 55.4 at 1; warps
-// of 64 channels x 16 positions 191.8 / 56.9; two k-steps per fresh fragment 190.4 /
-// 57.4 us and rel-L2 1.63e-7 / 1.55e-7 against 1.57e-7 / 1.43e-7.
+// x3: eight warps of 32 channels x 32 positions, a fresh fragment per k-step, one block
+// per SM (the fastest of the forms measured).
 //                   CIN CIN_PAD   L  THREADS WARPS_M
 using Conv1X3 = Shape<80, 80, 5325, 256, 2>;
 using Conv2X3 = Shape<60, 64, 1773, 256, 2>;

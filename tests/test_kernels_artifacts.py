@@ -5,17 +5,13 @@ block of prepared launches."""
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import json
 import shutil
-import sys
-import types
 from pathlib import Path
 
 import pytest
 
 from pyspk.candidate.segdense import EMBED_MAX_SPLITS, Conv, Entry, Reduction, TensorConv
-from pyspk.cuda import driver
 from pyspk.cuda.errors import ArtifactError, CudaError, DriverError, KernelMissingError
 from pyspk.cuda.kernels import (
     Artifact,
@@ -29,6 +25,7 @@ from pyspk.cuda.kernels import (
 )
 from pyspk.cuda.tier import ComputeCapability, PtxTier
 from tests.fake_driver import CUstream, FakeApi, Handle, Result
+from tests.repo import load_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 PTX = ROOT / "ptx"
@@ -36,7 +33,10 @@ PTX = ROOT / "ptx"
 
 def _expected_entries() -> dict[str, tuple[str, ...]]:
     """Every kernel the Config table, the reductions and the packs name, with the
-    parameter list of DESIGN.md section 4's calling convention: 32 entries."""
+    parameter list of the kernels' calling convention, where a buffer is a 64-bit device
+    pointer and its 64-bit element count: a convolution takes x, w and y, every other
+    entry x, w, bias and y, a reduction partials, bias, y and a 32-bit slice count, and a
+    pack src, dst and three 32-bit dimensions. 32 entries."""
     buffers = ("u64", "u64")
     entries = {}
     for entry in Entry:
@@ -54,16 +54,7 @@ ENTRIES = _expected_entries()
 assert len(ENTRIES) == 32
 
 
-def _tool() -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location("pyspk_tools_kernels", ROOT / "tools/kernels.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while building
-    spec.loader.exec_module(module)
-    return module
-
-
-tool = _tool()
+tool = load_tool("kernels")
 
 
 @pytest.fixture
@@ -89,7 +80,7 @@ def segdense() -> Manifest:
 
 def test_module_names() -> None:
     assert str(KernelModule.SEGDENSE) == "segdense"
-    assert KernelModule.SEGDENSE.module_name == "segdense"
+    assert str(KernelModule.SEGDENSE) == "segdense"
 
 
 def test_artifact_dir_is_the_source_tree_without_a_wheel() -> None:
@@ -110,10 +101,18 @@ def test_manifest_lists_both_tiers_with_the_same_entries() -> None:
     assert sm80.cubins["sm_90"].file == "cubin/segdense.sm80.sm_90.cubin"
     assert set(module.sources) == {
         "segdense.cu",
+        "common.cuh",
+        "sm80.cuh",
+        "model.cuh",
         "segconv.cuh",
         "segconv_mma.cuh",
+        "linear.cuh",
         "seglinear.cuh",
+        "seglinear_b1.cuh",
+        "seglinear_b1_linear1.cuh",
+        "seglinear_b32.cuh",
         "seggemm_mma.cuh",
+        "seggemm_half.cuh",
         "classifier.cuh",
     }
 
@@ -297,6 +296,112 @@ def test_check_notices_a_stray_cubin(copy: Path) -> None:
     ]
 
 
+# -- the CUDA sources and the constants they share with pyspk ---------------------------
+
+
+def test_sources_are_short_and_guarded() -> None:
+    assert tool.source_problems(PTX) == []
+
+
+def test_check_notices_a_long_or_unguarded_header(copy: Path) -> None:
+    header = copy / "linear.cuh"
+    header.write_text(header.read_text().replace("#pragma once\n", ""))
+    family = copy / "segconv.cuh"
+    text = family.read_text()
+    family.write_text(text + "// note\n" * (701 - text.count("\n")))
+    assert tool.source_problems(copy) == [
+        "linear.cuh has no include guard: add `#pragma once`",
+        "segconv.cuh has 701 lines, more than 700: split it along a seam of its kernel "
+        "family, or move measurement notes to docs/performance.md",
+    ]
+
+
+def test_cuda_constants_and_kernel_names_match_pyspk() -> None:
+    found, problems = tool.cuda_constants(PTX)
+    assert problems == []
+    assert found["ITEM_ROWS"] == ("589", 589)
+    assert found["LEAKY_SLOPE"] == ("0.01f", 0.01)
+    assert found["SELECT_ROWS"] == ("16", 16)
+    assert found["EMBED_MAX_SPLITS"] == ("128", 128)
+    assert tool.pyspk_problems(PTX) == []
+
+
+def test_a_cuda_constant_unlike_pyspk_is_named_with_both_values(copy: Path) -> None:
+    model = copy / "model.cuh"
+    text = model.read_text()
+    assert "constexpr u32 ITEM_ROWS = 589;" in text
+    model.write_text(
+        text.replace("constexpr u32 ITEM_ROWS = 589;", "constexpr u32 ITEM_ROWS = 590;")
+    )
+    assert tool.pyspk_problems(copy) == [
+        f"ITEM_ROWS differs: 590 in ptx/model.cuh, 589 in DenseSite.{site}.dimensions()[0]"
+        for site in ("LINEAR0", "LINEAR1", "CLASSIFIER")
+    ]
+
+
+def test_a_python_constant_unlike_the_kernels_is_named_with_both_values(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pyspk import reference
+    from pyspk.candidate.segdense import selection
+
+    monkeypatch.setattr(reference, "LEAKY_SLOPE", 0.02)
+    monkeypatch.setattr(selection, "SELECT_ROWS", 17)
+    monkeypatch.setattr(selection, "EMBED_MAX_SPLITS", 64)
+    assert tool.pyspk_problems(PTX) == [
+        "LEAKY_SLOPE differs: 0.01f in ptx/model.cuh, 0.02 in pyspk.reference.LEAKY_SLOPE",
+        "EMBED_MAX_SPLITS differs: 128 in ptx/model.cuh, 64 in selection.EMBED_MAX_SPLITS",
+        "SELECT_ROWS differs: 16 in ptx/seggemm_mma.cuh, 17 in selection.SELECT_ROWS",
+    ]
+
+
+def test_a_constant_is_defined_once(copy: Path) -> None:
+    classifier = copy / "classifier.cuh"
+    classifier.write_text(
+        classifier.read_text() + "namespace spk { constexpr u32 ITEM_ROWS = 589; }\n"
+    )
+    assert tool.pyspk_problems(copy) == [
+        "ITEM_ROWS is defined in classifier.cuh, model.cuh: define it once, in model.cuh, "
+        "where tools/kernels.py reads it"
+    ]
+
+
+def test_every_kernel_pyspk_names_is_exported(copy: Path) -> None:
+    ptx = copy / "segdense.sm80.ptx"
+    text = ptx.read_text()
+    assert text.count(".entry spk_segdense_embed_b1(") == 1
+    ptx.write_text(text.replace(".entry spk_segdense_embed_b1(", ".entry spk_segdense_embed_b1x("))
+    assert tool.pyspk_problems(copy) == [
+        "kernel spk_segdense_embed_b1 (Entry.EMBED_B1) is not exported by segdense.sm80.ptx"
+    ]
+
+
+def _nvcc_missing() -> bool:
+    try:
+        tool.find_tool("nvcc")
+    except tool.ToolError:
+        return True
+    return False
+
+
+@pytest.mark.skipif(_nvcc_missing(), reason="needs the CUDA toolkit's nvcc")
+def test_a_header_that_does_not_stand_alone_is_named(tmp_path: Path) -> None:
+    (tmp_path / "types.cuh").write_text("#pragma once\ntypedef unsigned int u32;\n")
+    (tmp_path / "user.cuh").write_text(
+        "#pragma once\n__device__ inline u32 twice(u32 v) { return 2 * v; }\n"
+    )
+    problems = tool.header_problems(tmp_path)
+    assert [problem.splitlines()[0] for problem in problems] == [
+        f"user.cuh does not compile on its own for {tier.virtual} (a header includes every "
+        "header it uses):"
+        for tier in tool.TIERS
+    ]
+    (tmp_path / "user.cuh").write_text(
+        '#pragma once\n#include "types.cuh"\n__device__ inline u32 twice(u32 v) { return 2 * v; }\n'
+    )
+    assert tool.header_problems(tmp_path) == []
+
+
 def test_missing_toolkit_is_explained(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tool.shutil, "which", lambda name: None)
     monkeypatch.setattr(tool, "DEFAULT_CUDA_HOMES", ())
@@ -380,13 +485,6 @@ def test_ptxas_resources_and_spills() -> None:
 
 
 # -- loading against a fake driver ----------------------------------------------------
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> FakeApi:
-    api = FakeApi()
-    monkeypatch.setattr(driver, "_api", api)
-    return api
 
 
 def test_load_resolves_every_entry(fake: FakeApi) -> None:

@@ -2,7 +2,7 @@
 (cuDNN / cuBLAS and the epilogue through PyTorch), side by side in one process on one
 stream, for each of the 24 tuples (site x batch 1, 32 x FP32, TF32 math).
 
-Method (DESIGN.md section 6): each arm is a CUDA graph of 20 enqueues captured after
+Method: each arm is a CUDA graph of 20 enqueues captured after
 eager warm-up; warm-up rounds, then interleaved timed rounds (library, pyspk) with CUDA
 events around each replay, a spin kernel ahead of each round so the host never starves
 the GPU; medians per arm, per-enqueue microseconds, speedup = library / pyspk. Both arms'

@@ -14,8 +14,13 @@ resource use per cubin). The output has no timestamps and sorted keys, so a rebu
 the same toolchain reproduces it byte for byte.
 
 `check` verifies the hashes, the pinned headers, that every tier exports the same entries
-with the same parameters, that no cubin spills, and that the installed ptxas assembles
-every tier for every listed architecture. Exit status 0 when everything holds, else 1.
+with the same parameters, that no cubin spills, that every CUDA source stays within
+MAX_SOURCE_LINES lines, that every header has an include guard and compiles on its own
+(so it includes what it uses), that the constants the CUDA sources share with pyspk
+(rows per item, the LeakyReLU slope, split and selected-row counts, ...) equal pyspk's and
+that every kernel pyspk names is exported by every tier, and that the installed ptxas
+assembles every tier for every listed architecture. Exit status 0 when everything
+holds, else 1.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import json
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -68,6 +74,9 @@ NVCC_FLAGS = (
     "-I.",
 )
 PTXAS_FLAGS = ("-O3",)
+# the most lines one CUDA source may have: past it, split the family along a natural seam
+# or move measurement prose to docs/performance.md
+MAX_SOURCE_LINES = 700
 
 _VERSION_LINE = re.compile(r"^\.version\s+(\d+\.\d+)\s*$", re.MULTILINE)
 _TARGET_LINE = re.compile(r"^\.target\s+(\S+?)\s*$", re.MULTILINE)
@@ -81,6 +90,10 @@ _PTXAS_FRAME = re.compile(
     r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads"
 )
 _PTXAS_USED = re.compile(r"Used (\d+) registers(?:, used (\d+) barriers)?(?:, (\d+) bytes smem)?")
+_PRAGMA_ONCE = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+once\b", re.MULTILINE)
+_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
+_INT_LITERAL = re.compile(r"^(\d+)[uU]?$")
+_FLOAT_LITERAL = re.compile(r"^(\d+\.\d*(?:[eE][+-]?\d+)?)[fF]$")
 
 
 class ToolError(Exception):
@@ -381,6 +394,219 @@ def _entry_differences(module: str, per_tier: Mapping[str, Mapping[str, Any]]) -
     return problems
 
 
+# -- the CUDA sources and pyspk -------------------------------------------------------
+
+
+def _constexpr(name: str) -> re.Pattern[str]:
+    return re.compile(rf"\bconstexpr\s+(?:u32|int|float)\s+{name}\s*=\s*([^;]+?)\s*;")
+
+
+# Constants the CUDA sources share with pyspk: name -> (the source that defines it, the
+# pattern whose group 1 is its literal value). A `constexpr` one must be defined exactly
+# once in all the sources, in that file.
+CUDA_CONSTANTS: dict[str, tuple[str, re.Pattern[str]]] = {
+    "ITEM_ROWS": ("model.cuh", _constexpr("ITEM_ROWS")),
+    "LEAKY_SLOPE": ("model.cuh", _constexpr("LEAKY_SLOPE")),
+    "EMBED_ROWS": ("model.cuh", _constexpr("EMBED_ROWS")),
+    "EMBED_COLS": ("model.cuh", _constexpr("EMBED_COLS")),
+    "EMBED_K": ("model.cuh", _constexpr("EMBED_K")),
+    "EMBED_MAX_SPLITS": ("model.cuh", _constexpr("EMBED_MAX_SPLITS")),
+    "FLAT_MAX_SPLITS": ("model.cuh", _constexpr("FLAT_MAX_SPLITS")),
+    "SELECT_ROWS": ("seggemm_mma.cuh", _constexpr("SELECT_ROWS")),
+    # embed_b32_f16's dynamic shared bytes, asserted against the launch's figure
+    "HALF_SHARED": (
+        "seggemm_half.cuh",
+        re.compile(r"\bstatic_assert\(\s*SHARED_BYTES\s*==\s*([^,]+?)\s*,"),
+    ),
+}
+
+
+def source_problems(ptx_dir: Path = PTX_DIR) -> list[str]:
+    """Every CUDA source within MAX_SOURCE_LINES lines and every header with an include
+    guard (`#pragma once`), without running any tool."""
+    problems = []
+    for module in MODULES:
+        for name in source_files(ptx_dir, module):
+            path = ptx_dir / name
+            if not path.is_file():
+                continue  # verify_artifacts reports it
+            text = path.read_text(encoding="utf-8")
+            lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
+            if lines > MAX_SOURCE_LINES:
+                problems.append(
+                    f"{name} has {lines} lines, more than {MAX_SOURCE_LINES}: split it along "
+                    "a seam of its kernel family, or move measurement notes to "
+                    "docs/performance.md"
+                )
+            if name.endswith(".cuh") and not _PRAGMA_ONCE.search(_COMMENT.sub("", text)):
+                problems.append(f"{name} has no include guard: add `#pragma once`")
+    return problems
+
+
+def _literal(text: str) -> int | float | None:
+    integer = _INT_LITERAL.match(text)
+    if integer:
+        return int(integer.group(1))
+    real = _FLOAT_LITERAL.match(text)
+    return float(real.group(1)) if real else None
+
+
+def cuda_constants(ptx_dir: Path = PTX_DIR) -> tuple[dict[str, tuple[str, int | float]], list[str]]:
+    """Each of CUDA_CONSTANTS as the sources define it, `{name: (literal as written,
+    value)}`, and the problems in reading them: missing, not a literal, or a `constexpr`
+    defined more than once or outside its file."""
+    sources = {}
+    for module in MODULES:
+        for name in source_files(ptx_dir, module):
+            if (ptx_dir / name).is_file():
+                code = _COMMENT.sub("", (ptx_dir / name).read_text(encoding="utf-8"))
+                sources[name] = code
+    found: dict[str, tuple[str, int | float]] = {}
+    problems = []
+    for constant, (home, pattern) in CUDA_CONSTANTS.items():
+        places = [
+            (name, m.group(1)) for name, code in sources.items() for m in pattern.finditer(code)
+        ]
+        if len(places) != 1 or places[0][0] != home:
+            where = ", ".join(name for name, _ in places) or "no source"
+            problems.append(
+                f"{constant} is defined in {where}: define it once, in {home}, where "
+                "tools/kernels.py reads it"
+            )
+            continue
+        text = places[0][1]
+        value = _literal(text)
+        if value is None:
+            problems.append(
+                f"{constant} in {home} is `{text}`, not a literal tools/kernels.py can read"
+            )
+            continue
+        found[constant] = (text, value)
+    return found, problems
+
+
+def python_constants() -> dict[str, list[tuple[str, int | float]]]:
+    """pyspk's value of each of CUDA_CONSTANTS, read now: `{name: [(where, value), ...]}`."""
+    from pyspk import reference
+    from pyspk.candidate.framework import DenseSite
+    from pyspk.candidate.segdense import selection
+
+    def dimension(site: DenseSite, axis: int) -> tuple[str, int]:
+        return f"DenseSite.{site.name}.dimensions()[{axis}]", site.dimensions()[axis]
+
+    batch = max(selection.BATCHES)
+    heads = (DenseSite.LINEAR0, DenseSite.LINEAR1, DenseSite.CLASSIFIER)
+    return {
+        "ITEM_ROWS": [dimension(site, 0) for site in heads],
+        "LEAKY_SLOPE": [("pyspk.reference.LEAKY_SLOPE", reference.LEAKY_SLOPE)],
+        "EMBED_ROWS": [
+            (
+                "max(BATCHES) * DenseSite.EMBEDDING.dimensions()[0]",
+                batch * DenseSite.EMBEDDING.dimensions()[0],
+            )
+        ],
+        "EMBED_COLS": [dimension(DenseSite.EMBEDDING, 1)],
+        "EMBED_K": [dimension(DenseSite.EMBEDDING, 2)],
+        "EMBED_MAX_SPLITS": [("selection.EMBED_MAX_SPLITS", selection.EMBED_MAX_SPLITS)],
+        "FLAT_MAX_SPLITS": [("selection.FLAT_MAX_SPLITS", selection.FLAT_MAX_SPLITS)],
+        "SELECT_ROWS": [("selection.SELECT_ROWS", selection.SELECT_ROWS)],
+        "HALF_SHARED": [("selection.HALF_SHARED", selection.HALF_SHARED)],
+    }
+
+
+def python_kernels() -> dict[str, str]:
+    """Every kernel pyspk launches by name, and who names it: each Entry's Config and
+    each split count's reduction."""
+    from pyspk.candidate.segdense import selection
+
+    kernels: dict[str, str] = {}
+    for entry in selection.Entry:
+        kernels.setdefault(entry.config(1).kernel, f"Entry.{entry.name}")
+    for splits in range(1, selection.EMBED_MAX_SPLITS + 1):
+        kernels.setdefault(selection.Reduction.shape(splits).kernel, f"Reduction.shape({splits})")
+    return kernels
+
+
+def _same(cuda: int | float, python: Any) -> bool:
+    if isinstance(cuda, float):  # a float literal: the FP32 value the kernels compute with
+        return struct.pack("<f", cuda) == struct.pack("<f", float(python))
+    return isinstance(python, int) and not isinstance(python, bool) and cuda == python
+
+
+def pyspk_problems(ptx_dir: Path = PTX_DIR) -> list[str]:
+    """Constants of CUDA_CONSTANTS that differ from pyspk's, and kernels pyspk names that
+    some tier's PTX does not export, without running any tool."""
+    found, problems = cuda_constants(ptx_dir)
+    try:
+        expected = python_constants()
+        kernels = python_kernels()
+    except Exception as error:  # an import or attribute error in pyspk
+        return [*problems, f"cannot read pyspk's constants and kernel names: {error!r}"]
+    for constant, (home, _) in CUDA_CONSTANTS.items():
+        if constant not in found:
+            continue
+        text, value = found[constant]
+        for where, python in expected[constant]:
+            if not _same(value, python):
+                problems.append(f"{constant} differs: {text} in ptx/{home}, {python!r} in {where}")
+    for module in MODULES:
+        for tier in TIERS:
+            path = ptx_dir / ptx_name(module, tier)
+            if not path.is_file():
+                continue  # verify_artifacts reports it
+            exported = parse_entries(path.read_text(encoding="utf-8"))
+            problems.extend(
+                f"kernel {kernel} ({who}) is not exported by {path.name}"
+                for kernel, who in sorted(kernels.items())
+                if kernel not in exported
+            )
+    return problems
+
+
+def _header_alone(ptx_dir: Path, header: str, tier: Tier, scratch: Path) -> str | None:
+    """nvcc's complaint when `header`, included twice by a file of its own, does not
+    compile for `tier` with the build's flags; None when it does."""
+    stem = f"{header.replace('.', '_')}.{tier.name}"
+    unit = scratch / f"{stem}.cu"
+    unit.write_text(f'#include "{header}"\n#include "{header}"\n', encoding="utf-8")
+    command = [find_tool("nvcc"), *NVCC_FLAGS, f"-arch={tier.virtual}"]
+    result = subprocess.run(
+        [*command, str(unit), "-o", str(scratch / f"{stem}.ptx")],
+        cwd=ptx_dir,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode == 0:
+        return None
+    lines = (result.stdout + result.stderr).strip().splitlines()
+    if len(lines) > 12:
+        lines = [*lines[:12], f"... ({len(lines) - 12} more lines)"]
+    return "\n".join(lines)
+
+
+def header_problems(ptx_dir: Path = PTX_DIR) -> list[str]:
+    """Headers that do not compile on their own in some tier (each is compiled alone,
+    with the build's nvcc flags, for every tier's virtual architecture, in parallel)."""
+    headers = sorted(path.name for path in ptx_dir.glob("*.cuh"))
+    problems = []
+    with tempfile.TemporaryDirectory(prefix="pyspk-headers-") as scratch:
+        jobs = [(header, tier) for header in headers for tier in TIERS]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+            futures = {
+                job: pool.submit(_header_alone, ptx_dir, job[0], job[1], Path(scratch))
+                for job in jobs
+            }
+            for (header, tier), future in futures.items():
+                error = future.result()
+                if error is not None:
+                    problems.append(
+                        f"{header} does not compile on its own for {tier.virtual} (a "
+                        f"header includes every header it uses):\n{error}"
+                    )
+    return problems
+
+
 # -- check ----------------------------------------------------------------------------
 
 
@@ -511,14 +737,25 @@ def _compare_trees(expected: Path, actual: Path, names: Sequence[str]) -> list[s
 def check(
     ptx_dir: Path = PTX_DIR, rebuild: bool = False, say: Callable[[str], None] = progress
 ) -> list[str]:
-    """Everything `verify_artifacts` checks, plus ptxas assembling every tier for every
-    listed architecture; with `rebuild`, a full rebuild compared byte for byte."""
+    """Everything `verify_artifacts`, `source_problems`, `pyspk_problems` and
+    `header_problems` check, plus ptxas assembling every tier for every listed
+    architecture; with `rebuild`, a full rebuild compared byte for byte."""
     say(f"check    {ptx_dir}")
     problems = verify_artifacts(ptx_dir)
     for problem in problems:
         say(f"  FAIL   {problem}")
     if not problems:
         say("  ok     hashes, pinned headers, entry lists and resources match the manifest")
+    for step, passed in (
+        (source_problems, f"sources within {MAX_SOURCE_LINES} lines, headers guarded"),
+        (pyspk_problems, "constants shared with pyspk match, every kernel it names exported"),
+    ):
+        found = step(ptx_dir)
+        for problem in found:
+            say(f"  FAIL   {problem}")
+        if not found:
+            say(f"  ok     {passed}")
+        problems.extend(found)
 
     manifest = (
         json.loads((ptx_dir / MANIFEST_NAME).read_text(encoding="utf-8"))
@@ -534,6 +771,13 @@ def check(
             say(f"  FAIL   {note}")
         else:
             say(f"  note   {note}")
+
+    alone = header_problems(ptx_dir)
+    for problem in alone:
+        say(f"  FAIL   {problem}")
+    if not alone:
+        say("  ok     every header compiles on its own in every tier")
+    problems.extend(alone)
 
     with tempfile.TemporaryDirectory(prefix="pyspk-check-") as scratch:
         scratch_dir = Path(scratch)
