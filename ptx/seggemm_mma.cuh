@@ -192,16 +192,12 @@ __device__ __forceinline__ ItemScales item_scales_start(u32 warp_row0) {
     return ItemScales{warp_scale_start(), warp_scale_start(), min(next_item - warp_row0, G::WM)};
 }
 // Folds this lane's largest magnitudes of the next operands of each item (`m_first`,
-// `m_second`) into the items' scales. A warp of one item (the branch is warp-uniform)
-// keeps the one-scale path; a warp of two reduces each item's largest on its own and
-// rescales each accumulator row by its item's ratio (1 where a scale stays).
+// `m_second`) into the scales of a warp whose rows span two items: each item's largest
+// is reduced on its own, and each accumulator row rescaled by its item's ratio (1 where
+// a scale stays).
 template <class G>
 __device__ __forceinline__ void raise_item_scales(float m_first, float m_second, ItemScales& s,
                                                   float (&acc)[G::MT][G::NT][4]) {
-    if (s.split >= G::WM) {
-        raise_warp_scale(m_first, s.first, acc);
-        return;
-    }
     float ratio[2];
 #pragma unroll
     for (u32 item = 0; item < 2; ++item) {
@@ -237,13 +233,15 @@ __device__ __forceinline__ void raise_item_scales(float m_first, float m_second,
 
 // One k-step of 16 on scaled FP16 products: x rows g and g + 8 of each 16-row tile at
 // `a` (columns 2 q, 2 q + 1 and 2 q + 8, 2 q + 9), w's packed pair fragments at `b`, the
-// x rows scaled by their item's running scale in the warp (raise_item_scales). Scales
-// per warp and item rather than per row: one shuffle tree per k-step (two in the warps
-// that span two items) instead of one per row.
-template <class G>
+// x rows scaled by their item's running scale in the warp. Scales per warp and item
+// rather than per row: one shuffle tree per k-step instead of one per row. TWO: the
+// warp's rows span two items (two trees, raise_item_scales); a warp of one item is
+// compiled apart, with no per-row selection of scales.
+template <class G, bool TWO>
 __device__ __forceinline__ void half_step(saddr a, saddr b, float (&acc)[G::MT][G::NT][4],
                                           ItemScales& scales) {
     const u32 g = threadIdx.x % 32 / 4;
+    const u32 split = TWO ? scales.split : G::WM;  // rows from `split` on: the second item
     float2 front[G::MT][2], back[G::MT][2];
     float m_first = 0.0f, m_second = 0.0f;
 #pragma unroll
@@ -255,21 +253,25 @@ __device__ __forceinline__ void half_step(saddr a, saddr b, float (&acc)[G::MT][
             back[i][h] = lds2(at + 4 * 8);
             const float m = fmaxf(fmaxf(fabsf(front[i][h].x), fabsf(front[i][h].y)),
                                   fmaxf(fabsf(back[i][h].x), fabsf(back[i][h].y)));
-            if (i * 16 + 8 * h + g >= scales.split) {
+            if (i * 16 + 8 * h + g >= split) {
                 m_second = fmaxf(m_second, m);
             } else {
                 m_first = fmaxf(m_first, m);
             }
         }
     }
-    raise_item_scales<G>(m_first, m_second, scales, acc);
+    if constexpr (TWO) {
+        raise_item_scales<G>(m_first, m_second, scales, acc);
+    } else {
+        raise_warp_scale(m_first, scales.first, acc);
+    }
     uint4 frag[G::MT];
 #pragma unroll
     for (u32 i = 0; i < G::MT; ++i) {
         float s[2];
 #pragma unroll
         for (u32 h = 0; h < 2; ++h) {
-            s[h] = i * 16 + 8 * h + g >= scales.split ? scales.second.scale : scales.first.scale;
+            s[h] = i * 16 + 8 * h + g >= split ? scales.second.scale : scales.first.scale;
         }
         frag[i] = make_uint4(f16_pair(front[i][0].x * s[0], front[i][0].y * s[0]),
                              f16_pair(front[i][1].x * s[1], front[i][1].y * s[1]),
@@ -491,8 +493,13 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
 #pragma unroll
         for (u32 kk = 0; kk < G::BKS; ++kk) {
             if constexpr (G::HALF) {
-                half_step<G>(stage_at + a_at + 4 * 16 * kk,
-                             stage_at + b_at + 4 * kk * G::BN / 16 * G::PAIR, acc, item_scales);
+                const saddr a = stage_at + a_at + 4 * 16 * kk;
+                const saddr b = stage_at + b_at + 4 * kk * G::BN / 16 * G::PAIR;
+                if (item_scales.split >= G::WM) {  // warp-uniform
+                    half_step<G, false>(a, b, acc, item_scales);
+                } else {
+                    half_step<G, true>(a, b, acc, item_scales);
+                }
                 continue;
             }
             const saddr at = stage_at + 4 * 8 * kk;  // x columns 8 kk ..
