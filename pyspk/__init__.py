@@ -1,78 +1,33 @@
 """pyspk: fixed-shape CUDA kernels for the dense layers of a speaker-diarization engine,
-called through the CUDA driver API. Importing pyspk never loads the driver."""
+called through the CUDA driver API. Importing pyspk never loads the driver.
 
-from pyspk.candidate import (
-    BoundaryId,
-    DenseSite,
-    DenseSpec,
-    DeviceUnsupported,
-    GeometryError,
-    GeometryInvalid,
-    GeometryUnimplemented,
-    Op,
-    PlanError,
-    SegConvSite,
-    SegConvSpec,
-    WeightsOutOfContract,
-)
-from pyspk.candidate.segdense import Area, DenseOxide, Entry, SegConvOxide, SegdensePin, Site
-from pyspk.cuda import (
-    ArtifactError,
-    BufferLayoutError,
-    BufferLengthError,
-    ClosedError,
-    ComputeCapability,
-    CudaError,
-    CudaMath,
-    CudaRuntime,
-    DeviceAttributes,
-    DriverError,
-    KernelMissingError,
-    KernelModule,
-    NoDeviceError,
-    NoDriverError,
-    PtxTier,
-)
-from pyspk.errors import InferenceOnlyError, InvalidArgument, WeightsChangedError
+The top level holds the front door (`plan`), the vocabulary a caller needs to use it and
+the base errors; every error class is in `pyspk.errors`, the driver-level pieces in
+`pyspk.cuda` and the plan framework in `pyspk.candidate`."""
 
-__version__ = "0.2.0"
+from pyspk.candidate import BoundaryId, DenseSite, Fp16Policy, SegConvSite
+from pyspk.candidate.segdense import DenseOxide, Entry, SegConvOxide, SegdensePin, Site, plan
+from pyspk.cuda import CudaMath, CudaRuntime, PtxTier
+from pyspk.errors import CudaError, InvalidArgument, PlanError
+
+__version__ = "0.3.0"
 
 __all__ = [
-    "Area",
-    "ArtifactError",
     "BoundaryId",
-    "BufferLayoutError",
-    "BufferLengthError",
-    "ClosedError",
-    "ComputeCapability",
     "CudaError",
     "CudaMath",
     "CudaRuntime",
     "DenseOxide",
     "DenseSite",
-    "DenseSpec",
-    "DeviceAttributes",
-    "DeviceUnsupported",
-    "DriverError",
     "Entry",
-    "GeometryError",
-    "GeometryInvalid",
-    "GeometryUnimplemented",
-    "InferenceOnlyError",
+    "Fp16Policy",
     "InvalidArgument",
-    "KernelMissingError",
-    "KernelModule",
-    "NoDeviceError",
-    "NoDriverError",
-    "Op",
     "PlanError",
     "PtxTier",
     "SegConvOxide",
     "SegConvSite",
-    "SegConvSpec",
     "SegdensePin",
     "Site",
-    "WeightsChangedError",
-    "WeightsOutOfContract",
     "__version__",
+    "plan",
 ]

@@ -22,7 +22,7 @@ from pyspk._arguments import positive_int
 from pyspk.candidate.framework import Fp16Policy
 from pyspk.cuda.device import DeviceAttributes
 from pyspk.cuda.errors import CudaError
-from pyspk.cuda.kernels import force_ptx_from_env
+from pyspk.cuda.manifest import force_ptx_from_env
 from pyspk.cuda.profiles import PROFILES, SHARED_OPTIN_BY_CAPABILITY, profile, profile_key
 from pyspk.cuda.tier import SHIPPED_TIERS, ComputeCapability, PtxTier, loadable_tier
 from pyspk.pins import TUPLES, Pick, diff, pick_table, profiles_table, render_picks, to_json

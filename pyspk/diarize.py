@@ -52,6 +52,37 @@ accelerated, and prints x real time for both (no audio or checkpoints needed).
 """
 
 
+# the subcommand's arguments, in the order `--help` lists them: flag, help, options
+# fmt: off
+_OPTIONS: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    ("audio", "audio files", {"nargs": "*", "metavar": "AUDIO"}),
+    ("--rttm", "write DIR/<name>.rttm", {"metavar": "DIR", "type": Path}),
+    ("--math", "FP32 (default) or TF32 math, for pyspk and the library",
+     {"choices": ("fp32", "tf32"), "default": "fp32"}),
+    ("--batch", "chunks per segmentation forward (default 128)",
+     {"metavar": "N", "type": positive_int, "default": 128}),
+    ("--pipeline", "a pyannote pipeline: Hugging Face id or local folder",
+     {"metavar": "ID_OR_FOLDER"}),
+    ("--token", "Hugging Face token for a gated --pipeline (default: HF_TOKEN)",
+     {"metavar": "TOKEN"}),
+    ("--segmentation", "a local segmentation model checkpoint", {"metavar": "CKPT", "type": Path}),
+    ("--embedding", "a local WeSpeaker embedding model checkpoint",
+     {"metavar": "CKPT", "type": Path}),
+    ("--trust-checkpoints", "load local checkpoints that need more than weights_only",
+     {"action": "store_true"}),
+    ("--stock", "run the stock pipeline instead of pyspk's (for comparison)",
+     {"action": "store_true"}),
+    ("--num-speakers", "the number of speakers, when known",
+     {"metavar": "N", "type": positive_int}),
+    ("--demo", "diarize a synthetic recording, stock and accelerated", {"action": "store_true"}),
+    ("--seconds", f"length of the --demo recording (default {DEMO_SECONDS:g})",
+     {"metavar": "S", "type": float, "default": DEMO_SECONDS}),
+    ("--device", "CUDA device", {"metavar": "N", "type": int, "default": 0}),
+    ("--quiet", "no progress bar", {"action": "store_true"}),
+)
+# fmt: on
+
+
 def add_parser(commands: Any) -> argparse.ArgumentParser:
     """The `diarize` subcommand on `commands` (argparse subparsers)."""
     parser = commands.add_parser(
@@ -63,65 +94,8 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("audio", nargs="*", metavar="AUDIO", help="audio files")
-    parser.add_argument("--rttm", metavar="DIR", type=Path, help="write DIR/<name>.rttm")
-    parser.add_argument(
-        "--math",
-        choices=("fp32", "tf32"),
-        default="fp32",
-        help="FP32 (default) or TF32 math, for pyspk and the library",
-    )
-    parser.add_argument(
-        "--batch",
-        metavar="N",
-        type=positive_int,
-        default=128,
-        help="chunks per segmentation forward (default 128)",
-    )
-    parser.add_argument(
-        "--pipeline",
-        metavar="ID_OR_FOLDER",
-        help="a pyannote pipeline: Hugging Face id or local folder",
-    )
-    parser.add_argument(
-        "--token",
-        metavar="TOKEN",
-        help="Hugging Face token for a gated --pipeline (default: HF_TOKEN)",
-    )
-    parser.add_argument(
-        "--segmentation", metavar="CKPT", type=Path, help="a local segmentation model checkpoint"
-    )
-    parser.add_argument(
-        "--embedding",
-        metavar="CKPT",
-        type=Path,
-        help="a local WeSpeaker embedding model checkpoint",
-    )
-    parser.add_argument(
-        "--trust-checkpoints",
-        action="store_true",
-        help="load local checkpoints that need more than weights_only",
-    )
-    parser.add_argument(
-        "--stock",
-        action="store_true",
-        help="run the stock pipeline instead of pyspk's (for comparison)",
-    )
-    parser.add_argument(
-        "--num-speakers", metavar="N", type=positive_int, help="the number of speakers, when known"
-    )
-    parser.add_argument(
-        "--demo", action="store_true", help="diarize a synthetic recording, stock and accelerated"
-    )
-    parser.add_argument(
-        "--seconds",
-        metavar="S",
-        type=float,
-        default=DEMO_SECONDS,
-        help=f"length of the --demo recording (default {DEMO_SECONDS:g})",
-    )
-    parser.add_argument("--device", metavar="N", type=int, default=0, help="CUDA device")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    for flag, text, options in _OPTIONS:
+        parser.add_argument(flag, help=text, **options)
     parser.set_defaults(run=run)
     return parser
 
@@ -295,14 +269,10 @@ class Progress:
         self.enabled = enabled and sys.stderr.isatty()
         self.started = time.perf_counter()
 
-    def __call__(
-        self,
-        step: str,
-        artefact: Any,
-        file: Any = None,
-        total: int | None = None,
-        completed: int | None = None,
-    ) -> None:
+    def __call__(self, step: str, artefact: Any, file: Any = None, **counts: int | None) -> None:
+        """pyannote's hook call: a step's name and artefact, and for steps that count,
+        `total` and `completed`."""
+        total, completed = counts.get("total"), counts.get("completed")
         if not self.enabled or total is None or completed is None:
             return
         width = 30

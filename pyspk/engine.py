@@ -6,10 +6,10 @@ result:
 - The audio goes to the GPU once; every 10 s chunk is a view of it. The stock path
   cuts each chunk twice on the host (`Inference.slide`, then `Audio.crop` per chunk for
   the embeddings); both cut the same samples for audio at the models' sample rate.
-- Segmentation runs `segmentation_batch` chunks per forward (128 by default: the
-  LSTM's time per chunk falls to a third from batch 32), the pyspk plans serving a
-  multiple of 32 as batch-32 enqueues. The powerset-to-speakers conversion stays on
-  the GPU, where the embedding of the same chunks reads it.
+- Segmentation runs `segmentation_batch` chunks per forward (128 by default, where
+  the LSTM's time per chunk levels off; see `SEGMENTATION_BATCH`), the pyspk plans
+  serving a multiple of 32 as batch-32 enqueues. The powerset-to-speakers conversion
+  stays on the GPU, where the embedding of the same chunks reads it.
 - The embedding model runs its ResNet trunk once per chunk (`forward_frames`) and pools
   the chunk's three speaker masks together, 32 chunks a forward: the stock embeddings
   of each (chunk, speaker) pair, a third of the trunk's work.
@@ -41,8 +41,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-import torchaudio.compliance.kaldi as kaldi
 from pyannote.audio.models.embedding.wespeaker import BaseWeSpeakerResNet
 from pyannote.audio.pipelines.speaker_diarization import DiarizeOutput
 from pyannote.audio.pipelines.utils.diarization import set_num_speakers
@@ -51,74 +49,18 @@ from pyannote.core import Annotation, SlidingWindow, SlidingWindowFeature
 from pyspk import _steps
 from pyspk.cuda import CudaMath
 from pyspk.cuda.errors import InvalidArgument
+from pyspk.fbank import Fbank
 from pyspk.torch import library_math
 
-__all__ = ["EMBEDDING_BATCH", "SEGMENTATION_BATCH", "Engine", "Fbank", "RunReport"]
+__all__ = ["EMBEDDING_BATCH", "SEGMENTATION_BATCH", "Engine", "RunReport"]
 
 SEGMENTATION_BATCH = 128
-"""Chunks per segmentation forward: on the H200 the 4-layer BiLSTM takes 0.36 ms per
-chunk at batch 32, 0.11 at 128 and 0.10 at 256."""
+"""Chunks per segmentation forward: the 4-layer BiLSTM's time per chunk falls steeply
+from batch 32 to 128 and little beyond (docs/performance.md, "Measurements behind the
+Python code")."""
 
 EMBEDDING_BATCH = 32
 """Chunks per embedding forward: 96 (chunk, speaker) rows, pyspk's seg_1 plan."""
-
-
-class Fbank:
-    """`BaseWeSpeakerResNet.compute_fbank` (torchaudio's Kaldi fbank under `vmap`, then
-    the mean over time subtracted) as the same tensor operations on the whole batch,
-    with the window, the mel banks and the log floor made once on the device. The
-    stock function builds those on the host at every call, which a CUDA graph cannot
-    hold. `unsupported(model)` says why a model's fbank settings are not these."""
-
-    def __init__(self, model: BaseWeSpeakerResNet, device: torch.device) -> None:
-        reason = self.unsupported(model)
-        if reason is not None:
-            raise InvalidArgument(f"Fbank: {reason}")
-        hp = model.hparams
-        rate = hp.sample_rate
-        self.window_size = int(rate * hp.frame_length * 0.001)
-        self.window_shift = int(rate * hp.frame_shift * 0.001)
-        padded = 1 << (self.window_size - 1).bit_length()
-        self.padding = padded - self.window_size
-        dtype = torch.float32
-        # kaldi.fbank's own constants, with its defaults for what pyannote leaves out
-        self.window = torch.hamming_window(
-            self.window_size, periodic=False, alpha=0.54, beta=0.46, device=device, dtype=dtype
-        ).unsqueeze(0)
-        banks, _ = kaldi.get_mel_banks(hp.num_mel_bins, padded, rate, 20.0, 0.0, 100.0, -500.0, 1.0)
-        self.banks = F.pad(banks.to(device=device, dtype=dtype), (0, 1), value=0).T.contiguous()
-        self.epsilon = torch.tensor(torch.finfo(torch.float).eps, device=device, dtype=dtype)
-
-    @staticmethod
-    def unsupported(model: BaseWeSpeakerResNet) -> str | None:
-        """Why `Fbank` cannot stand for this model's fbank, or None."""
-        hp = model.hparams
-        settings = {
-            "dither": (hp.dither, 0.0),
-            "window_type": (hp.window_type, "hamming"),
-            "snip_edges": (hp.snip_edges, True),
-            "use_energy": (hp.use_energy, False),
-            "round_to_power_of_two": (hp.round_to_power_of_two, True),
-            "fbank_centering_span": (hp.fbank_centering_span, None),
-        }
-        for name, (value, served) in settings.items():
-            if value != served:
-                return f"the model's fbank has {name}={value!r}; Fbank serves {served!r}"
-        return None
-
-    def __call__(self, waveforms: torch.Tensor) -> torch.Tensor:
-        """(batch, frames, mel bins) features of (batch, 1, samples) waveforms."""
-        waveforms = waveforms * (1 << 15)
-        strided = waveforms[:, 0].unfold(-1, self.window_size, self.window_shift)
-        strided = strided - torch.mean(strided, dim=-1).unsqueeze(-1)  # DC offset
-        previous = F.pad(strided, (1, 0), mode="replicate")  # copies: exact in any form
-        strided = strided - 0.97 * previous[..., :-1]  # pre-emphasis
-        strided = strided * self.window
-        strided = F.pad(strided, (0, self.padding), value=0)
-        spectrum = torch.fft.rfft(strided).abs().pow(2.0)
-        features = torch.matmul(spectrum, self.banks)
-        features = torch.max(features, self.epsilon).log()
-        return features - torch.mean(features, dim=1, keepdim=True)
 
 
 class _Forward:
@@ -209,11 +151,12 @@ class Engine:
         self,
         pipeline: Any,
         math: CudaMath | str = CudaMath.FP32,
-        segmentation_batch: int = SEGMENTATION_BATCH,
-        embedding_batch: int = EMBEDDING_BATCH,
+        *,
+        batches: tuple[int, int] = (SEGMENTATION_BATCH, EMBEDDING_BATCH),
         graphs: bool = True,
         overlap: bool = True,
     ) -> None:
+        segmentation_batch, embedding_batch = batches
         if segmentation_batch < 1 or embedding_batch < 1:
             raise InvalidArgument(
                 f"batches must be positive, not {segmentation_batch} and {embedding_batch}"

@@ -13,7 +13,7 @@ import numpy as np
 
 from pyspk import __version__
 from pyspk.cuda.errors import CudaError
-from pyspk.cuda.kernels import FORCE_PTX_JIT_ENV, KernelModule, Manifest, choose_artifact
+from pyspk.cuda.manifest import FORCE_PTX_JIT_ENV, KernelModule, Manifest, choose_artifact
 from pyspk.cuda.tier import PtxTier, loadable_tier
 from pyspk.pins import pick_table
 

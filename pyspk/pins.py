@@ -12,10 +12,10 @@ from typing import Any
 import attrs
 
 from pyspk.candidate.framework import Fp16Policy
-from pyspk.candidate.segdense import BATCHES, Area, Entry, Site
+from pyspk.candidate.segdense import BATCHES, Area, Entry, SegdensePin, Site
 from pyspk.cuda.device import DeviceAttributes
 from pyspk.cuda.errors import ArtifactError, InvalidArgument
-from pyspk.cuda.kernels import KernelModule, Manifest
+from pyspk.cuda.manifest import KernelModule, Manifest
 from pyspk.cuda.math import CudaMath
 from pyspk.cuda.profiles import PROFILES
 from pyspk.cuda.tier import PtxTier, loadable_tier
@@ -46,16 +46,8 @@ class Pick:
     built: bool | None = None
 
     @classmethod
-    def select(
-        cls,
-        site: Site,
-        batch: int,
-        math: CudaMath,
-        tier: PtxTier,
-        device: DeviceAttributes,
-        fp16: Fp16Policy = Fp16Policy.ALLOW,
-    ) -> Pick:
-        pin = Area.driver_pin(site.boundary(), batch, math, device, tier, fp16)
+    def of(cls, site: Site, batch: int, math: CudaMath, pin: SegdensePin) -> Pick:
+        """The pick of `pin`, the rule's answer for `site`, `batch` and `math`."""
         return cls(boundary=site.value, batch=batch, math=math, **pin.fields())
 
     def key(self) -> tuple[str, int, str]:
@@ -96,7 +88,12 @@ def pick_table(
 
     The tier is taken as given; `loadable_tier` says which one a device would load."""
     shipped = shipped_entries(tier)
-    picks = [Pick.select(site, batch, math, tier, device, fp16) for site, batch, math in TUPLES]
+    picks = [
+        Pick.of(
+            site, batch, math, Area.driver_pin(site.boundary(), batch, math, device, tier, fp16)
+        )
+        for site, batch, math in TUPLES
+    ]
     if shipped is None:
         return picks
     return [attrs.evolve(pick, built=pick.kernel in shipped) for pick in picks]

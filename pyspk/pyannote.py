@@ -36,9 +36,10 @@ from pyannote.audio.models.segmentation import PyanNet
 from pyannote.core import SlidingWindowFeature
 from torch import nn
 
-from pyspk.candidate import DenseSite, PlanError, SegConvSite
+from pyspk.candidate import DenseSite, SegConvSite
 from pyspk.cuda import CudaMath
 from pyspk.cuda.errors import InvalidArgument
+from pyspk.errors import PlanError
 from pyspk.synthetic import Recording
 from pyspk.torch import PlannedConv1d, PlannedDense, planned_modules
 
@@ -358,7 +359,11 @@ class PipelineAcceleration:
             self.embeddings = embed_once_per_chunk(pipeline, batch_size)
             self._steps.append(self.embeddings.undo)
             self.engine = Engine(
-                pipeline, self.math, segmentation_batch, batch_size, graphs, overlap
+                pipeline,
+                self.math,
+                batches=(segmentation_batch, batch_size),
+                graphs=graphs,
+                overlap=overlap,
             )
             self._steps.append(self.engine.close)
             before = pipeline.__dict__.get("apply")  # an instance apply of the caller's
@@ -399,12 +404,11 @@ def accelerate_pipeline(
     (`batch_size` chunks per trunk call), and the segmentation model on plans where
     `segmentation_plans` (by default in TF32 math only).
 
-    In FP32 math the segmentation stays on the library by default: its plans save about
-    0.27 ms per 32 chunks (about 30 ms an hour), but give other FP32 roundings than
-    cuDNN's, and a frame whose
-    two likeliest classes lie within such a rounding of each other can then change
-    class, and with it the annotation. On the library the engine gives the stock
-    segmentation's bits, and the stock annotation."""
+    In FP32 math the segmentation stays on the library by default: its plans save little
+    of a diarization run's time (docs/performance.md), but give other FP32 roundings
+    than cuDNN's, and a frame whose two likeliest classes lie within such a rounding of
+    each other can then change class, and with it the annotation. On the library the
+    engine gives the stock segmentation's bits, and the stock annotation."""
     return PipelineAcceleration(
         pipeline, math, batch_size, segmentation_batch, graphs, overlap, segmentation_plans
     )

@@ -16,7 +16,7 @@ import numpy as np
 from pyspk import reference
 from pyspk.candidate import SegConvSite
 from pyspk.candidate.segdense import EMBED_MAX_SPLITS, Area, Entry, Products, SegdensePin, Site
-from pyspk.candidate.segdense.producer import DenseOxide, SegConvOxide
+from pyspk.candidate.segdense.candidates import DenseOxide, SegConvOxide
 from pyspk.cuda import CudaMath
 from pyspk.cuda.runtime import CudaRuntime
 

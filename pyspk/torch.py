@@ -41,17 +41,18 @@ import torch.nn.functional as F
 from torch import nn
 
 from pyspk import reference
-from pyspk.candidate import (
-    DenseSite,
-    GeometryInvalid,
-    GeometryUnimplemented,
-    SegConvSite,
-)
+from pyspk.candidate import DenseSite, SegConvSite
 from pyspk.candidate.framework import CONV_TAPS
 from pyspk.candidate.segdense import BATCHES, Area, DenseOxide, SegConvOxide
-from pyspk.cuda import ClosedError, CudaMath, CudaRuntime
+from pyspk.cuda import CudaMath, CudaRuntime
 from pyspk.cuda.errors import InvalidArgument
-from pyspk.errors import InferenceOnlyError, WeightsChangedError
+from pyspk.errors import (
+    ClosedError,
+    GeometryInvalid,
+    GeometryUnimplemented,
+    InferenceOnlyError,
+    WeightsChangedError,
+)
 
 __all__ = [
     "BATCHES",

@@ -9,7 +9,8 @@ import numpy as np
 from pyspk.candidate import DenseSite, DenseSpec
 from pyspk.candidate.segdense import DenseOxide, Entry, SegdensePin
 from pyspk.cuda import CudaMath, CudaRuntime
-from pyspk.cuda.kernels import KernelModule, LoadedKernels
+from pyspk.cuda.kernels import LoadedKernels
+from pyspk.cuda.manifest import KernelModule
 
 SPEC = DenseSpec(DenseSite.EMBEDDING, 1, CudaMath.FP32)
 # the batch-1 embedding kernel as the fake driver names its function handle

@@ -177,4 +177,4 @@ def test_public_names() -> None:
     assert pyspk.Site is Site
     assert pyspk.Entry is Entry
     assert pyspk.SegdensePin is SegdensePin
-    assert pyspk.Area is Area
+    assert pyspk.plan == Area.plan

@@ -9,22 +9,19 @@ import attrs
 import pytest
 
 import pyspk
-from pyspk.candidate import PlanError
-from pyspk.cuda import (
+import pyspk.errors
+from pyspk.cuda import ComputeCapability, CudaMath, DeviceAttributes, PtxTier, check_len
+from pyspk.cuda.tier import SHIPPED_TIERS, loadable_tier
+from pyspk.errors import (
     ArtifactError,
     BufferLengthError,
-    ComputeCapability,
     CudaError,
-    CudaMath,
-    DeviceAttributes,
     DriverError,
     KernelMissingError,
     NoDeviceError,
     NoDriverError,
-    PtxTier,
-    check_len,
+    PlanError,
 )
-from pyspk.cuda.tier import SHIPPED_TIERS, loadable_tier
 
 CC = ComputeCapability
 
@@ -310,7 +307,7 @@ CUDA_ERRORS = [
 @pytest.mark.parametrize("cls", CUDA_ERRORS, ids=lambda cls: cls.__name__)
 def test_cuda_error_family(cls: type) -> None:
     assert issubclass(cls, CudaError)
-    assert getattr(pyspk, cls.__name__) is cls
+    assert getattr(pyspk.errors, cls.__name__) is cls
     assert not issubclass(cls, PlanError)
 
 

@@ -11,16 +11,19 @@ import numpy as np
 import pytest
 
 from pyspk.cuda import driver
+from pyspk.cuda.buffers import DeviceBuffer
 from pyspk.cuda.device import DeviceAttributes
 from pyspk.cuda.errors import (
+    BufferLayoutError,
     BufferLengthError,
     CudaError,
     DriverError,
     NoDeviceError,
     NoDriverError,
 )
-from pyspk.cuda.runtime import BufferLayoutError, CudaRuntime, DeviceBuffer, device_array
+from pyspk.cuda.runtime import CudaRuntime
 from pyspk.cuda.tier import ComputeCapability
+from tests.device_arrays import device_array
 from tests.fake_driver import (
     INSUFFICIENT_DRIVER,
     INVALID_VALUE,

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import pyspk
+import pyspk.errors
 from pyspk.candidate import (
     PASS_THROUGH,
     AbsoluteSum,
@@ -24,24 +25,26 @@ from pyspk.candidate import (
     CoverageEntry,
     DenseSite,
     DenseSpec,
-    DeviceUnsupported,
-    GeometryError,
-    GeometryInvalid,
-    GeometryUnimplemented,
     InfinityContract,
     Maths,
     NanContract,
     Op,
     PassThroughPhases,
     Phases,
-    PlanError,
     SegConvSite,
     SegConvSpec,
     SignedZeroContract,
     SpecialValues,
-    WeightsOutOfContract,
 )
 from pyspk.cuda import ComputeCapability, CudaMath, PtxTier
+from pyspk.errors import (
+    DeviceUnsupported,
+    GeometryError,
+    GeometryInvalid,
+    GeometryUnimplemented,
+    PlanError,
+    WeightsOutOfContract,
+)
 
 FP32 = CudaMath.FP32
 TF32 = CudaMath.TF32
@@ -351,7 +354,7 @@ def test_plan_error_hierarchy() -> None:
     assert not issubclass(WeightsOutOfContract, GeometryError)
 
 
-def test_plan_errors_from_pyspk() -> None:
+def test_plan_errors_from_pyspk_errors() -> None:
     for name in (
         "PlanError",
         "GeometryError",
@@ -360,7 +363,8 @@ def test_plan_errors_from_pyspk() -> None:
         "DeviceUnsupported",
         "WeightsOutOfContract",
     ):
-        assert getattr(pyspk, name) is globals()[name]
+        assert getattr(pyspk.errors, name) is globals()[name]
+    assert pyspk.PlanError is PlanError
 
 
 def test_plan_error_messages() -> None:

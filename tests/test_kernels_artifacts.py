@@ -4,7 +4,6 @@ block of prepared launches."""
 
 from __future__ import annotations
 
-import ctypes
 import json
 import shutil
 from pathlib import Path
@@ -12,19 +11,18 @@ from pathlib import Path
 import pytest
 
 from pyspk.candidate.segdense import EMBED_MAX_SPLITS, Conv, Entry, Reduction, TensorConv
-from pyspk.cuda.errors import ArtifactError, CudaError, DriverError, KernelMissingError
-from pyspk.cuda.kernels import (
+from pyspk.cuda.errors import ArtifactError, CudaError, KernelMissingError
+from pyspk.cuda.kernels import load_kernels
+from pyspk.cuda.manifest import (
     Artifact,
     KernelModule,
-    Launch,
     Manifest,
     artifact_dir,
     choose_artifact,
-    load_kernels,
     read_artifact,
 )
 from pyspk.cuda.tier import ComputeCapability, PtxTier
-from tests.fake_driver import CUstream, FakeApi, Handle, Result
+from tests.fake_driver import FakeApi
 from tests.repo import load_tool
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -343,15 +341,15 @@ def test_a_python_constant_unlike_the_kernels_is_named_with_both_values(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from pyspk import reference
-    from pyspk.candidate.segdense import selection
+    from pyspk.candidate.segdense import shapes
 
     monkeypatch.setattr(reference, "LEAKY_SLOPE", 0.02)
-    monkeypatch.setattr(selection, "SELECT_ROWS", 17)
-    monkeypatch.setattr(selection, "EMBED_MAX_SPLITS", 64)
+    monkeypatch.setattr(shapes, "SELECT_ROWS", 17)
+    monkeypatch.setattr(shapes, "EMBED_MAX_SPLITS", 64)
     assert tool.pyspk_problems(PTX) == [
         "LEAKY_SLOPE differs: 0.01f in ptx/model.cuh, 0.02 in pyspk.reference.LEAKY_SLOPE",
-        "EMBED_MAX_SPLITS differs: 128 in ptx/model.cuh, 64 in selection.EMBED_MAX_SPLITS",
-        "SELECT_ROWS differs: 16 in ptx/seggemm_mma.cuh, 17 in selection.SELECT_ROWS",
+        "EMBED_MAX_SPLITS differs: 128 in ptx/model.cuh, 64 in shapes.EMBED_MAX_SPLITS",
+        "SELECT_ROWS differs: 16 in ptx/seggemm_mma.cuh, 17 in shapes.SELECT_ROWS",
     ]
 
 
@@ -557,97 +555,3 @@ def test_max_dynamic_shared_is_set_once(fake: FakeApi) -> None:
     kernel.set_max_dynamic_shared(80000)
     assert len(fake.attributes) == 2
     assert kernel.attribute("NUM_REGS") == 42
-
-
-# -- prepared launches ----------------------------------------------------------------
-
-
-def _launch(fake: FakeApi, signature, values, grid=(1, 2, 5), block=192, shared=0) -> Launch:
-    loaded = load_kernels(KernelModule.SEGDENSE, ComputeCapability(9, 0), directory=PTX)
-    return loaded.function("spk_segdense_embed_b32").launch(grid, block, shared, signature, values)
-
-
-def _slots(launch: Launch) -> list[int]:
-    """The addresses in the kernelParams array."""
-    count = len(launch.signature)
-    return list((ctypes.c_uint64 * count).from_address(launch.params_address))
-
-
-def _read(address: int, kind: str) -> int:
-    ctype = ctypes.c_uint32 if kind == "u32" else ctypes.c_uint64
-    return ctype.from_address(address).value
-
-
-SIGNATURE = ("ptr", "u64", "ptr", "u64", "u32")
-VALUES = [0x7F00_0000_1000, 491520, 0x7F00_0020_0000, 24576 * 5, 5]
-
-
-def test_parameter_block_holds_each_value(fake: FakeApi) -> None:
-    launch = _launch(fake, SIGNATURE, VALUES)
-    slots = _slots(launch)
-    assert [_read(slot, kind) for slot, kind in zip(slots, SIGNATURE, strict=True)] == VALUES
-    # one C-aligned block: 64-bit fields 8 bytes apart, the u32 right after the last
-    assert [slot - slots[0] for slot in slots] == [0, 8, 16, 24, 32]
-    assert [launch.value(i) for i in range(len(VALUES))] == VALUES
-
-
-def test_set_rewrites_in_place(fake: FakeApi) -> None:
-    launch = _launch(fake, SIGNATURE, VALUES)
-    address, slots = launch.params_address, _slots(launch)
-    launch.set(0, 0x7F00_0000_2000)
-    launch.set(4, 7)
-    assert launch.params_address == address
-    assert _slots(launch) == slots
-    assert _read(slots[0], "ptr") == 0x7F00_0000_2000
-    assert _read(slots[4], "u32") == 7
-    assert _read(slots[1], "u64") == 491520
-
-
-def test_set_refuses_values_that_do_not_fit(fake: FakeApi) -> None:
-    launch = _launch(fake, SIGNATURE, VALUES)
-    with pytest.raises(ValueError, match="u32"):
-        launch.set(4, 1 << 32)
-    with pytest.raises(ValueError, match="u64"):
-        launch.set(1, -1)
-    with pytest.raises(TypeError, match="int"):
-        launch.set(1, 2.0)
-    launch.set(0, Handle(0x1234))  # driver pointer objects convert with int()
-    assert launch.value(0) == 0x1234
-
-
-def test_enqueue_passes_the_prepared_array(fake: FakeApi) -> None:
-    launch = _launch(fake, SIGNATURE, VALUES, grid=(1, 2, 5), block=192, shared=0)
-    stream = CUstream(0xABC)
-    launch.enqueue(stream)
-    launch.set(0, 0x7F00_0000_3000)
-    launch.enqueue(stream)
-    first, second = fake.launches
-    assert first[0] == "fn:spk_segdense_embed_b32"
-    assert first[1:4] == ((1, 2, 5), (192, 1, 1), 0)
-    assert first[4] is stream
-    assert first[5] == second[5] == launch.params_address
-    assert isinstance(first[5], int)
-    assert first[6] == 0
-
-
-def test_enqueue_accepts_an_int_handle(fake: FakeApi) -> None:
-    launch = _launch(fake, SIGNATURE, VALUES)
-    launch.enqueue(0xABC)
-    stream = fake.launches[0][4]
-    assert isinstance(stream, CUstream) and int(stream) == 0xABC
-
-
-def test_enqueue_failure_names_the_kernel(fake: FakeApi) -> None:
-    launch = _launch(fake, SIGNATURE, VALUES)
-    fake.launch_status = Result.CUDA_ERROR_INVALID_VALUE
-    with pytest.raises(DriverError, match=r"cuLaunchKernel\(spk_segdense_embed_b32\)"):
-        launch.enqueue(CUstream(1))
-
-
-def test_launch_refuses_a_bad_signature(fake: FakeApi) -> None:
-    with pytest.raises(ValueError, match="kinds"):
-        _launch(fake, ("ptr", "f32"), [0, 0])
-    with pytest.raises(ValueError, match="2 values for 3 parameters"):
-        _launch(fake, ("ptr", "u64", "u32"), [0, 0])
-    with pytest.raises(ValueError, match="grid"):
-        _launch(fake, SIGNATURE, VALUES, grid=(1, 0, 1))

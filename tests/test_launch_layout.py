@@ -16,7 +16,7 @@ from pyspk.candidate.segdense.producer import (
     _grid,
 )
 from pyspk.cuda import CudaMath, DeviceAttributes, PtxTier
-from pyspk.cuda.kernels import KernelModule, Manifest
+from pyspk.cuda.manifest import KernelModule, Manifest
 from pyspk.cuda.profiles import profile
 
 H200 = profile("h200")

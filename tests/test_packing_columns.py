@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from pyspk.candidate.segdense.packing import half_scale, pack_half_columns, selected_rows
-from pyspk.candidate.segdense.selection import SELECT_ROWS
+from pyspk.candidate.segdense.shapes import SELECT_ROWS
 from tests.float_bits import ieee_half_bits
 
 # ---- pack_half_columns -----------------------------------------------------------------

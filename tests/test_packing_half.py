@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from pyspk.candidate.segdense.packing import f16_bits, half_scale
-from pyspk.candidate.segdense.selection import (
+from pyspk.candidate.segdense.shapes import (
     HALF_MIN_SPLITS,
     HALF_SHARED,
     HALF_SLICE,

@@ -8,17 +8,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pyspk.candidate import DeviceUnsupported, PlanError
 from pyspk.candidate.segdense import DenseOxide, Entry, SegdensePin
-from pyspk.cuda import (
+from pyspk.cuda import CudaMath, CudaRuntime
+from pyspk.cuda.kernels import load_kernels
+from pyspk.cuda.manifest import KernelModule
+from pyspk.cuda.tier import PtxTier
+from pyspk.errors import (
     BufferLayoutError,
     BufferLengthError,
     ClosedError,
-    CudaMath,
-    CudaRuntime,
+    DeviceUnsupported,
+    PlanError,
 )
-from pyspk.cuda.kernels import KernelModule, load_kernels
-from pyspk.cuda.tier import PtxTier
 from tests.concurrency import run_together
 from tests.embed_plans import KERNEL, SPEC, embed_b1_plan, embed_b32_plan
 from tests.fake_driver import CaiView, FakeApi

@@ -14,6 +14,8 @@ PACKAGES = [
     "pyspk.candidate",
     "pyspk.candidate.segdense",
     "pyspk.cuda.kernels",
+    "pyspk.cuda.manifest",
+    "pyspk.cuda.buffers",
 ]
 PRIVATE = {
     "pyspk.candidate.segdense": ["Producer", "CONTEXT"],

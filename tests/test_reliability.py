@@ -11,10 +11,10 @@ import threading
 import numpy as np
 import pytest
 
-from pyspk.candidate import WeightsOutOfContract
 from pyspk.candidate.segdense import DenseOxide, Entry, SegdensePin
-from pyspk.cuda import BufferLayoutError, BufferLengthError, ClosedError, CudaMath, CudaRuntime
-from pyspk.cuda.kernels import KernelModule
+from pyspk.cuda import CudaMath, CudaRuntime
+from pyspk.cuda.manifest import KernelModule
+from pyspk.errors import BufferLayoutError, BufferLengthError, ClosedError, WeightsOutOfContract
 from tests.concurrency import run_together
 from tests.embed_plans import KERNEL, SPEC, embed_b1_plan, embed_b32_plan
 from tests.fake_driver import CaiView, FakeApi

@@ -14,7 +14,8 @@ import warnings
 import numpy as np
 import pytest
 
-from pyspk.candidate import DenseSite, GeometryInvalid, SegConvSite
+from pyspk.candidate import DenseSite, SegConvSite
+from pyspk.errors import GeometryInvalid
 
 torch = pytest.importorskip("torch")
 ptorch = pytest.importorskip("pyspk.torch")
@@ -243,7 +244,7 @@ def test_epilogues_are_the_models_activations() -> None:
 
 
 def test_a_half_or_double_module_is_a_fallback_not_an_abort(faked) -> None:
-    from pyspk.candidate import GeometryUnimplemented, PlanError
+    from pyspk.errors import GeometryUnimplemented, PlanError
 
     for dtype in (torch.float16, torch.float64):
         linear = torch.nn.Linear(256, 128).to(dtype)
@@ -270,7 +271,7 @@ def test_accelerate_keeps_the_library_path_of_a_half_model(faked, pyannote) -> N
 
 
 def test_a_call_whose_plan_is_closed_under_it_takes_the_library_path(faked) -> None:
-    from pyspk.cuda import ClosedError
+    from pyspk.errors import ClosedError
 
     linear = torch.nn.Linear(128, 128)
     planned = ptorch.PlannedDense(linear, DenseSite.LINEAR1)

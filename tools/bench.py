@@ -58,11 +58,7 @@ from pyspk.benchmark import (
     summary_lines,
     write_outputs,
 )
-from pyspk.candidate.segdense.selection import (
-    Entry,
-    SegdensePin,
-    Site,
-)
+from pyspk.candidate.segdense.selection import Entry, SegdensePin, Site
 from pyspk.cuda.device import DeviceAttributes
 from pyspk.cuda.errors import KernelMissingError
 from pyspk.cuda.profiles import profile, profile_key
@@ -91,7 +87,7 @@ class Bench:
     def __init__(self, args: argparse.Namespace) -> None:
         import torch
 
-        from pyspk.cuda.kernels import KernelModule
+        from pyspk.cuda.manifest import KernelModule
         from pyspk.cuda.runtime import CudaRuntime
 
         if not torch.cuda.is_available():

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from pyspk.cuda.errors import ArtifactError
-from pyspk.cuda.kernels import Manifest
+from pyspk.cuda.manifest import Manifest
 from pyspk.cuda.tier import (
     CUBIN_DIR,
     MANIFEST_FORMAT,
@@ -489,12 +489,12 @@ def python_constants() -> dict[str, list[tuple[str, int | float]]]:
     """pyspk's value of each of CUDA_CONSTANTS, read now: `{name: [(where, value), ...]}`."""
     from pyspk import reference
     from pyspk.candidate.framework import DenseSite
-    from pyspk.candidate.segdense import selection
+    from pyspk.candidate.segdense import shapes
 
     def dimension(site: DenseSite, axis: int) -> tuple[str, int]:
         return f"DenseSite.{site.name}.dimensions()[{axis}]", site.dimensions()[axis]
 
-    batch = max(selection.BATCHES)
+    batch = max(shapes.BATCHES)
     heads = (DenseSite.LINEAR0, DenseSite.LINEAR1, DenseSite.CLASSIFIER)
     return {
         "ITEM_ROWS": [dimension(site, 0) for site in heads],
@@ -507,23 +507,23 @@ def python_constants() -> dict[str, list[tuple[str, int | float]]]:
         ],
         "EMBED_COLS": [dimension(DenseSite.EMBEDDING, 1)],
         "EMBED_K": [dimension(DenseSite.EMBEDDING, 2)],
-        "EMBED_MAX_SPLITS": [("selection.EMBED_MAX_SPLITS", selection.EMBED_MAX_SPLITS)],
-        "FLAT_MAX_SPLITS": [("selection.FLAT_MAX_SPLITS", selection.FLAT_MAX_SPLITS)],
-        "SELECT_ROWS": [("selection.SELECT_ROWS", selection.SELECT_ROWS)],
-        "HALF_SHARED": [("selection.HALF_SHARED", selection.HALF_SHARED)],
+        "EMBED_MAX_SPLITS": [("shapes.EMBED_MAX_SPLITS", shapes.EMBED_MAX_SPLITS)],
+        "FLAT_MAX_SPLITS": [("shapes.FLAT_MAX_SPLITS", shapes.FLAT_MAX_SPLITS)],
+        "SELECT_ROWS": [("shapes.SELECT_ROWS", shapes.SELECT_ROWS)],
+        "HALF_SHARED": [("shapes.HALF_SHARED", shapes.HALF_SHARED)],
     }
 
 
 def python_kernels() -> dict[str, str]:
     """Every kernel pyspk launches by name, and who names it: each Entry's Config and
     each split count's reduction."""
-    from pyspk.candidate.segdense import selection
+    from pyspk.candidate.segdense import selection, shapes
 
     kernels: dict[str, str] = {}
     for entry in selection.Entry:
         kernels.setdefault(entry.config(1).kernel, f"Entry.{entry.name}")
-    for splits in range(1, selection.EMBED_MAX_SPLITS + 1):
-        kernels.setdefault(selection.Reduction.shape(splits).kernel, f"Reduction.shape({splits})")
+    for splits in range(1, shapes.EMBED_MAX_SPLITS + 1):
+        kernels.setdefault(shapes.Reduction.shape(splits).kernel, f"Reduction.shape({splits})")
     return kernels
 
 

@@ -20,9 +20,9 @@ import numpy as np
 
 from pyspk.candidate import DenseSite, DenseSpec
 from pyspk.candidate.segdense import Entry, SegdensePin
-from pyspk.candidate.segdense.producer import DenseOxide
+from pyspk.candidate.segdense.candidates import DenseOxide
 from pyspk.cuda import CudaMath, driver
-from pyspk.cuda.kernels import KernelModule
+from pyspk.cuda.manifest import KernelModule
 from pyspk.cuda.runtime import CudaRuntime
 from pyspk.testing import CHUNK, SAMPLES, per_launch_us
 

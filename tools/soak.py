@@ -23,7 +23,7 @@ import numpy as np
 from pyspk.candidate import DenseSite, DenseSpec
 from pyspk.candidate.segdense import DenseOxide, Entry, SegdensePin
 from pyspk.cuda import CudaMath, CudaRuntime, driver
-from pyspk.cuda.kernels import KernelModule
+from pyspk.cuda.manifest import KernelModule
 
 
 def _rss_kib() -> int:

@@ -28,7 +28,7 @@ def main() -> int:
 
     import pyspk.torch as ptorch
     from pyspk.candidate import DenseSite
-    from pyspk.cuda import ClosedError
+    from pyspk.errors import ClosedError
 
     torch.manual_seed(0)
     linear = torch.nn.Linear(128, 128).cuda()

@@ -1,14 +1,6 @@
 """The plan framework: boundaries and their specs, coverage, numerics contracts,
-evidence, phases, scratch, candidate protocols and the `PlanError` family."""
+evidence, phases, scratch and candidate protocols (the `PlanError` family: `pyspk.errors`)."""
 
-from pyspk.candidate.errors import (
-    DeviceUnsupported,
-    GeometryError,
-    GeometryInvalid,
-    GeometryUnimplemented,
-    PlanError,
-    WeightsOutOfContract,
-)
 from pyspk.candidate.framework import (
     BOUNDARIES,
     PASS_THROUGH,
@@ -52,25 +44,19 @@ __all__ = [
     "DenseCandidate",
     "DenseSite",
     "DenseSpec",
-    "DeviceUnsupported",
     "DriverCandidate",
     "FiniteContract",
     "Fp16Policy",
-    "GeometryError",
-    "GeometryInvalid",
-    "GeometryUnimplemented",
     "InfinityContract",
     "Maths",
     "NanContract",
     "Op",
     "PassThroughPhases",
     "Phases",
-    "PlanError",
     "Scratch",
     "SegConvCandidate",
     "SegConvSite",
     "SegConvSpec",
     "SignedZeroContract",
     "SpecialValues",
-    "WeightsOutOfContract",
 ]

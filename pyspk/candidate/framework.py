@@ -253,19 +253,15 @@ class AbsoluteSum:
 FiniteContract = AbsoluteSum
 
 
-class NanContract(enum.Enum):
-    UNSPECIFIED = "unspecified"
-    PROPAGATED = "propagated"
-
-
-class InfinityContract(enum.Enum):
-    UNSPECIFIED = "unspecified"
-    PROPAGATED = "propagated"
-
-
-class SignedZeroContract(enum.Enum):
-    UNSPECIFIED = "unspecified"
-    PRESERVED = "preserved"
+# what a kernel area promises for NaN, infinite and signed-zero operands: nothing
+# (UNSPECIFIED), or that they reach the output as IEEE arithmetic would carry them
+NanContract = enum.Enum("NanContract", {"UNSPECIFIED": "unspecified", "PROPAGATED": "propagated"})
+InfinityContract = enum.Enum(
+    "InfinityContract", {"UNSPECIFIED": "unspecified", "PROPAGATED": "propagated"}
+)
+SignedZeroContract = enum.Enum(
+    "SignedZeroContract", {"UNSPECIFIED": "unspecified", "PRESERVED": "preserved"}
+)
 
 
 @attrs.frozen

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 
 class CudaError(Exception):
-    """Base of every error raised on the driver side of pyspk."""
+    """Base of every error raised on the driver side of pyspk; `fields` become
+    attributes of the error beside its message (the call, the buffer at fault, ...)."""
+
+    def __init__(self, message: str = "", **fields: object) -> None:
+        super().__init__(message)
+        self.__dict__.update(fields)
 
 
 class InvalidArgument(TypeError, ValueError):
@@ -17,11 +22,10 @@ class DriverError(CudaError):
     """A CUDA driver call returned an error."""
 
     def __init__(self, call: str, result_name: str, result_text: str, code: int) -> None:
-        self.call = call
-        self.result_name = result_name
-        self.result_text = result_text
-        self.code = code
-        super().__init__(f"{call} failed: {result_name} ({code}): {result_text}")
+        message = f"{call} failed: {result_name} ({code}): {result_text}"
+        super().__init__(
+            message, call=call, result_name=result_name, result_text=result_text, code=code
+        )
 
 
 class NoDriverError(CudaError):
@@ -36,21 +40,17 @@ class BufferLengthError(CudaError):
     """A buffer does not hold the number of elements its kernel is fixed to."""
 
     def __init__(self, context: str, expected: int, actual: int, buffer: str = "buffer") -> None:
-        self.context = context
-        self.buffer = buffer
-        self.expected = expected
-        self.actual = actual
-        super().__init__(f"{context}: {buffer} has {actual} elements, expected {expected}")
+        message = f"{context}: {buffer} has {actual} elements, expected {expected}"
+        fields = {"context": context, "buffer": buffer, "expected": expected, "actual": actual}
+        super().__init__(message, **fields)
 
 
 class BufferLayoutError(CudaError):
     """A device buffer has the wrong dtype, layout or device for the kernel it feeds."""
 
     def __init__(self, context: str, buffer: str, problem: str) -> None:
-        self.context = context
-        self.buffer = buffer
-        self.problem = problem
-        super().__init__(f"{context}: {buffer} {problem}")
+        message = f"{context}: {buffer} {problem}"
+        super().__init__(message, context=context, buffer=buffer, problem=problem)
 
 
 class ClosedError(CudaError):

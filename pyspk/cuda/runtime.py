@@ -2,28 +2,26 @@
 
 `CudaRuntime` retains the device's primary context, the one the CUDA runtime (and so
 PyTorch and CuPy) uses, so pointers and streams pass freely between them and pyspk in one
-process. It owns a non-blocking stream or adopts a caller's. `device_array` is the one
-check every plan entry point applies to the buffers it is given.
+process. It owns a non-blocking stream or adopts a caller's. `buffer_interface` is the one
+check every plan entry point applies to the buffers it is given (`pyspk.cuda.buffers`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
-import math
 import operator
-import sys
 import threading
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from pyspk.cuda import driver
+from pyspk.cuda.buffers import FLOAT32, ITEM_BYTES, DeviceBuffer, buffer_interface
 from pyspk.cuda.device import DeviceAttributes
 from pyspk.cuda.errors import (
-    BufferLayoutError,
     ClosedError,
     CudaError,
     DriverError,
@@ -33,89 +31,10 @@ from pyspk.cuda.errors import (
 from pyspk.cuda.tier import PtxTier
 
 if TYPE_CHECKING:
-    from pyspk.cuda.kernels import KernelModule, LoadedKernels
+    from pyspk.cuda.kernels import LoadedKernels
+    from pyspk.cuda.manifest import KernelModule
 
-__all__ = [
-    "BufferLayoutError",
-    "CudaRuntime",
-    "DeviceBuffer",
-    "Graph",
-    "device_address",
-    "device_array",
-]
-
-_FLOAT32 = np.dtype("<f4")
-_ITEM_BYTES = 4
-# __cuda_array_interface__ v3 writes the legacy default stream as 1, never 0
-_CAI_LEGACY_STREAM = 1
-
-
-class DeviceBuffer:
-    """A 1-D float32 allocation made by a `CudaRuntime`; freed by `free()`, by the runtime's
-    `close()`, or when garbage-collected."""
-
-    dtype = np.dtype(np.float32)
-
-    def __init__(self, runtime: CudaRuntime, ptr: int, length: int) -> None:
-        self._runtime = runtime
-        self._ptr = ptr
-        self._len = length
-        self._finalizer: weakref.finalize | None = None
-        if ptr:
-            self._finalizer = weakref.finalize(self, runtime._release_collected, ptr)
-            # at interpreter exit the process frees device memory; do not call the driver
-            self._finalizer.atexit = False
-            runtime._allocations[ptr] = self._finalizer
-
-    @property
-    def freed(self) -> bool:
-        return self._ptr != 0 and (self._finalizer is None or not self._finalizer.alive)
-
-    @property
-    def ptr(self) -> int:
-        """The device address (0 for an empty buffer); `CudaError` once freed."""
-        if self.freed:
-            raise CudaError(f"{self!r} was freed; its device address is no longer valid")
-        return self._ptr
-
-    @property
-    def len(self) -> int:
-        return self._len
-
-    def __len__(self) -> int:
-        return self._len
-
-    @property
-    def nbytes(self) -> int:
-        return self._len * _ITEM_BYTES
-
-    @property
-    def ordinal(self) -> int:
-        return self._runtime.ordinal
-
-    @property
-    def __cuda_array_interface__(self) -> dict[str, Any]:
-        # the data may still be being written on the runtime's stream: name it so a
-        # consumer orders its reads after that work (v3 semantics)
-        handle = self._runtime.stream_handle
-        return {
-            "version": 3,
-            "shape": (self._len,),
-            "typestr": "<f4",
-            "data": (self.ptr, False),
-            "strides": None,
-            "stream": handle if handle != 0 else _CAI_LEGACY_STREAM,
-        }
-
-    def free(self) -> None:
-        """Free the memory now (idempotent)."""
-        if self._finalizer is not None and self._finalizer.detach() is not None:
-            self._runtime._release(self._ptr)
-
-    def __repr__(self) -> str:
-        state = " freed" if self.freed else ""
-        return f"DeviceBuffer(ptr={self._ptr:#x}, len={self._len}, device={self.ordinal}{state})"
-
+__all__ = ["CudaRuntime", "Graph", "free_after_error"]
 
 _GRAPH_TOKENS = itertools.count(1)
 
@@ -283,7 +202,7 @@ class CudaRuntime:
 
     def upload(self, array: np.ndarray) -> DeviceBuffer:
         """A new buffer holding `array` as flattened, C-ordered float32."""
-        host = np.ascontiguousarray(array, dtype=_FLOAT32).reshape(-1)
+        host = np.ascontiguousarray(array, dtype=FLOAT32).reshape(-1)
         buffer = self._alloc(host.size)
         if buffer.len:
             try:
@@ -300,9 +219,16 @@ class CudaRuntime:
     def download(self, buffer: object) -> np.ndarray:
         """Copy a float32 device buffer (DeviceBuffer or CUDA-array-interface object) to a
         1-D numpy array, after the work pending on its stream and on this runtime's."""
-        context = "CudaRuntime.download"
-        ptr, count, producer = _interface(buffer, context, "buffer", self._ordinal)
-        host = np.empty(count, dtype=_FLOAT32)
+        ptr, count, producer = buffer_interface(
+            buffer, "CudaRuntime.download", "buffer", self._ordinal
+        )
+        return self.read(ptr, count, producer)
+
+    def read(self, ptr: int, count: int, producer: int | None) -> np.ndarray:
+        """`count` float32s at device address `ptr` (already checked, as
+        `buffer_interface` checks a buffer) as a new numpy array, after the work pending
+        on the stream `producer` and on this runtime's."""
+        host = np.empty(count, dtype=FLOAT32)
         if count:
             self._make_current()
             api = driver.api()
@@ -316,8 +242,10 @@ class CudaRuntime:
         """Enqueue a device-to-device copy of all of `src` into `dst` (equal lengths), on
         the runtime's stream after the work pending on the streams that produce them."""
         context = "CudaRuntime.copy"
-        dst_ptr, dst_len, dst_stream = _interface(dst, context, "dst", self._ordinal, writable=True)
-        src_ptr, src_len, src_stream = _interface(src, context, "src", self._ordinal)
+        dst_ptr, dst_len, dst_stream = buffer_interface(
+            dst, context, "dst", self._ordinal, writable=True
+        )
+        src_ptr, src_len, src_stream = buffer_interface(src, context, "src", self._ordinal)
         check_len(context, dst_len, src_len, "src")
         if dst_len:
             self.order_after(src_stream)
@@ -328,7 +256,7 @@ class CudaRuntime:
                 "cuMemcpyDtoDAsync",
                 api.CUdeviceptr(dst_ptr),
                 api.CUdeviceptr(src_ptr),
-                dst_len * _ITEM_BYTES,
+                dst_len * ITEM_BYTES,
                 self._stream,
             )
 
@@ -499,7 +427,7 @@ class CudaRuntime:
         if count == 0:
             return DeviceBuffer(self, 0, 0)  # the driver allocates no zero-byte blocks
         self._make_current()
-        ptr = int(driver.call("cuMemAlloc", count * _ITEM_BYTES))
+        ptr = int(driver.call("cuMemAlloc", count * ITEM_BYTES))
         return DeviceBuffer(self, ptr, count)
 
     def _release(self, ptr: int) -> None:
@@ -580,173 +508,3 @@ def _instantiate(api: Any, graph: Any) -> Any:
     if isinstance(executable, tuple):  # older bindings also return the error node and log
         executable = executable[0]
     return executable
-
-
-def _c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
-    """Whether byte `strides` lay `shape` out densely in C order (extent-1 axes and empty
-    arrays place no constraint, as in numpy)."""
-    if len(strides) != len(shape):
-        return False
-    if 0 in shape:
-        return True
-    expected = _ITEM_BYTES
-    for extent, stride in zip(reversed(shape), reversed(strides), strict=True):
-        if extent != 1 and stride != expected:
-            return False
-        expected *= extent
-    return True
-
-
-def _interface(
-    obj: object,
-    context: str,
-    buffer: str,
-    ordinal: int,
-    *,
-    expected_len: int | None = None,
-    writable: bool = False,
-) -> tuple[int, int, int | None]:
-    """Validate a float32 device buffer; return (pointer, elements, producer stream)."""
-    if isinstance(obj, DeviceBuffer):
-        if obj.freed:
-            raise BufferLayoutError(context, buffer, "is a DeviceBuffer that was freed")
-        if obj.ordinal != ordinal:
-            raise BufferLayoutError(
-                context, buffer, f"lives on device {obj.ordinal}, expected device {ordinal}"
-            )
-        if expected_len is not None:
-            check_len(context, expected_len, obj.len, buffer)
-        # its pending writes are on the stream of the runtime that made it
-        return obj.ptr, obj.len, obj._runtime.stream_handle
-
-    try:
-        cai = obj.__cuda_array_interface__  # type: ignore[attr-defined]
-    except AttributeError:
-        cai = None
-    except Exception as error:  # e.g. torch refuses tensors that require grad
-        raise BufferLayoutError(
-            context, buffer, f"does not expose its device memory ({error})"
-        ) from error
-    if not isinstance(cai, Mapping):
-        raise BufferLayoutError(
-            context,
-            buffer,
-            f"is a {type(obj).__name__}, not a DeviceBuffer or an object with "
-            "__cuda_array_interface__ (a CUDA tensor or array)",
-        )
-    typestr = cai.get("typestr")
-    try:
-        dtype = np.dtype(typestr)
-    except (TypeError, ValueError):
-        dtype = None
-    if dtype != _FLOAT32:
-        raise BufferLayoutError(context, buffer, f"has typestr {typestr!r}, expected float32")
-    try:
-        shape = tuple(int(extent) for extent in cai["shape"])
-        ptr = int(cai["data"][0])
-        readonly = bool(cai["data"][1])
-    except (KeyError, IndexError, TypeError, ValueError) as error:
-        raise BufferLayoutError(
-            context, buffer, f"has a malformed __cuda_array_interface__ ({error!r})"
-        ) from error
-    strides = cai.get("strides")
-    if strides is not None and not _c_contiguous(shape, tuple(int(s) for s in strides)):
-        raise BufferLayoutError(
-            context,
-            buffer,
-            f"is not C-contiguous (shape {shape}, byte strides {tuple(strides)}); "
-            "pass a contiguous copy",
-        )
-    if cai.get("mask") is not None:
-        raise BufferLayoutError(context, buffer, "has a mask; masked arrays are not supported")
-    if writable and readonly:
-        raise BufferLayoutError(context, buffer, "is read-only but is written to")
-    if ptr % _ITEM_BYTES:
-        raise BufferLayoutError(context, buffer, f"address {ptr:#x} is not 4-byte aligned")
-    count = math.prod(shape)
-    if expected_len is not None:
-        check_len(context, expected_len, count, buffer)
-    if ptr != 0 and count > 0:
-        try:
-            found = driver.pointer_device_ordinal(ptr)
-        except DriverError as error:
-            raise BufferLayoutError(
-                context,
-                buffer,
-                f"address {ptr:#x} is not CUDA device memory ({error.result_name})",
-            ) from error
-        if found != ordinal:
-            raise BufferLayoutError(
-                context, buffer, f"lives on device {found}, expected device {ordinal}"
-            )
-    stream = cai.get("stream")
-    return ptr, count, (int(stream) if stream is not None else None)
-
-
-def device_array(
-    obj: object,
-    expected_len: int,
-    context: str,
-    buffer: str,
-    ordinal: int,
-    *,
-    writable: bool = False,
-) -> tuple[int, int]:
-    """Check that `obj` is a C-contiguous float32 buffer of `expected_len` elements on
-    device `ordinal`; return its (device pointer, elements).
-
-    `obj` is a `DeviceBuffer` or anything exposing `__cuda_array_interface__` (a PyTorch
-    CUDA tensor, a CuPy array). Its producer stream is not waited on: the caller orders
-    the work (enqueue on the producer's stream, or adopt it in the runtime). Pass
-    `writable=True` for outputs so read-only views are refused.
-    """
-    ptr, count, _ = _interface(
-        obj, context, buffer, ordinal, expected_len=expected_len, writable=writable
-    )
-    return ptr, count
-
-
-def producer_stream(obj: object, context: str, buffer: str, ordinal: int) -> int | None:
-    """The stream whose pending work writes `obj` (a `DeviceBuffer`'s runtime stream,
-    or the `stream` of its `__cuda_array_interface__`; None when it names none)."""
-    return _interface(obj, context, buffer, ordinal)[2]
-
-
-def device_address(
-    obj: object,
-    expected_len: int,
-    context: str,
-    buffer: str,
-    ordinal: int,
-    *,
-    writable: bool = False,
-) -> int:
-    """`device_array`'s pointer, with a fast path for a live `DeviceBuffer` of the right
-    length on `ordinal`, which needs no check beyond those three; the enqueue path calls
-    this twice per launch, so it is kept to a few attribute reads."""
-    if type(obj) is DeviceBuffer:
-        finalizer = obj._finalizer
-        if (
-            finalizer is not None
-            and finalizer.alive
-            and obj._len == expected_len
-            and obj._runtime._ordinal == ordinal
-        ):
-            return obj._ptr
-    else:
-        torch = sys.modules.get("torch")
-        # a PyTorch tensor answers the same questions directly, several times faster
-        # than building its __cuda_array_interface__ and querying the pointer's device
-        if (
-            torch is not None
-            and isinstance(obj, torch.Tensor)
-            and obj.dtype is torch.float32
-            and not obj.requires_grad
-            and obj.get_device() == ordinal
-            and obj.is_contiguous()
-            and obj.numel() == expected_len
-            and obj.data_ptr() % _ITEM_BYTES == 0
-        ):
-            return obj.data_ptr()
-    # anything else, and every failure, takes the full check and its error
-    return device_array(obj, expected_len, context, buffer, ordinal, writable=writable)[0]

@@ -7,7 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from pyspk.cuda.kernels import KernelModule, LoadedKernels
+from pyspk.cuda.kernels import LoadedKernels
+from pyspk.cuda.manifest import KernelModule
 from pyspk.cuda.runtime import CudaRuntime
 
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pyspk.candidate import DenseSite, DenseSpec, DeviceUnsupported, GeometryInvalid, Op
+from pyspk.candidate import DenseSite, DenseSpec, Op
 from pyspk.candidate.segdense import Choice, Entry, SegdensePin, Site
-from pyspk.candidate.segdense.producer import DenseOxide
-from pyspk.cuda import BufferLengthError, CudaMath, EventPhases, PtxTier
-from pyspk.cuda.kernels import KernelModule
-from pyspk.cuda.runtime import BufferLayoutError, CudaRuntime
+from pyspk.candidate.segdense.candidates import DenseOxide
+from pyspk.cuda import CudaMath, EventPhases, PtxTier
+from pyspk.cuda.errors import BufferLayoutError
+from pyspk.cuda.manifest import KernelModule
+from pyspk.cuda.runtime import CudaRuntime
+from pyspk.errors import BufferLengthError, DeviceUnsupported, GeometryInvalid
 from pyspk.testing import error_bound, operands, plan, run_eager, truth
 
 pytestmark = pytest.mark.gpu
@@ -112,7 +114,7 @@ def test_pin_above_the_loaded_tier_is_refused(runtime) -> None:
 def test_sm75_tier_runs_the_same_kernels(runtime) -> None:
     """The sm75 module's SIMT entries agree with the float64 bound too."""
     with CudaRuntime(0, ptx_tier=PtxTier.SM75) as low:
-        kernels = low.load_kernels(KernelModule.SEGDENSE)
+        assert low.load_kernels(KernelModule.SEGDENSE).tier is PtxTier.SM75
         for entry in ENTRIES:
             ops = operands(Site.EMBEDDING, entry.batch(), seed=18)
             exact, scale = truth(Site.EMBEDDING, entry.batch(), ops)

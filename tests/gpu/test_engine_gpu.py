@@ -57,7 +57,7 @@ def _tracks(output) -> list:
 
 
 def test_fbank_gives_wespeaker_bits_eagerly_and_replayed(torch, pyannote):
-    from pyspk.engine import Fbank
+    from pyspk.fbank import Fbank
 
     model = pyannote.wespeaker_resnet34(seed=1).cuda()
     generator = torch.Generator(device="cuda").manual_seed(3)

@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 
 from pyspk.cuda import driver
-from pyspk.cuda.kernels import KernelModule, LoadedKernels, Manifest, load_kernels
-from pyspk.cuda.runtime import CudaRuntime, DeviceBuffer
+from pyspk.cuda.buffers import DeviceBuffer
+from pyspk.cuda.kernels import LoadedKernels, load_kernels
+from pyspk.cuda.manifest import KernelModule, Manifest
+from pyspk.cuda.runtime import CudaRuntime
 from pyspk.cuda.tier import PtxTier
 
 pytestmark = pytest.mark.gpu

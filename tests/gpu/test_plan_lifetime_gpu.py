@@ -12,7 +12,8 @@ import pytest
 
 from pyspk import cli
 from pyspk.candidate.segdense import Entry, Site
-from pyspk.cuda import BufferLayoutError, ClosedError, CudaMath, driver
+from pyspk.cuda import CudaMath, driver
+from pyspk.errors import BufferLayoutError, ClosedError
 from pyspk.testing import operands, plan, run_eager
 from tests.concurrency import run_together
 

@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 
 from pyspk.cuda import driver
+from pyspk.cuda.buffers import DeviceBuffer
 from pyspk.cuda.device import DeviceAttributes
-from pyspk.cuda.errors import BufferLengthError, CudaError, DriverError
-from pyspk.cuda.runtime import BufferLayoutError, CudaRuntime, DeviceBuffer, device_array
+from pyspk.cuda.errors import BufferLayoutError, BufferLengthError, CudaError, DriverError
+from pyspk.cuda.runtime import CudaRuntime
 from pyspk.cuda.tier import ComputeCapability
+from tests.device_arrays import device_array
 
 pytestmark = pytest.mark.gpu
 

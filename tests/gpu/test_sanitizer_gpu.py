@@ -25,7 +25,7 @@ _SANITIZED_RUN = textwrap.dedent(
     import sys
     from pyspk.candidate.segdense import Entry, Products
     from pyspk.cuda import CudaMath
-    from pyspk.cuda.kernels import KernelModule
+    from pyspk.cuda.manifest import KernelModule
     from pyspk.cuda.runtime import CudaRuntime
     from pyspk.testing import operands, plan, run_eager
 

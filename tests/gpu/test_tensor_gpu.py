@@ -19,7 +19,8 @@ import pytest
 from pyspk.candidate.segdense import Entry, Products, Site, TensorConv
 from pyspk.candidate.segdense.packing import pack_conv_half, pack_conv_mma, round_tf32
 from pyspk.cuda import CudaMath, PtxTier
-from pyspk.cuda.kernels import KernelModule, LoadedKernels, Manifest
+from pyspk.cuda.kernels import LoadedKernels
+from pyspk.cuda.manifest import KernelModule, Manifest
 from pyspk.cuda.runtime import CudaRuntime
 from pyspk.testing import (
     assert_replay_bit_identical,
@@ -321,7 +322,7 @@ _STUB_LAUNCH = textwrap.dedent(
     import numpy as np
     from pyspk.cuda import PtxTier
     from pyspk.cuda.errors import DriverError
-    from pyspk.cuda.kernels import KernelModule
+    from pyspk.cuda.manifest import KernelModule
     from pyspk.cuda.runtime import CudaRuntime
 
     name, shared = sys.argv[1], int(sys.argv[2])

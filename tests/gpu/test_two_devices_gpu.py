@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from pyspk.candidate.segdense import Entry, Site
-from pyspk.cuda import BufferLayoutError, CudaMath, CudaRuntime, driver
-from pyspk.cuda.kernels import KernelModule
+from pyspk.cuda import CudaMath, CudaRuntime, driver
+from pyspk.cuda.manifest import KernelModule
+from pyspk.errors import BufferLayoutError
 from pyspk.testing import operands, plan, run_eager
 from tests.concurrency import run_together
 
@@ -52,7 +53,7 @@ def test_device_1_gives_device_0_bits(runtime, kernels, second, entry, math) -> 
 
 
 def test_a_device_0_buffer_is_refused_by_a_device_1_plan(runtime, second) -> None:
-    one_runtime, one_kernels = second
+    one_runtime, _ = second
     ops = operands(Site.EMBEDDING, 1, seed=52)
     oxide = plan(one_runtime, Entry.EMBED_B1, CudaMath.FP32, ops)
     foreign = runtime.upload(ops["x"])

@@ -2,6 +2,7 @@
 heads and the embedding `seg_1` projection."""
 
 from pyspk.candidate.segdense.area import Area, plan
+from pyspk.candidate.segdense.candidates import DenseOxide, SegConvOxide
 from pyspk.candidate.segdense.packing import (
     f16_bits,
     half_scale,
@@ -10,8 +11,8 @@ from pyspk.candidate.segdense.packing import (
     pack_half_columns,
     selected_rows,
 )
-from pyspk.candidate.segdense.producer import DenseOxide, SegConvOxide
-from pyspk.candidate.segdense.selection import (
+from pyspk.candidate.segdense.selection import Choice, Entry, Hardware, Products, SegdensePin, Site
+from pyspk.candidate.segdense.shapes import (
     BATCHES,
     BROAD_EVIDENCE,
     CONV_PADDED,
@@ -28,21 +29,15 @@ from pyspk.candidate.segdense.selection import (
     SELECT_ROWS,
     SPECIAL_VALUES,
     TAPS,
-    Choice,
     Classifier,
     Config,
     Conv,
-    Entry,
     Fragments,
     Gemm,
     Gemv,
-    Hardware,
     Kind,
-    Products,
     Reduction,
     ReductionShape,
-    SegdensePin,
-    Site,
     Split,
     SplitWeights,
     TensorConv,

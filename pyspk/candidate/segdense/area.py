@@ -23,17 +23,11 @@ from pyspk.candidate.framework import (
     SegConvSite,
     SegConvSpec,
 )
-from pyspk.candidate.segdense.producer import DenseOxide, SegConvOxide
-from pyspk.candidate.segdense.selection import (
-    BATCHES,
-    BROAD_EVIDENCE,
-    CONTEXT,
-    Hardware,
-    SegdensePin,
-    Site,
-)
+from pyspk.candidate.segdense.candidates import DenseOxide, SegConvOxide
+from pyspk.candidate.segdense.selection import Hardware, SegdensePin, Site
+from pyspk.candidate.segdense.shapes import BATCHES, BROAD_EVIDENCE, CONTEXT
 from pyspk.cuda.device import DeviceAttributes
-from pyspk.cuda.kernels import KernelModule
+from pyspk.cuda.manifest import KernelModule
 from pyspk.cuda.math import CudaMath
 from pyspk.cuda.tier import PtxTier
 

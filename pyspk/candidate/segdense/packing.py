@@ -1,11 +1,11 @@
 """Host-side weight preparation for the segdense kernels, in pure numpy.
 
 Ports `f16_bits`, `round_up`, `half_scale`, `pack_half_columns` and `selected_rows`
-of reference/segdense.rs bit for bit, vectorised over whole arrays so a 256 x 5120
-embedding weight packs in milliseconds; `round_tf32` and `pack_conv_mma` emulate the
-device rounding and the `spk_segdense_pack_conv_mma` kernel, for its bit-for-bit test;
-`pack_conv_half` and `pack_gemm_half` lay out the FP16 tensor-core convolutions' and
-linears' weights.
+of the Rust module pyspk is a port of, bit for bit, vectorised over whole arrays so a
+256 x 5120 embedding weight packs in milliseconds; `round_tf32` and `pack_conv_mma`
+emulate the device rounding and the `spk_segdense_pack_conv_mma` kernel, for its
+bit-for-bit test; `pack_conv_half` and `pack_gemm_half` lay out the FP16 tensor-core
+convolutions' and linears' weights.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pyspk.candidate.framework import CONV_TAPS, SegConvSite
-from pyspk.candidate.segdense.selection import (
+from pyspk.candidate.segdense.shapes import (
     CONV_PADDED,
     KERNEL_PREFIX,
     Conv,
@@ -258,6 +258,11 @@ _MMA_TILES, _MMA_LANES, _MMA_REGISTERS = 4, 32, 4
 _CONV_OUT = SegConvSite.CONV1.dimensions()[1]  # both convolutions have 60 outputs
 
 
+def _index_grid(*extents: int) -> tuple[np.ndarray, ...]:
+    """Every index tuple below `extents`, one array per axis, in C order."""
+    return tuple(np.meshgrid(*(np.arange(extent) for extent in extents), indexing="ij"))
+
+
 def pack_gemm_mma(
     weight: npt.ArrayLike, n: int, k: int, cols: int, planes: int, paired: bool = False
 ) -> np.ndarray:
@@ -360,13 +365,8 @@ def pack_conv_half(weight: npt.ArrayLike, cin: int, cin_pad: int) -> np.ndarray:
     scale, inverse = _half_scale_array(largest)
     padded = np.zeros((_MMA_TILES * 16, cin_pad, CONV_TAPS), np.float32)
     padded[:_CONV_OUT, :cin] = (matrix * scale[:, None]).reshape(_CONV_OUT, cin, CONV_TAPS)
-    stage, tap, tile, lane, register = np.meshgrid(
-        np.arange(cin_pad // 16),
-        np.arange(CONV_TAPS),
-        np.arange(_MMA_TILES),
-        np.arange(_MMA_LANES),
-        np.arange(_MMA_REGISTERS),
-        indexing="ij",
+    stage, tap, tile, lane, register = _index_grid(
+        cin_pad // 16, CONV_TAPS, _MMA_TILES, _MMA_LANES, _MMA_REGISTERS
     )
     channel = tile * 16 + lane // 4 + 8 * (register % 2)
     ci = stage * 16 + 2 * (lane % 4) + 8 * (register // 2)
@@ -416,13 +416,7 @@ def pack_conv_mma(weight: npt.ArrayLike, cin: int, cin_pad: int, planes: int) ->
     padded = np.zeros((_MMA_TILES * 16, cin_pad * CONV_TAPS), np.float32)
     padded[:_CONV_OUT, : cin * CONV_TAPS] = matrix
     steps = cin_pad * CONV_TAPS // 8
-    step, tile, lane, register = np.meshgrid(
-        np.arange(steps),
-        np.arange(_MMA_TILES),
-        np.arange(_MMA_LANES),
-        np.arange(_MMA_REGISTERS),
-        indexing="ij",
-    )
+    step, tile, lane, register = _index_grid(steps, _MMA_TILES, _MMA_LANES, _MMA_REGISTERS)
     channel = tile * 16 + lane // 4 + 8 * (register % 2)
     k = step * 8 + lane % 4 + 4 * (register // 2)
     values = padded[channel, k].reshape(-1)

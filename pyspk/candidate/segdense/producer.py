@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, ClassVar, TypeVar
+from typing import TYPE_CHECKING
 
 import attrs
 import numpy as np
@@ -17,23 +17,17 @@ import numpy as np
 from pyspk.candidate.errors import DeviceUnsupported, GeometryInvalid, WeightsOutOfContract
 from pyspk.candidate.framework import (
     PASS_THROUGH,
-    Coverage,
-    DenseSpec,
     Op,
     Phases,
     Scratch,
-    SegConvSpec,
-    SpecialValues,
 )
 from pyspk.candidate.segdense.packing import DevicePack, pack_weight
-from pyspk.candidate.segdense.selection import (
+from pyspk.candidate.segdense.selection import SegdensePin
+from pyspk.candidate.segdense.shapes import (
     CONTEXT,
     DEFAULT_SHARED,
-    DENSE_COVERAGE,
     EMBED_MAX_SPLITS,
     HALF_MIN_SPLITS,
-    SEGCONV_COVERAGE,
-    SPECIAL_VALUES,
     TAPS,
     Classifier,
     Config,
@@ -42,34 +36,26 @@ from pyspk.candidate.segdense.selection import (
     Gemv,
     Kind,
     Reduction,
-    SegdensePin,
-    Site,
     Split,
     SplitWeights,
     TensorConv,
 )
 from pyspk.cuda import driver
+from pyspk.cuda.buffers import DeviceBuffer, buffer_interface, device_address
 from pyspk.cuda.errors import (
+    BufferLayoutError,
     BufferLengthError,
     ClosedError,
     DriverError,
     InvalidArgument,
     KernelMissingError,
 )
-from pyspk.cuda.kernels import KernelModule
-from pyspk.cuda.runtime import (
-    BufferLayoutError,
-    DeviceBuffer,
-    device_address,
-    device_array,
-    free_after_error,
-)
+from pyspk.cuda.manifest import KernelModule
+from pyspk.cuda.runtime import free_after_error
 
 if TYPE_CHECKING:
-    from pyspk.cuda.device import DeviceAttributes
     from pyspk.cuda.kernels import Launch, LoadedKernels
     from pyspk.cuda.runtime import CudaRuntime
-    from pyspk.cuda.tier import PtxTier
 
 
 def _buffer(name: str) -> tuple[tuple[str, str], tuple[str, str]]:
@@ -77,7 +63,9 @@ def _buffer(name: str) -> tuple[tuple[str, str], tuple[str, str]]:
     return ((name, "ptr"), (f"{name}_len", "u64"))
 
 
-# the parameter lists of DESIGN.md section 4, named so that launches are set by name
+# the entries' parameter lists in the calling convention of ptx/common.cuh (each buffer a
+# 64-bit pointer and its 64-bit element count, scalars 32-bit unsigned), named so that
+# launches are set by name
 CONV_PARAMS = (*_buffer("x"), *_buffer("w"), *_buffer("y"))
 DENSE_PARAMS = (*_buffer("x"), *_buffer("w"), *_buffer("bias"), *_buffer("y"))
 REDUCE_PARAMS = (*_buffer("partials"), *_buffer("bias"), *_buffer("y"), ("splits", "u32"))
@@ -181,12 +169,14 @@ class Producer:
             raise ClosedError(f"{CONTEXT}: the runtime was closed; nothing was planned")
         shape = _check(kernels, bias, pin)
         config = pin.config()
-        weight_ptr, _ = device_array(weight, shape.n * shape.k, CONTEXT, "weight", runtime.ordinal)
-        weights = runtime.download(weight)
-        biases = None
+        ordinal, weight_len = runtime.ordinal, shape.n * shape.k
+        weight_at = buffer_interface(weight, CONTEXT, "weight", ordinal, expected_len=weight_len)
+        bias_at = None
         if bias is not None:
-            device_array(bias, shape.n, CONTEXT, "bias", runtime.ordinal)
-            biases = runtime.download(bias)
+            bias_at = buffer_interface(bias, CONTEXT, "bias", ordinal, expected_len=shape.n)
+        weight_ptr = weight_at[0]
+        weights = runtime.read(*weight_at)
+        biases = None if bias_at is None else runtime.read(*bias_at)
         _finite(weights, "weight")
         if biases is not None:
             _finite(biases, "bias")
@@ -478,7 +468,8 @@ def _launches(
 
 
 def _grid(kind: Kind, shape: _Geometry) -> tuple[int, int, int]:
-    """The grid `Producer.enqueue` of the reference gives each kind."""
+    """The launch grid of each kind: blocks over the output tiles (x, y) and, for
+    split-K, the reduction slices (z); the convolutions' y is the batch item."""
     m = shape.batch * shape.rows
     match kind:
         case Conv(positions=positions) | TensorConv(positions=positions):
@@ -528,83 +519,3 @@ def _finite(values: np.ndarray, name: str) -> np.ndarray:
             f"element {int(bad[0])}); plans take finite weights only",
         )
     return values
-
-
-_OxideT = TypeVar("_OxideT", bound="_Oxide")
-
-
-class _Oxide:
-    """What both candidates share: the pin the rule gives a spec, and a producer's
-    enqueue and close."""
-
-    SPECIAL_VALUES: ClassVar[SpecialValues] = SPECIAL_VALUES
-
-    enqueue: Callable[..., None]
-    """`Producer.enqueue` of this plan's producer, bound: one call layer less on the hot
-    path."""
-
-    def __init__(self, producer: Producer) -> None:
-        self.producer = producer
-        self.enqueue = producer.enqueue
-
-    @classmethod
-    def implemented_pin(
-        cls, spec: DenseSpec | SegConvSpec, tier: PtxTier, device: DeviceAttributes
-    ) -> SegdensePin:
-        return SegdensePin.select(Site.of(spec.site()), spec.batch(), spec.math(), tier, device)
-
-    @classmethod
-    def plan_pinned(
-        cls: type[_OxideT],
-        runtime: CudaRuntime,
-        kernels: LoadedKernels,
-        spec: DenseSpec | SegConvSpec,
-        weight: object,
-        bias: object | None,
-        pin: SegdensePin,
-        scratch: Scratch | None = None,
-    ) -> _OxideT:
-        """What both candidates' `plan` does: the pin checked against the spec and the
-        loaded module, then the producer planned."""
-        pin.check(Site.of(spec.site()), spec.batch(), spec.math(), kernels.tier)
-        return cls(Producer.plan(runtime, kernels, weight, bias, pin, scratch))
-
-    def close(self) -> None:
-        self.producer.close()
-
-
-class DenseOxide(_Oxide):
-    """Segmentation linear0, linear1 and classifier, and embedding seg_1, with their
-    bias, LeakyReLU or log-softmax epilogues fused."""
-
-    COVERAGE: ClassVar[Coverage] = DENSE_COVERAGE
-
-    @classmethod
-    def plan(
-        cls,
-        runtime: CudaRuntime,
-        kernels: LoadedKernels,
-        spec: DenseSpec,
-        weight: object,
-        bias: object,
-        pin: SegdensePin,
-        scratch: Scratch | None = None,
-    ) -> DenseOxide:
-        return cls.plan_pinned(runtime, kernels, spec, weight, bias, pin, scratch)
-
-
-class SegConvOxide(_Oxide):
-    """The two raw segmentation convolutions; the caller's pooling stage adds the bias."""
-
-    COVERAGE: ClassVar[Coverage] = SEGCONV_COVERAGE
-
-    @classmethod
-    def plan(
-        cls,
-        runtime: CudaRuntime,
-        kernels: LoadedKernels,
-        spec: SegConvSpec,
-        weight: object,
-        pin: SegdensePin,
-    ) -> SegConvOxide:
-        return cls.plan_pinned(runtime, kernels, spec, weight, None, pin)

@@ -10,62 +10,26 @@ import attrs
 
 from pyspk.candidate.errors import DeviceUnsupported, GeometryInvalid, GeometryUnimplemented
 from pyspk.candidate.framework import (
-    BOUNDARIES,
-    CONV_TAPS,
-    DENSE_BOUNDARIES,
-    SEGMENTATION_CONV_BOUNDARIES,
-    AbsoluteSum,
-    ArchitectureSpeed,
-    Batches,
     BoundaryId,
-    BroadEvidence,
-    Coverage,
-    CoverageEntry,
     DenseSite,
     Fp16Policy,
-    InfinityContract,
-    Maths,
-    NanContract,
     SegConvSite,
-    SignedZeroContract,
-    SpecialValues,
+)
+from pyspk.candidate.segdense.shapes import (
+    CONTEXT,
+    EMBED_MAX_SPLITS,
+    HALF_MIN_SPLITS,
+    HALF_SHARED,
+    KERNEL_PREFIX,
+    Config,
+    Fragments,
+    Gemv,
+    Split,
 )
 from pyspk.cuda.device import DeviceAttributes
 from pyspk.cuda.errors import InvalidArgument
 from pyspk.cuda.math import CudaMath
 from pyspk.cuda.tier import ComputeCapability, PtxTier
-
-CONTEXT = "segdense plan"
-
-# the batches every kernel is compiled for
-BATCHES = (1, 32)
-# output channels of a convolution padded to whole thread tiles
-CONV_PADDED = 64
-# convolution taps, the reference's TAPS
-TAPS = CONV_TAPS
-# static shared memory any block may use without opting in
-DEFAULT_SHARED = 48 * 1024
-# most planes `spk_segdense_reduce_embed` adds: eight warps of up to 16 planes each,
-# so the reduction takes one round trip to memory
-EMBED_MAX_SPLITS = 128
-# most planes `spk_segdense_reduce_embed_flat` adds, all held by one thread
-FLAT_MAX_SPLITS = 40
-# reduction rows a `Select` kernel recomputes in 3xTF32
-SELECT_ROWS = 16
-# reduction terms per stage of `spk_segdense_embed_b32_f16`: two warp groups of 16
-HALF_STAGE = 32
-# most reduction terms one `spk_segdense_embed_b32_f16` slice keeps in shared memory
-HALF_SLICE = 320
-# fewest slices that keep every FP16 slice within HALF_SLICE terms
-HALF_MIN_SPLITS = -(
-    -(DenseSite.EMBEDDING.dimensions()[2] // HALF_STAGE) // (HALF_SLICE // HALF_STAGE)
-)
-# dynamic shared memory of `spk_segdense_embed_b32_f16`: 96 row scales, the FP16 slice
-# of 96 rows and a three-stage weight ring, which the cross-group reduction of 192
-# threads' 64 accumulators reuses
-_HALF_RING = 96 * (HALF_SLICE // 2 + 4) + 3 * (HALF_STAGE // 2) * (128 + 8)
-_HALF_REDUCTION = 192 * 32 * 64 // 32
-HALF_SHARED = 4 * (96 + max(_HALF_RING, _HALF_REDUCTION))
 
 
 @attrs.frozen
@@ -93,8 +57,8 @@ class Hardware:
 
     def consumer_blackwell(self) -> bool:
         """12.x, where the TF32 embedding split-K is fastest as one 384-thread block per
-        SM (1.01x the library against 0.87x for two 192-thread blocks on a 36-SM RTX
-        5060 Ti; 1.06x against 0.98x the other way on a 34-SM RTX 4060 Ti)."""
+        SM (`EMBED_B32_TF32_K2`); on 8.9 two 192-thread blocks per SM (`EMBED_B32_TF32`)
+        are, as measured on an RTX 5060 Ti and an RTX 4060 Ti (docs/performance.md)."""
         return self.capability.major == 12
 
     def half_split_fits(self) -> bool:
@@ -186,7 +150,7 @@ class Site(enum.Enum):
             return hardware.split_choice(Entry.EMBED_B32)
         if (self, batch) == (Site.LINEAR1, 1) and math is CudaMath.TF32:
             # the FP32 kernel is compensated, which costs time and buys nothing against
-            # TF32 library error; the TF32 kernel's sm75 form is the plain SIMT one
+            # TF32 library error; the TF32 kernel is the plain SIMT one in both tiers
             return Choice.fixed(Entry.LINEAR1_B1_TF32)
         entry = _SCALAR_ENTRIES.get((self, batch))
         return None if entry is None else Choice.fixed(entry)
@@ -204,7 +168,7 @@ class Site(enum.Enum):
             return Choice.fixed(Entry.LINEAR0_B1_TF32)
         if (self, batch) == (Site.LINEAR0, 32) and tf32:
             # batch 1 keeps plain TF32: residual products' latency cost it most of its
-            # margin (1.01x the library on Ada against 1.21x)
+            # margin over the library (docs/performance.md)
             return Choice.fixed(Entry.LINEAR0_B32_SELECT)
         if (self, batch) == (Site.LINEAR1, 32) and tf32:
             return Choice.fixed(Entry.LINEAR1_B32_TF32)
@@ -214,7 +178,7 @@ class Site(enum.Enum):
             if heavy:
                 # the main kernel is short where TF32 mma runs at several times the FP32
                 # rate, so 96 x 64 tiles fill one wave with half the slices (54 against
-                # 108 on an A100: 1.07x the library against 0.91x)
+                # 108 on an A100; docs/performance.md)
                 return hardware.split_choice(Entry.EMBED_B32_TF32_E64)
             if hardware.half_split_fits():
                 # FP16 products run at twice the TF32 rate there; one 384-thread block/SM
@@ -302,7 +266,8 @@ class Entry(enum.Enum):
     LINEAR0_B32 = "linear0_b32"
     LINEAR0_B32_SELECT = "linear0_b32_select"
     LINEAR1_B1 = "linear1_b1"
-    # TF32 tensor cores on the sm80 tier, plain SIMT on sm75
+    # TF32 math: plain FP32 SIMT sums in both tiers (ptx/seglinear.cuh), without
+    # linear1_b1's float64 or compensated ones
     LINEAR1_B1_TF32 = "linear1_b1_tf32"
     LINEAR1_B32 = "linear1_b32"
     LINEAR1_B32_TF32 = "linear1_b32_tf32"
@@ -376,8 +341,6 @@ _VARIANTS = {
     Entry.EMBED_B32_F16: "f16",
 }
 
-# every kernel of the module is named KERNEL_PREFIX + its stem
-KERNEL_PREFIX = "spk_segdense_"
 _KERNEL_STEMS = {Entry.LINEAR0_B32_SELECT: "linear0_b32_tf32"}
 
 # entry -> (site, batch, lowest tier with its real kernel, product precision)
@@ -462,157 +425,6 @@ class Choice:
         return self.entry.config(self.splits)
 
 
-# --- kinds: how a kernel tiles its boundary, fixing its grid and operand layouts -------
-
-
-@attrs.frozen
-class Conv:
-    """One block per `positions` output positions of one item; weights packed [k, 64] in
-    the kernels' column order (`pack_conv_rows`)."""
-
-    positions: int
-
-
-@attrs.frozen
-class TensorConv:
-    """One block per `positions` output positions of one item on tensor cores; weights
-    packed as mma fragments over `cin_pad` input channels: with `planes == 2` the value
-    and residual TF32 planes of the 3xTF32 split (`pack_conv_mma`), with `planes == 1`
-    scaled FP16 pairs (`pack_conv_half`), which the Config's shared bytes for one TF32
-    plane also hold."""
-
-    positions: int
-    cin_pad: int
-    planes: int
-
-
-@attrs.frozen
-class Fragments:
-    """Weights a tensor-core GEMM reads as `pack_gemm_mma` lays them out: TF32 mma
-    fragments in `planes` planes (2: value and residual), per column tile of the kind's
-    `cols`; `paired` when the kernel reads the k of x in pairs, so w's k is permuted to
-    match. With `half`, one plane of FP16 pair fragments scaled per column instead, then
-    the inverse scales (`pack_gemm_half`), for scaled FP16 products."""
-
-    planes: int
-    paired: bool = False
-    half: bool = False
-
-
-@attrs.frozen
-class Gemm:
-    """One block per `rows x cols` output tile; weights [k, n], or `fragments` of them,
-    followed by the indices of the `select` reduction rows the kernel recomputes in
-    3xTF32 and those rows of w in FP32."""
-
-    rows: int
-    cols: int
-    select: int
-    fragments: Fragments | None = None
-
-
-@attrs.frozen
-class Classifier:
-    """One block per `rows` output rows; weights [k, n]."""
-
-    rows: int
-
-
-@attrs.frozen
-class Gemv:
-    """One block per `cols` output columns; weights [n, k]."""
-
-    cols: int
-
-
-class SplitWeights(enum.Enum):
-    """How a split-K kernel reads its weights."""
-
-    # FP32 [k, n], or the kind's `fragments` of them
-    FP32 = "fp32"
-    # FP16 pairs of adjacent reduction rows as [k / 2, n] words, scaled by a power of two
-    # per column, then the n inverse scales (`pack_half_columns`)
-    SCALED_HALF = "scaled_half"
-
-
-@attrs.frozen
-class Split:
-    """One block per `rows x cols` tile and reduction slice, then the fixed-order
-    reduction of the `splits` partial planes."""
-
-    rows: int
-    cols: int
-    splits: int
-    weights: SplitWeights
-    fragments: Fragments | None = None
-
-
-Kind = Conv | TensorConv | Gemm | Classifier | Gemv | Split
-
-
-@attrs.frozen
-class Config:
-    """One site kernel and its launch shape; `shared` is dynamic shared bytes per block."""
-
-    kernel: str
-    kind: Kind
-    block: int
-    shared: int
-
-    @classmethod
-    def conv(cls, kernel: str, positions: int, block: int) -> Config:
-        return cls(kernel, Conv(positions), block, 0)
-
-    @classmethod
-    def tensor_conv(
-        cls, kernel: str, positions: int, cin_pad: int, planes: int, block: int
-    ) -> Config:
-        """Shared memory for stages of 8 input channels, three deep, reused by the
-        epilogue's 64-channel tile."""
-        stages = 3
-        stage = 8 * (positions + 16) + 2560 * planes
-        epilogue = 64 * (positions + 8)
-        floats = max(stages * stage, epilogue)
-        return cls(kernel, TensorConv(positions, cin_pad, planes), block, 4 * floats)
-
-    @classmethod
-    def gemm(
-        cls, kernel: str, rows: int, cols: int, block: int, fragments: Fragments | None = None
-    ) -> Config:
-        return cls(kernel, Gemm(rows, cols, 0, fragments), block, 0)
-
-    @classmethod
-    def select_gemm(cls, kernel: str, rows: int, cols: int, block: int) -> Config:
-        """A GEMM on scaled FP16 products recomputing SELECT_ROWS reduction rows in
-        3xTF32."""
-        return cls(kernel, Gemm(rows, cols, SELECT_ROWS, Fragments(1, half=True)), block, 0)
-
-    @classmethod
-    def classifier(cls, kernel: str, rows: int, block: int) -> Config:
-        return cls(kernel, Classifier(rows), block, 0)
-
-    @classmethod
-    def split(
-        cls,
-        kernel: str,
-        cols: int,
-        splits: int,
-        block: int,
-        fragments: Fragments | None = None,
-    ) -> Config:
-        """An embedding split-K kernel with 96-row tiles of `cols` columns."""
-        return cls(kernel, Split(96, cols, splits, SplitWeights.FP32, fragments), block, 0)
-
-    @classmethod
-    def half_split(cls, kernel: str, splits: int) -> Config:
-        return cls(
-            kernel,
-            Split(96, 128, splits, SplitWeights.SCALED_HALF),
-            384,
-            HALF_SHARED,
-        )
-
-
 _CONFIGS = {
     Entry.CONV1_B1: lambda kernel, _: Config.conv(kernel, 64, 256),
     Entry.CONV1_B32: lambda kernel, _: Config.conv(kernel, 128, 128),
@@ -646,46 +458,6 @@ _CONFIGS = {
     Entry.EMBED_B32_X3: lambda kernel, s: Config.split(kernel, 64, s, 192, Fragments(2)),
     Entry.EMBED_B32_F16: Config.half_split,
 }
-
-
-# --- reductions --------------------------------------------------------------------
-
-# embedding outputs at batch 32: 96 rows of 256 columns
-_EMBED_ROWS, _EMBED_COLUMNS, _ = DenseSite.EMBEDDING.dimensions()
-_REDUCTION_OUTPUTS = BATCHES[-1] * _EMBED_ROWS * _EMBED_COLUMNS
-# split counts the rule picks on the development GPUs, with fixed-count reductions
-_FIXED_REDUCTIONS = (18, 34, 36)
-
-
-@attrs.frozen
-class ReductionShape:
-    """The split-K reduction kernel for a number of partial planes, and its launch."""
-
-    kernel: str
-    splits: int
-    grid: int
-    block: int
-
-
-class Reduction:
-    """The fixed-order reduction of split-K partial planes, bias added after the sum."""
-
-    @staticmethod
-    def shape(splits: int) -> ReductionShape:
-        """Up to FLAT_MAX_SPLITS planes one thread loads all planes of four outputs before
-        adding them, with no barrier; more would not fit its registers, so eight warps
-        share them and meet in shared memory. Split counts picked on the development
-        GPUs have fixed-count forms with no per-plane test."""
-        if splits in _FIXED_REDUCTIONS:
-            kernel = f"{KERNEL_PREFIX}reduce_e{splits}"
-            return ReductionShape(kernel, splits, _REDUCTION_OUTPUTS // 4 // 128, 128)
-        if splits <= FLAT_MAX_SPLITS:
-            # 64-thread blocks spread the loads over more SMs than 48 blocks of 128 would
-            return ReductionShape(
-                f"{KERNEL_PREFIX}reduce_embed_flat", splits, _REDUCTION_OUTPUTS // 4 // 64, 64
-            )
-        kernel = f"{KERNEL_PREFIX}reduce_embed"
-        return ReductionShape(kernel, splits, _REDUCTION_OUTPUTS // 128, 256)
 
 
 # --- pins ----------------------------------------------------------------------------
@@ -814,34 +586,3 @@ class SegdensePin:
                 f"{self.config().kernel} needs the {self.tier} segdense module, "
                 f"the loaded one is {tier}"
             )
-
-
-# --- coverage and contracts ----------------------------------------------------------
-
-DENSE_COVERAGE = Coverage((CoverageEntry(DENSE_BOUNDARIES, Batches.of(*BATCHES), Maths.ALL),))
-SEGCONV_COVERAGE = Coverage(
-    (CoverageEntry(SEGMENTATION_CONV_BOUNDARIES, Batches.of(*BATCHES), Maths.ALL),)
-)
-DRIVER_COVERAGE = Coverage((CoverageEntry(BOUNDARIES, Batches.of(*BATCHES), Maths.ALL),))
-
-# finite operands give finite outputs within the FP32 range; NaN, infinity and the sign
-# of zero are not established, since the FP16 and TF32 splits and the fused log-softmax
-# do not follow IEEE order for them
-SPECIAL_VALUES = SpecialValues(
-    finite=AbsoluteSum(headroom=2),
-    nan=NanContract.UNSPECIFIED,
-    infinity=InfinityContract.UNSPECIFIED,
-    signed_zero=SignedZeroContract.UNSPECIFIED,
-)
-
-# the measurements that let the sm80 module run by default beyond its tuning devices
-BROAD_EVIDENCE = BroadEvidence.with_limits(
-    (
-        ArchitectureSpeed(ComputeCapability(8, 9), 1060),
-        ArchitectureSpeed(ComputeCapability(12, 0), 1060),
-    ),
-    "segdense sm80: fused conv/pool producers and packed dense epilogues; reports on Ada "
-    "and Blackwell, every measured case >=1.06x; A100 24/24",
-    ComputeCapability(8, 0),
-    PtxTier.SM80,
-)
