@@ -293,6 +293,17 @@ __device__ __forceinline__ void half_step(saddr a, saddr b, float (&acc)[G::MT][
     }
 }
 
+// A stage's BKS k-steps of scaled FP16 products (half_step), from its x at `a` and its
+// packed w at `b`.
+template <class G, bool TWO>
+__device__ __forceinline__ void half_stage(saddr a, saddr b, float (&acc)[G::MT][G::NT][4],
+                                           ItemScales& scales) {
+#pragma unroll
+    for (u32 kk = 0; kk < G::BKS; ++kk) {
+        half_step<G, TWO>(a + 4 * 16 * kk, b + 4 * kk * G::BN / 16 * G::PAIR, acc, scales);
+    }
+}
+
 // The in-block k-split's meeting: groups 1.. leave their sums in shared memory and
 // group 0 adds them in group order; false for the threads of groups 1.., which are done.
 template <class G>
@@ -490,18 +501,17 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
         const saddr stage_at = base + 4 * slot * G::STAGE;
         slot = slot + 1 == G::STAGES ? 0 : slot + 1;
         ahead = ahead + 1 == G::STAGES ? 0 : ahead + 1;
+        if constexpr (G::HALF) {
+            // warp-uniform, once per stage, so a stage's k-steps stay one straight run
+            if (item_scales.split >= G::WM) {
+                half_stage<G, false>(stage_at + a_at, stage_at + b_at, acc, item_scales);
+            } else {
+                half_stage<G, true>(stage_at + a_at, stage_at + b_at, acc, item_scales);
+            }
+            continue;
+        }
 #pragma unroll
         for (u32 kk = 0; kk < G::BKS; ++kk) {
-            if constexpr (G::HALF) {
-                const saddr a = stage_at + a_at + 4 * 16 * kk;
-                const saddr b = stage_at + b_at + 4 * kk * G::BN / 16 * G::PAIR;
-                if (item_scales.split >= G::WM) {  // warp-uniform
-                    half_step<G, false>(a, b, acc, item_scales);
-                } else {
-                    half_step<G, true>(a, b, acc, item_scales);
-                }
-                continue;
-            }
             const saddr at = stage_at + 4 * 8 * kk;  // x columns 8 kk ..
             uint4 a_hi[G::MT], a_lo[G::MT];
 #pragma unroll

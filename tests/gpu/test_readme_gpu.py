@@ -62,7 +62,7 @@ def test_driver_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_torch_example_runs(torch, capsys: pytest.CaptureFixture[str]) -> None:
     """Batch 32 runs the rule's TF32 pick within its bound against float64; batch 2 is
-    the module's own library path, bit for bit."""
+    the module's own library path, bit for bit, under the caller's PyTorch settings."""
     import pyspk.torch as ptorch
 
     namespace = _run(BLOCKS[1])
@@ -79,7 +79,7 @@ def test_torch_example_runs(torch, capsys: pytest.CaptureFixture[str]) -> None:
         f"{{1: '{picks[1].name}', 32: '{picks[32].name}'}} (32, 589, 128) (2, 589, 128)"
     )
     linear, x, y, z = (namespace[name] for name in ("linear", "x", "y", "z"))
-    with torch.inference_mode(), ptorch.library_math(CudaMath.TF32):
+    with torch.inference_mode():  # the library path runs with the caller's switches
         library = torch.nn.functional.leaky_relu(linear(x[:2]))
     assert torch.equal(z, library)
     ops = {
