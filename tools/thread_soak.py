@@ -1,7 +1,7 @@
 """Threaded soak: one thread closes and re-plans a `pyspk.torch` wrapper over and over
 while three others call it, each on its own CUDA stream, and every output is checked.
 
-    PYTHONPATH=. python3 tools/thread_soak.py [--cycles 10000] [--json FILE]
+    PYTHONPATH=. python3 tools/thread_soak.py [--cycles 10000] [--hold-ms 0] [--json FILE]
 
 The wrapper is linear1 (Linear(128, 128) and LeakyReLU) at batch 1. A call finds the
 wrapper planned (the plan's bits), closed (the library path's bits) or is refused with
@@ -22,6 +22,12 @@ from pathlib import Path
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cycles", type=int, default=10_000, help="close/replan cycles")
+    parser.add_argument(
+        "--hold-ms",
+        type=float,
+        default=0.0,
+        help="keep each re-plan open this long before closing it, so calls find it planned",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     import torch
@@ -71,6 +77,7 @@ def main() -> int:
     for cycle in range(1, args.cycles + 1):
         planned.close()
         planned.replan()
+        time.sleep(args.hold_ms / 1000)
         if cycle % 1000 == 0:  # progress, for runs under a sanitizer
             with lock:
                 calls = sum(counts.values())
@@ -82,6 +89,7 @@ def main() -> int:
     torch.cuda.synchronize()
     report = {
         "cycles": args.cycles,
+        "hold_ms": args.hold_ms,
         "calls": counts,
         "seconds": round(time.perf_counter() - started, 2),
         "failures": failures[:5],
