@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 from pyspk import __version__
 from pyspk._arguments import positive_int
 from pyspk.candidate.framework import Fp16Policy
+from pyspk.candidate.segdense import BATCHES
 from pyspk.cuda.device import DeviceAttributes
 from pyspk.cuda.errors import CudaError
 from pyspk.cuda.manifest import force_ptx_from_env
@@ -83,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
         "pins",
         help="the kernel the device rule picks for every segdense tuple",
         description="Print the entry, kernel, split-K slices, block and dynamic shared "
-        "memory the segdense device rule picks for each boundary, batch (1, 32) and math "
+        "memory the segdense device rule picks for each boundary, batch "
+        f"({', '.join(map(str, BATCHES))}) and math "
         "(fp32, tf32). The device is the local GPU, a --device profile, or --capability "
         "with --sms; with no GPU answering and none named, every known profile is shown.",
         epilog=f"known devices: {', '.join(PROFILES)}",
