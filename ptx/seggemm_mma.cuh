@@ -202,12 +202,7 @@ __device__ __forceinline__ void raise_item_scales(float m_first, float m_second,
 #pragma unroll
     for (u32 item = 0; item < 2; ++item) {
         WarpScale& scale = item == 0 ? s.first : s.second;
-        float m = item == 0 ? m_first : m_second;
-#pragma unroll
-        for (u32 d = 1; d < 32; d *= 2) {
-            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, d));
-        }
-        scale.largest = fmaxf(scale.largest, m);
+        scale.largest = fmaxf(scale.largest, warp_max(item == 0 ? m_first : m_second));
         float next, next_inverse;
         half_scale_of(scale.largest, next, next_inverse);
         ratio[item] = next * scale.inverse;  // powers of two: exactly 1 where unchanged
