@@ -1,5 +1,5 @@
-// Tensor-core convolutions of the segdense module (included by segdense.cu): the weight
-// pack `spk_segdense_pack_conv_mma` and the batch-32 entries conv{1,2}_b32_{tc,x3}.
+// Tensor-core convolutions of the segdense module (included by segdense.cu): the
+// batch-32 entries conv{1,2}_b32_{tc,x3} (their weights packed by spk_segdense_pack_gather).
 // sm80 tier only; the sm75 tier exports the same names as trapping stubs.
 //
 // Implicit GEMM: y[b][o][p] = sum_k A[o][k] B[k][p] over the input channels ci and taps,
@@ -263,48 +263,12 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
     }
 }
 
-// The A fragments of conv weights [60, cin, 5] (k = ci * 5 + tap): `planes` planes of
-// [cin_pad * 5 / 8 k-steps][4 tiles][32 lanes][4 registers], register e of lane l in
-// tile m of step s holding channel 16 m + l / 4 + 8 (e % 2) and k = 8 s + l % 4 +
-// 4 (e / 2), as mma.m16n8k8 reads them; zero past channel 60 and input channel cin.
-// Plane 0 holds tf32(w), plane 1 (of two) tf32(w - tf32(w)).
-__device__ __forceinline__ void pack_conv_mma(const float* __restrict__ src, u64 src_len,
-                                              float* __restrict__ dst, u64 dst_len, u32 cin,
-                                              u32 cin_pad, u32 planes) {
-    const u64 plane_len = u64(cin_pad) * TAPS * PADDED;
-    const u64 blocks = (dst_len + 1023) / 1024;
-    if (cin > cin_pad | cin_pad % STAGE_CI != 0 | cin_pad > 1024 | planes - 1 > 1 |
-        src_len != u64(OUT) * cin * TAPS | dst_len != planes * plane_len |
-        blocks > 0x7fffffffull | !launch_is(u32(blocks), 1, 1, 1024)) {
-        return;
-    }
-    const u32 index = blockIdx.x * 1024 + threadIdx.x;
-    if (index >= dst_len) {
-        return;
-    }
-    const u32 plane = index / u32(plane_len);
-    const u32 rest = index % u32(plane_len);
-    const u32 step = rest / STEP_FLOATS;
-    const u32 tile = rest % STEP_FLOATS / 128;
-    const u32 lane = rest % 128 / 4;
-    const u32 e = rest % 4;
-    const u32 channel = tile * 16 + lane / 4 + 8 * (e % 2);
-    const u32 k = step * 8 + lane % 4 + 4 * (e / 2);
-    const u32 ci = k / TAPS;
-    const float value = channel < OUT & ci < cin ? src[channel * cin * TAPS + k] : 0.0f;
-    const u32 high = tf32(value);
-    dst[index] = __uint_as_float(plane == 0 ? high : tf32(value - __uint_as_float(high)));
-}
-
 }  // namespace tconv
 }  // namespace spk
 
 #define SPK_TCONV_BODY(SHAPE) spk::tconv::run<SHAPE>(x, x_len, w, w_len, y, y_len)
-#define SPK_PACK_CONV_MMA_BODY()                                                         \
-    spk::tconv::pack_conv_mma(src, src_len, dst, dst_len, d0, d1, d2)
 #else
 #define SPK_TCONV_BODY(SHAPE) SPK_TIER_STUB()
-#define SPK_PACK_CONV_MMA_BODY() SPK_TIER_STUB()
 #endif
 
 // tc: scaled FP16 products (m16n8k16, FP32 accumulation), which TF32 math allows. Against
@@ -538,14 +502,6 @@ __device__ __forceinline__ void run(const float* __restrict__ x, u64 x_len,
 #else
 #define SPK_HCONV_BODY(SHAPE) SPK_TIER_STUB()
 #endif
-
-// Launch: one thread per dst element, blocks of 1024, grid ceil(dst_len / 1024);
-// d0 = cin, d1 = cin_pad, d2 = planes (1 or 2).
-extern "C" __global__ void __launch_bounds__(1024)
-spk_segdense_pack_conv_mma(const float* __restrict__ src, u64 src_len,
-                           float* __restrict__ dst, u64 dst_len, u32 d0, u32 d1, u32 d2) {
-    SPK_PACK_CONV_MMA_BODY();
-}
 
 namespace spk {
 namespace tconv {

@@ -23,29 +23,45 @@
 // Packs
 // ---------------------------------------------------------------------------------------
 
-// dst[kk * d2 + col] = col < d0 ? src[col * d1 + kk] : 0 for kk < d1, col < d2: the
-// transpose of a [d0, d1] weight into [d1, d2] with zero columns d0..d2. Conv weights
-// [60, k] -> [k, 64] and the embedding weight [256, 5120] -> [5120, 256].
+// dst[i] from map[i]: the weight element src[map[i] & 0x3fffffff], in bits 30..31 what
+// to write: 0 the element, 1 its TF32 rounding, 2 the TF32 rounding of its residual
+// (value - TF32(value), exact in FP32), 3 zero. The roundings are cvt.rna's (ties away
+// from zero; `round_tf32` in packing.py) in integer arithmetic, so both tiers give the
+// same bits. bad[0] (zeroed by the caller) counts the weight elements that are not
+// finite: a map reads every element once in mode 0 or 1 (mode 2 reads it again), so
+// the plan refuses non-finite weights without reading them on the host.
 // Launch: one thread per dst element, blocks of 1024, grid ceil(dst_len / 1024).
-// Runs once per plan, so it keeps the plain strided gather.
-extern "C" __global__ void __launch_bounds__(1024)
-spk_segdense_pack(const float* __restrict__ src, u64 src_len, float* __restrict__ dst,
-                  u64 dst_len, u32 d0, u32 d1, u32 d2) {
-    if (d2 == 0 | d0 > d2 | src_len != u64(d0) * d1 | dst_len != u64(d1) * d2) {
-        return;
-    }
-    const u64 blocks = (dst_len + 1023) / 1024;
-    if (blocks > 0x7fffffffull | !spk::launch_is(u32(blocks), 1, 1, 1024)) {
-        return;
-    }
+__device__ __forceinline__ float tf32_rounded(float value) {
+    return __uint_as_float((__float_as_uint(value) + 0x1000u) & 0xffffe000u);
+}
 
+extern "C" __global__ void __launch_bounds__(1024)
+spk_segdense_pack_gather(const float* __restrict__ src, u64 src_len,
+                         const float* __restrict__ map, u64 map_len, float* __restrict__ dst,
+                         u64 dst_len, float* __restrict__ bad, u64 bad_len) {
+    const u64 blocks = (dst_len + 1023) / 1024;
+    if (map_len != dst_len | bad_len != 1 | blocks > 0x7fffffffull |
+        !spk::launch_is(u32(blocks), 1, 1, 1024)) {
+        return;
+    }
     const u64 index = u64(blockIdx.x) * 1024 + threadIdx.x;
     if (index >= dst_len) {
         return;
     }
-    const u64 kk = index / d2;
-    const u32 col = u32(index - kk * d2);
-    dst[index] = col < d0 ? src[u64(col) * d1 + kk] : 0.0f;
+    const u32 entry = __float_as_uint(map[index]);
+    const u32 mode = entry >> 30, from = entry & 0x3fffffffu;
+    float value = 0.0f;
+    if (mode != 3 & from < src_len) {
+        value = src[from];
+        if (mode < 2 & (__float_as_uint(value) & 0x7f800000u) == 0x7f800000u) {
+            atomicAdd(bad, 1.0f);  // whole counts below 2^24: exact in any order
+        }
+        if (mode != 0) {
+            const float high = tf32_rounded(value);
+            value = mode == 1 ? high : tf32_rounded(value - high);
+        }
+    }
+    dst[index] = value;
 }
 
 // ---------------------------------------------------------------------------------------

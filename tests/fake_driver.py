@@ -335,7 +335,32 @@ class FakeApi(types.SimpleNamespace):
             slots = (ctypes.c_void_p * (max(self.read_params) + 1)).from_address(params)
             values = [ctypes.c_uint64.from_address(slots[i]).value for i in self.read_params]
             self.param_values.append((f, *values))
+        if f == "fn:spk_segdense_pack_gather" and self.launch_status == Result.CUDA_SUCCESS:
+            # the one kernel the fake runs (in numpy): plans' weight packs land as on a GPU
+            slots = (ctypes.c_void_p * 8).from_address(params)
+            src, src_len, table, _, dst, dst_len, bad, _ = (
+                ctypes.c_uint64.from_address(slots[i]).value for i in range(8)
+            )
+            return self._enqueue(
+                stream, lambda: self._gather(src, src_len, table, dst, dst_len, bad)
+            )
         return (self.launch_status,)
+
+    def _gather(self, src: int, src_len: int, table: int, dst: int, dst_len: int, bad: int) -> None:
+        from pyspk.candidate.segdense.packing import gather
+
+        def floats(address: int, count: int) -> np.ndarray:
+            block, offset = self._block(address)
+            return np.frombuffer(bytes(block[offset : offset + 4 * count]), "<f4")
+
+        weight, entries = floats(src, src_len), floats(table, dst_len).view("<u4")
+        packed = gather(weight, entries)
+        block, offset = self._block(dst)
+        block[offset : offset + 4 * dst_len] = packed.tobytes()
+        block, offset = self._block(bad)
+        count = np.frombuffer(bytes(block[offset : offset + 4]), "<f4")[0]
+        count += np.count_nonzero(~np.isfinite(weight))
+        block[offset : offset + 4] = np.float32(count).tobytes()
 
 
 class CaiView:

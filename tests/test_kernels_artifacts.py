@@ -33,8 +33,8 @@ def _expected_entries() -> dict[str, tuple[str, ...]]:
     """Every kernel the Config table, the reductions and the packs name, with the
     parameter list of the kernels' calling convention, where a buffer is a 64-bit device
     pointer and its 64-bit element count: a convolution takes x, w and y, every other
-    entry x, w, bias and y, a reduction partials, bias, y and a 32-bit slice count, and a
-    pack src, dst and three 32-bit dimensions. 32 entries."""
+    entry x, w, bias and y, a reduction partials, bias, y and a 32-bit slice count, and the
+    gather pack src, map, dst and its non-finite flag. 31 entries."""
     buffers = ("u64", "u64")
     entries = {}
     for entry in Entry:
@@ -43,13 +43,12 @@ def _expected_entries() -> dict[str, tuple[str, ...]]:
         entries[config.kernel] = buffers * operands
     for splits in range(1, EMBED_MAX_SPLITS + 1):
         entries[Reduction.shape(splits).kernel] = (*buffers * 3, "u32")
-    for pack in ("spk_segdense_pack", "spk_segdense_pack_conv_mma"):
-        entries[pack] = (*buffers * 2, "u32", "u32", "u32")
+    entries["spk_segdense_pack_gather"] = buffers * 4
     return entries
 
 
 ENTRIES = _expected_entries()
-assert len(ENTRIES) == 32
+assert len(ENTRIES) == 31
 
 
 tool = load_tool("kernels")
@@ -491,14 +490,14 @@ def test_load_resolves_every_entry(fake: FakeApi) -> None:
     assert loaded.artifact == "segdense.sm80 cubin sm_90"
     assert loaded.entries == tuple(sorted(ENTRIES))
     assert fake.loaded == [(PTX / "cubin/segdense.sm80.sm_90.cubin").read_bytes()]
-    assert loaded.function("spk_segdense_pack").handle == "fn:spk_segdense_pack"
+    assert loaded.function("spk_segdense_pack_gather").handle == "fn:spk_segdense_pack_gather"
     with pytest.raises(KernelMissingError, match="no entry 'spk_segdense_nothing'"):
         loaded.function("spk_segdense_nothing")
     loaded.unload()
     loaded.unload()
     assert fake.unloaded == ["module"]
     with pytest.raises(CudaError, match="unloaded"):
-        loaded.function("spk_segdense_pack")
+        loaded.function("spk_segdense_pack_gather")
 
 
 def test_env_lowers_the_tier_and_forces_jit(fake: FakeApi, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,7 +10,7 @@ from pyspk.candidate.segdense import Conv, Entry, SegdensePin, TensorConv
 from pyspk.candidate.segdense.producer import (
     CONV_PARAMS,
     DENSE_PARAMS,
-    PACK_PARAMS,
+    GATHER_PARAMS,
     REDUCE_PARAMS,
     _Geometry,
     _grid,
@@ -89,5 +89,4 @@ def test_parameter_order_matches_the_module(entry: Entry) -> None:
 def test_reduction_and_pack_parameters_match_the_module() -> None:
     entries = Manifest.load().module(KernelModule.SEGDENSE).tiers[PtxTier.SM80].entries
     assert list(entries["spk_segdense_reduce_embed"]) == _kinds(REDUCE_PARAMS)
-    assert list(entries["spk_segdense_pack"]) == _kinds(PACK_PARAMS)
-    assert list(entries["spk_segdense_pack_conv_mma"]) == _kinds(PACK_PARAMS)
+    assert list(entries["spk_segdense_pack_gather"]) == _kinds(GATHER_PARAMS)

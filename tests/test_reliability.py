@@ -179,19 +179,34 @@ def test_a_callers_scratch_is_kept_alive_and_checked(fake: FakeApi, runtime: Cud
 def test_plan_time_reads_wait_for_the_buffers_producer_streams(fake: FakeApi, runtime: CudaRuntime):
     weight = runtime.upload(np.zeros(256 * 5120, np.float32))
     bias = runtime.upload(np.zeros(256, np.float32))
-    waited: list[int] = []
-    synchronize = fake.cuStreamSynchronize
+    events: list[object] = []  # streams waited on, copies to the host and launches
+    synchronize, to_host, launch = (
+        fake.cuStreamSynchronize,
+        fake.cuMemcpyDtoHAsync,
+        fake.cuLaunchKernel,
+    )
 
-    def record(stream):
-        waited.append(int(stream))
+    def record_wait(stream):
+        events.append(int(stream))
         return synchronize(stream)
 
-    fake.cuStreamSynchronize = record
+    def record_copy(host, ptr, nbytes, stream):
+        events.append(("to host", int(ptr)))
+        return to_host(host, ptr, nbytes, stream)
+
+    def record_launch(f, *args):
+        events.append(("launch", f))
+        return launch(f, *args)
+
+    fake.cuStreamSynchronize = record_wait
+    fake.cuMemcpyDtoHAsync = record_copy
+    fake.cuLaunchKernel = record_launch
     embed_b32_plan(
         runtime, CaiView(weight._ptr, 256 * 5120, 0xA11), CaiView(bias._ptr, 256, 0xB22)
     ).close()
-    assert 0xA11 in waited and 0xB22 in waited
-    assert waited.index(0xA11) < waited.index(runtime.stream_handle)  # before the pack
+    # the bias is read to the host, the weight packed on the device by the gather kernel
+    assert events.index(0xB22) < events.index(("to host", bias._ptr))
+    assert events.index(0xA11) < events.index(("launch", "fn:spk_segdense_pack_gather"))
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
@@ -202,6 +217,7 @@ def test_non_finite_weights_are_refused_at_plan_time(
     weight = np.zeros(256 * 5120, np.float32)
     bias = np.zeros(256, np.float32)
     (weight if where == "weight" else bias)[7] = bad
+    embed_b32_plan(runtime).close()  # the runtime keeps the layout's gather map from here on
     before = set(fake.memory)
     uploaded = runtime.upload(weight), runtime.upload(bias)
     with pytest.raises(WeightsOutOfContract, match=f"the {where} holds 1 non-finite"):

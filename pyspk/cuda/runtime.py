@@ -13,7 +13,7 @@ import itertools
 import operator
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -129,6 +129,8 @@ class CudaRuntime:
         # the live graphs by token; a collected graph's finalizer removes its own entry
         self._graphs: dict[int, weakref.finalize] = {}
         self._kernels: dict[Any, Any] = {}
+        self._constants: dict[Hashable, DeviceBuffer] = {}
+        self._constants_lock = threading.Lock()
         self._capturing = 0
         self._deferred: list[int] = []
         self._deferred_lock = threading.Lock()
@@ -237,6 +239,17 @@ class CudaRuntime:
             driver.call("cuMemcpyDtoHAsync", host.ctypes.data, source, host.nbytes, self._stream)
             self.synchronize()
         return host
+
+    def constant(self, key: Hashable, values: Callable[[], np.ndarray]) -> DeviceBuffer:
+        """A device copy of the float32 array `values()`, uploaded on the first call with
+        `key` and kept for every later one until the runtime closes: tables that plans
+        of one shape share (the weight packs' gather maps)."""
+        with self._constants_lock:
+            buffer = self._constants.get(key)
+            if buffer is None or buffer.freed:
+                buffer = self.upload(values())
+                self._constants[key] = buffer
+            return buffer
 
     def copy(self, dst: object, src: object) -> None:
         """Enqueue a device-to-device copy of all of `src` into `dst` (equal lengths), on

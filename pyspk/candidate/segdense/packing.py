@@ -10,16 +10,15 @@ convolutions' and linears' weights.
 
 from __future__ import annotations
 
+import functools
 from typing import overload
 
-import attrs
 import numpy as np
 import numpy.typing as npt
 
 from pyspk.candidate.framework import CONV_TAPS, SegConvSite
 from pyspk.candidate.segdense.shapes import (
     CONV_PADDED,
-    KERNEL_PREFIX,
     Conv,
     Fragments,
     Gemm,
@@ -27,12 +26,18 @@ from pyspk.candidate.segdense.shapes import (
     Split,
     SplitWeights,
     TensorConv,
+    packs_on_host,
 )
 from pyspk.cuda.errors import InvalidArgument
 
 __all__ = [
-    "DevicePack",
+    "GATHER_COPY",
+    "GATHER_RESIDUAL",
+    "GATHER_TF32",
+    "GATHER_ZERO",
     "f16_bits",
+    "gather",
+    "gather_map",
     "half_scale",
     "pack_conv_half",
     "pack_conv_mma",
@@ -285,7 +290,15 @@ def pack_gemm_mma(
             f"pack_gemm_mma needs cols a multiple of 16 dividing n, k a multiple of 8; "
             f"got n={n}, k={k}, cols={cols}"
         )
-    matrix = _weight_matrix(weight, k, n, "pack_gemm_mma")
+    values = _gemm_mma_order(_weight_matrix(weight, k, n, "pack_gemm_mma"), n, k, cols, paired)
+    high = round_tf32(values)
+    stacked = high if planes == 1 else np.concatenate([high, round_tf32(values - high)], axis=3)
+    return stacked.reshape(-1)
+
+
+def _gemm_mma_order(matrix: np.ndarray, n: int, k: int, cols: int, paired: bool) -> np.ndarray:
+    """`matrix [k, n]` (of any dtype) in `pack_gemm_mma`'s order, one plane:
+    `[n / cols][k / 8][cols / 16][1][128]`."""
     # k = 8 s + q + 4 r (paired: 8 s + 2 q + r), n = cols tile + 16 p + 8 h + g, and
     # lane 4 g + q holds register e = r + 2 h
     if paired:
@@ -294,10 +307,7 @@ def pack_gemm_mma(
     else:
         axes = matrix.reshape(k // 8, 2, 4, n // cols, cols // 16, 2, 8)  # s r q tile p h g
         order = (3, 0, 4, 6, 2, 5, 1)
-    values = axes.transpose(order).reshape(n // cols, k // 8, cols // 16, 1, 128)
-    high = round_tf32(values)
-    stacked = high if planes == 1 else np.concatenate([high, round_tf32(values - high)], axis=3)
-    return stacked.reshape(-1)
+    return axes.transpose(order).reshape(n // cols, k // 8, cols // 16, 1, 128)
 
 
 def pack_gemm_half(
@@ -387,13 +397,18 @@ def pack_conv_rows(weight: npt.ArrayLike, cin: int) -> np.ndarray:
     and the kernels copy rows to shared memory unchanged; columns 51, 55, 59 and 63 are
     zero.
     """
-    matrix = _conv_matrix(weight, cin, "pack_conv_rows")
+    return _conv_rows_order(_conv_matrix(weight, cin, "pack_conv_rows"), 0).reshape(-1)
+
+
+def _conv_rows_order(matrix: np.ndarray, fill: int | float) -> np.ndarray:
+    """`matrix [60, cin * 5]` (of any dtype) in `pack_conv_rows`' order, `fill` in the
+    four padding columns: `[cin * 5][64]`."""
     channel = np.arange(_CONV_OUT)
     group, within = np.divmod(channel, 15)
     column = 16 * (within // 4) + 4 * group + within % 4
-    packed = np.zeros((cin * CONV_TAPS, CONV_PADDED), np.float32)
+    packed = np.full((matrix.shape[1], CONV_PADDED), fill, matrix.dtype)
     packed[:, column] = matrix.T
-    return packed.reshape(-1)
+    return packed
 
 
 def pack_conv_mma(weight: npt.ArrayLike, cin: int, cin_pad: int, planes: int) -> np.ndarray:
@@ -412,51 +427,112 @@ def pack_conv_mma(weight: npt.ArrayLike, cin: int, cin_pad: int, planes: int) ->
         )
     if planes not in (1, 2):
         raise InvalidArgument(f"pack_conv_mma packs 1 or 2 planes, got {planes}")
-    matrix = _conv_matrix(weight, cin, "pack_conv_mma")
-    padded = np.zeros((_MMA_TILES * 16, cin_pad * CONV_TAPS), np.float32)
-    padded[:_CONV_OUT, : cin * CONV_TAPS] = matrix
-    steps = cin_pad * CONV_TAPS // 8
-    step, tile, lane, register = _index_grid(steps, _MMA_TILES, _MMA_LANES, _MMA_REGISTERS)
-    channel = tile * 16 + lane // 4 + 8 * (register % 2)
-    k = step * 8 + lane % 4 + 4 * (register // 2)
-    values = padded[channel, k].reshape(-1)
+    values = _conv_mma_order(_conv_matrix(weight, cin, "pack_conv_mma"), cin_pad, 0)
     high = round_tf32(values)
     if planes == 1:
         return high
     return np.concatenate([high, round_tf32(values - high)])
 
 
-@attrs.frozen
-class DevicePack:
-    """A pack the module's `kernel` makes on the device, into `length` floats, from the
-    weight as the caller holds it; `dims` are the kernel's three shape parameters."""
+def _conv_mma_order(matrix: np.ndarray, cin_pad: int, fill: int | float) -> np.ndarray:
+    """`matrix [60, cin * 5]` (of any dtype) in `pack_conv_mma`'s order, one plane, flat,
+    `fill` past channel 60 and input channel `cin`."""
+    padded = np.full((_MMA_TILES * 16, cin_pad * CONV_TAPS), fill, matrix.dtype)
+    padded[:_CONV_OUT, : matrix.shape[1]] = matrix
+    steps = cin_pad * CONV_TAPS // 8
+    step, tile, lane, register = _index_grid(steps, _MMA_TILES, _MMA_LANES, _MMA_REGISTERS)
+    channel = tile * 16 + lane // 4 + 8 * (register % 2)
+    k = step * 8 + lane % 4 + 4 * (register // 2)
+    return padded[channel, k].reshape(-1)
 
-    kernel: str
-    length: int
-    dims: tuple[int, int, int]
+
+# A gather map entry of `spk_segdense_pack_gather`: the index of the weight element to
+# read in bits 0..29, and in bits 30..31 what to write of it
+GATHER_COPY, GATHER_TF32, GATHER_RESIDUAL, GATHER_ZERO = range(4)
+_GATHER_SHIFT = 30
 
 
-def pack_weight(kind: Kind, weight: np.ndarray, n: int, k: int) -> np.ndarray | DevicePack:
+def _sources(rows: int, cols: int) -> np.ndarray:
+    """The index of each element of a `[rows, cols]` weight, as that matrix."""
+    return np.arange(rows * cols, dtype=np.int64).reshape(rows, cols)
+
+
+def _gathered(sources: np.ndarray, mode: int) -> np.ndarray:
+    """Gather entries reading `sources` (-1: write zero) in `mode`."""
+    entries = np.where(sources < 0, GATHER_ZERO << _GATHER_SHIFT, sources | mode << _GATHER_SHIFT)
+    return entries.astype(np.uint32)
+
+
+def _planes(sources: np.ndarray, planes: int, axis: int) -> np.ndarray:
+    """The TF32 value plane of `sources`, and with `planes == 2` its residual plane."""
+    high = _gathered(sources, GATHER_TF32)
+    if planes == 1:
+        return high
+    return np.concatenate([high, _gathered(sources, GATHER_RESIDUAL)], axis=axis)
+
+
+@functools.cache
+def gather_map(kind: Kind, n: int, k: int) -> np.ndarray | None:
+    """`pack_weight`'s layout for `kind` as a map for `spk_segdense_pack_gather`, where
+    that layout takes each weight element (or its TF32 value and residual) to places of
+    its own, zero-padded: the SIMT convolutions' rows, the 3xTF32 convolutions' planes,
+    the TF32 and 3xTF32 GEMM fragments, the SIMT embedding's transpose and the kinds
+    that read the weight as it is. None for the packs that scale it (FP16 products) or
+    list rows of it (Select), which the host makes. Every weight element appears in a
+    map, so the kernel sees each one (and flags it if it is not finite)."""
+    if packs_on_host(kind):
+        return None
+    match kind:
+        case Conv():
+            sources = _conv_rows_order(_sources(_CONV_OUT, k), -1)
+            return _gathered(sources, GATHER_COPY).reshape(-1)
+        case TensorConv(cin_pad=cin_pad, planes=planes):
+            return _planes(_conv_mma_order(_sources(_CONV_OUT, k), cin_pad, -1), planes, 0)
+        case Split(cols=cols, fragments=Fragments(planes=planes, paired=paired)):
+            sources = _gemm_mma_order(_sources(n, k).T, n, k, cols, paired)
+            return _planes(sources, planes, 3).reshape(-1)
+        case Split():
+            return _gathered(_sources(n, k).T, GATHER_COPY).reshape(-1)
+        case Gemm(cols=cols, fragments=Fragments() as fragments):
+            sources = _gemm_mma_order(_sources(k, n), n, k, cols, fragments.paired)
+            return _planes(sources, fragments.planes, 3).reshape(-1)
+    return _gathered(np.arange(n * k), GATHER_COPY)
+
+
+def gather(weight: npt.ArrayLike, entries: np.ndarray) -> np.ndarray:
+    """What `spk_segdense_pack_gather` writes for the float32 `weight` (flat) and a
+    `gather_map`, in numpy, bit for bit."""
+    values = np.asarray(weight, dtype=np.float32).reshape(-1)
+    mode, index = entries >> _GATHER_SHIFT, entries & ((1 << _GATHER_SHIFT) - 1)
+    read = values[np.where(mode == GATHER_ZERO, 0, index)]
+    high = round_tf32(read)
+    with np.errstate(invalid="ignore"):  # inf - inf: a plan refuses such weights anyway
+        residual = round_tf32(read - high)
+    written = np.select(
+        [mode == GATHER_COPY, mode == GATHER_TF32, mode == GATHER_RESIDUAL],
+        [read, high, residual],
+        np.float32(0),
+    )
+    return written.astype(np.float32)
+
+
+def pack_weight(kind: Kind, weight: np.ndarray, n: int, k: int) -> np.ndarray:
     """The checked host `weight` of a site with n columns and reduction k in the layout
-    `kind`'s kernel reads; or, where a kernel of the module makes that layout, what to
-    launch instead (the TF32 planes of the 3xTF32 convolutions, the embedding's
-    transpose)."""
+    `kind`'s kernel reads, made on the host (`gather_map` gives the layouts a kernel of
+    the module can make on the device instead)."""
     match kind:
         case Conv():
             return pack_conv_rows(weight, k // CONV_TAPS)
         case TensorConv(cin_pad=cin_pad, planes=1):
             return pack_conv_half(weight, k // CONV_TAPS, cin_pad)
         case TensorConv(cin_pad=cin_pad, planes=planes):
-            length = planes * cin_pad * CONV_TAPS * CONV_PADDED
-            return DevicePack(
-                f"{KERNEL_PREFIX}pack_conv_mma", length, (k // CONV_TAPS, cin_pad, planes)
-            )
+            return pack_conv_mma(weight, k // CONV_TAPS, cin_pad, planes)
         case Split(weights=SplitWeights.SCALED_HALF):
             return pack_half_columns(weight, n, k)
         case Split(cols=cols, fragments=Fragments(planes=planes, paired=paired)):
             return pack_gemm_mma(weight.reshape(n, k).T, n, k, cols, planes, paired)
         case Split():
-            return DevicePack(f"{KERNEL_PREFIX}pack", k * n, (n, k, n))
+            return np.ascontiguousarray(weight.reshape(n, k).T).reshape(-1)
         case Gemm(cols=cols, select=select, fragments=Fragments() as fragments):
             matrix = weight.reshape(k, n)
             rows = selected_rows(matrix, n, select) if select else np.zeros(0, np.uint32)

@@ -21,13 +21,14 @@ from pyspk.candidate.framework import (
     Phases,
     Scratch,
 )
-from pyspk.candidate.segdense.packing import DevicePack, pack_weight
+from pyspk.candidate.segdense.packing import gather_map, pack_weight
 from pyspk.candidate.segdense.selection import SegdensePin
 from pyspk.candidate.segdense.shapes import (
     CONTEXT,
     DEFAULT_SHARED,
     EMBED_MAX_SPLITS,
     HALF_MIN_SPLITS,
+    KERNEL_PREFIX,
     TAPS,
     Classifier,
     Config,
@@ -39,6 +40,7 @@ from pyspk.candidate.segdense.shapes import (
     Split,
     SplitWeights,
     TensorConv,
+    packs_on_host,
 )
 from pyspk.cuda import driver
 from pyspk.cuda.buffers import DeviceBuffer, buffer_interface, device_address
@@ -69,7 +71,8 @@ def _buffer(name: str) -> tuple[tuple[str, str], tuple[str, str]]:
 CONV_PARAMS = (*_buffer("x"), *_buffer("w"), *_buffer("y"))
 DENSE_PARAMS = (*_buffer("x"), *_buffer("w"), *_buffer("bias"), *_buffer("y"))
 REDUCE_PARAMS = (*_buffer("partials"), *_buffer("bias"), *_buffer("y"), ("splits", "u32"))
-PACK_PARAMS = (*_buffer("src"), *_buffer("dst"), ("d0", "u32"), ("d1", "u32"), ("d2", "u32"))
+GATHER_PARAMS = (*_buffer("src"), *_buffer("map"), *_buffer("dst"), *_buffer("bad"))
+GATHER_KERNEL = f"{KERNEL_PREFIX}pack_gather"
 _PACK_BLOCK = 1024
 
 
@@ -162,9 +165,12 @@ class Producer:
         """Checks, packs the weight and prepares the launches; `bias` is None exactly for
         the convolutions, whose bias the caller's pooling stage adds.
 
-        The weight and bias are read once each, after the work pending on their
-        producer streams, and refused unless finite; the weight is packed on the host,
-        or by a pack kernel where the module has one for the layout."""
+        Every read of the weight and bias comes after the work pending on their
+        producer streams, and both are refused unless finite. Where the module's gather
+        kernel makes the weight's layout (`gather_map`), it packs the weight on the
+        device, flagging any non-finite element; the packs that scale the weight or
+        list rows of it read it once to the host and pack it there. The bias is read to
+        the host (n floats) and copied."""
         if runtime.closed:
             raise ClosedError(f"{CONTEXT}: the runtime was closed; nothing was planned")
         shape = _check(kernels, bias, pin)
@@ -174,24 +180,40 @@ class Producer:
         bias_at = None
         if bias is not None:
             bias_at = buffer_interface(bias, CONTEXT, "bias", ordinal, expected_len=shape.n)
-        weight_ptr = weight_at[0]
-        weights = runtime.read(*weight_at)
+        on_host = packs_on_host(config.kind)
         biases = None if bias_at is None else runtime.read(*bias_at)
-        _finite(weights, "weight")
-        if biases is not None:
-            _finite(biases, "bias")
+        weights = runtime.read(*weight_at) if on_host else None
+        for name, values in (("bias", biases), ("weight", weights)):
+            if values is not None:
+                _finite(values, name)
         workspace = _workspace(config.kind, shape)
         partials = 0 if scratch is None else _scratch_address(scratch, workspace, runtime.ordinal)
-        packed = pack_weight(config.kind, weights, shape.n, shape.k)
+        n, k = shape.n, shape.k
+        packed = (
+            pack_weight(config.kind, weights, n, k) if on_host else gather_map(config.kind, n, k)
+        )
+        host, layout = (packed, None) if on_host else (None, (config.kind, n, k, packed))
         owned: list[DeviceBuffer] = []
+        flag = None
         try:
-            buffers = _buffers(runtime, packed, biases, workspace, partials, owned)
-            main, reduce = _launches(runtime, kernels, config, shape, weight_ptr, packed, *buffers)
+            buffers = _buffers(runtime, host, layout, biases, workspace, partials, owned)
+            flag = buffers[-1]
+            main, reduce = _launches(runtime, kernels, config, shape, weight_at, *buffers)
             # packing may run on another stream than the one a graph later captures
             runtime.synchronize()
+            refused = 0 if flag is None else int(runtime.read(flag.ptr, 1, None)[0])
+            if refused:
+                raise WeightsOutOfContract(
+                    CONTEXT,
+                    f"the weight holds {refused} non-finite values (found by the device "
+                    "pack); plans take finite weights only",
+                )
         except BaseException:
             free_after_error(owned)
             raise
+        finally:
+            if flag is not None:
+                flag.free()
         producer = cls(runtime, pin, main, reduce, owned, shape.input_len, shape.output_len)
         if scratch is not None and reduce is not None:
             # the plan writes its partials there: keep the caller's scratch alive with it,
@@ -376,21 +398,21 @@ def _workspace(kind: Kind, shape: _Geometry) -> int:
 
 def _buffers(
     runtime: CudaRuntime,
-    packed: np.ndarray | DevicePack,
+    host: np.ndarray | None,
+    layout: tuple[Kind, int, int, np.ndarray] | None,
     biases: np.ndarray | None,
     workspace: int,
     partials: int,
     owned: list[DeviceBuffer],
-) -> tuple[DeviceBuffer, DeviceBuffer | None, int]:
-    """The plan's device buffers, each added to `owned` as it is made: the packed weight
-    (uploaded, or room for a pack kernel), the bias copy, and the address of the split-K
-    partial planes (`partials`, a caller's checked scratch, or a buffer of the plan's
-    own; 0 without split-K)."""
-    weight = (
-        runtime.alloc_zeros(packed.length)
-        if isinstance(packed, DevicePack)
-        else runtime.upload(packed)
-    )
+) -> tuple[DeviceBuffer, DeviceBuffer | None, int, DeviceBuffer | None, DeviceBuffer | None]:
+    """The plan's device buffers, each it keeps added to `owned` as it is made: the
+    packed weight (`host` uploaded, or room for the gather of `layout`'s map of the
+    kind, n and k), the bias copy,
+    the address of the split-K partial planes (`partials`, a caller's checked scratch,
+    or a buffer of the plan's own; 0 without split-K); and for a gather its map (kept
+    by the runtime for every plan of the layout) and a zeroed flag for non-finite
+    weights, freed after planning."""
+    weight = runtime.upload(host) if layout is None else runtime.alloc_zeros(layout[3].size)
     owned.append(weight)
     bias = None if biases is None else runtime.upload(biases)
     if bias is not None:
@@ -399,7 +421,11 @@ def _buffers(
         own = runtime.alloc_zeros(workspace)
         owned.append(own)
         partials = own.ptr
-    return weight, bias, partials
+    if layout is None:
+        return weight, bias, partials, None, None
+    kind, n, k, entries = layout
+    table = runtime.constant((GATHER_KERNEL, kind, n, k), lambda: entries.view(np.float32))
+    return weight, bias, partials, table, runtime.alloc_zeros(1)
 
 
 def _launches(
@@ -407,15 +433,17 @@ def _launches(
     kernels: LoadedKernels,
     config: Config,
     shape: _Geometry,
-    source: int,
-    packed: np.ndarray | DevicePack,
+    source: tuple[int, int, int | None],
     weight: DeviceBuffer,
     bias: DeviceBuffer | None,
     partials: int,
+    layout: DeviceBuffer | None,
+    flag: DeviceBuffer | None,
 ) -> tuple[Launch, Launch | None]:
-    """Launches a device pack of the weight at `source` where `packed` asks for one, and
-    prepares the main launch and, for split-K, the reduction launch, with every
-    parameter but the input and output addresses, which each enqueue writes."""
+    """Launches the gather of the weight at `source` (pointer, length, producer stream)
+    by the map `layout` where there is one, and prepares the main launch and, for
+    split-K, the reduction launch, with every parameter but the input and output
+    addresses, which each enqueue writes."""
     kind = config.kind
     weights = [weight.ptr, len(weight)]
     reduction = Reduction.shape(kind.splits) if isinstance(kind, Split) else None
@@ -443,8 +471,9 @@ def _launches(
             f"{config.kernel} needs {config.shared} bytes of shared memory, "
             f"the device allows {optin}"
         )
+    grid = _grid(kind, shape)
     names = [config.kernel]
-    names += [packed.kernel] if isinstance(packed, DevicePack) else []
+    names += [] if layout is None else [GATHER_KERNEL]
     names += [] if reduction is None else [reduction.kernel]
     try:
         functions = [kernels.function(name) for name in names]
@@ -455,12 +484,15 @@ def _launches(
     main = functions[0]
     if config.shared > DEFAULT_SHARED:
         main.set_max_dynamic_shared(config.shared)
-    if isinstance(packed, DevicePack):
-        pack_values = [source, shape.n * shape.k, weight.ptr, packed.length, *packed.dims]
-        pack_grid = _ceil_div(packed.length, _PACK_BLOCK)
-        pack = functions[1].launch(pack_grid, _PACK_BLOCK, 0, PACK_PARAMS, pack_values)
-        pack.enqueue(runtime.stream)
-    main_launch = main.launch(_grid(kind, shape), config.block, config.shared, params, values)
+    if layout is not None and flag is not None:
+        runtime.order_after(source[2])  # the gather reads the weight on the runtime's stream
+        length = len(weight)
+        gather_values = [*source[:2], layout.ptr, length, weight.ptr, length, flag.ptr, 1]
+        pack_grid = _ceil_div(length, _PACK_BLOCK)
+        functions[1].launch(pack_grid, _PACK_BLOCK, 0, GATHER_PARAMS, gather_values).enqueue(
+            runtime.stream
+        )
+    main_launch = main.launch(grid, config.block, config.shared, params, values)
     if reduction is None:
         return main_launch, None
     reduce = functions[-1].launch(reduction.grid, reduction.block, 0, REDUCE_PARAMS, reduce_values)

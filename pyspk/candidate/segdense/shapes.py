@@ -154,6 +154,19 @@ class Split:
 Kind = Conv | TensorConv | Gemm | Classifier | Gemv | Split
 
 
+def packs_on_host(kind: Kind) -> bool:
+    """Whether the weight pack of `kind` scales the weight (FP16 products) or lists rows
+    of it (Select), which the host computes from its values; every other pack is a
+    layout of the weight (with TF32 roundings) that the gather kernel makes on the
+    device."""
+    match kind:
+        case TensorConv(planes=1) | Split(weights=SplitWeights.SCALED_HALF):
+            return True
+        case Gemm(fragments=Fragments() as fragments):
+            return fragments.half or kind.select > 0
+    return False
+
+
 @attrs.frozen
 class Config:
     """One site kernel and its launch shape; `shared` is dynamic shared bytes per block."""
