@@ -34,7 +34,7 @@ def main() -> int:
     from pyspk.cuda import CudaMath, CudaRuntime
     from pyspk.testing import operands, run_eager
 
-    device_pack = producer.gather_map
+    device_pack, on_host = producer.gather_map, producer.packs_on_host
     rows = []
     with CudaRuntime() as runtime:
         for site in Site:
@@ -51,7 +51,7 @@ def main() -> int:
                     bits = {}
                     for path in ("device", "host"):
                         if path == "host":
-                            producer.gather_map = lambda *_: None
+                            producer.packs_on_host = lambda _: True
                         try:
                             warm = plan()
                             bits[path] = run_eager(runtime, warm, ops["x"]).view(np.uint32)
@@ -65,7 +65,7 @@ def main() -> int:
                                 seconds.append(time.perf_counter() - started)
                                 planned.close()
                         finally:
-                            producer.gather_map = device_pack
+                            producer.packs_on_host = on_host
                         row[f"{path}_ms"] = round(1e3 * statistics.median(seconds), 3)
                     kind = warm.producer.pin.config().kind
                     _, n, k, _ = site.dimensions()
