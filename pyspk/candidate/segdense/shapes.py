@@ -81,7 +81,7 @@ class Conv:
 class TensorConv:
     """One block per `positions` output positions of one item on tensor cores; weights
     packed as mma fragments over `cin_pad` input channels: with `planes == 2` the value
-    and residual TF32 planes of the 3xTF32 split (`pack_conv_mma`), with `planes == 1`
+    and residual TF32 planes of the 3xTF32 split (`pack_conv_mma`'s layout), with `planes == 1`
     scaled FP16 pairs (`pack_conv_half`), which the Config's shared bytes for one TF32
     plane also hold."""
 
