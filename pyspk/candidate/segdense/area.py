@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pyspk.candidate.errors import GeometryInvalid, GeometryUnimplemented
+from pyspk.candidate.errors import GeometryUnimplemented
 from pyspk.candidate.framework import (
     BOUNDARIES,
     Batches,
@@ -134,12 +134,7 @@ class Area:
         if pin is None:
             pin = cls.driver_pin(boundary, batch, math, runtime.device, kernels.tier, fp16)
         conv = isinstance(framework_site, SegConvSite)
-        if conv and bias is not None:
-            raise GeometryInvalid(
-                CONTEXT, f"{boundary} takes no bias: the caller's pooling stage adds it"
-            )
-        if not conv and bias is None:
-            raise GeometryInvalid(CONTEXT, f"{boundary} needs its bias")
+        # the producer refuses a bias given to a convolution or missing for a dense site
         spec = (
             SegConvSpec(framework_site, batch, math)
             if conv

@@ -372,10 +372,12 @@ def _check(kernels: LoadedKernels, bias: object | None, pin: SegdensePin) -> _Ge
     if kernels.module is not KernelModule.SEGDENSE:
         raise GeometryInvalid(CONTEXT, f"the {kernels.module} module cannot run segdense plans")
     site = pin.entry().site()
-    if site.is_conv() != (bias is None):
+    if site.is_conv() and bias is not None:
         raise GeometryInvalid(
-            CONTEXT, f"{site.value} takes a bias exactly when it is not a convolution"
+            CONTEXT, f"{site.value} takes no bias: the caller's pooling stage adds it"
         )
+    if not site.is_conv() and bias is None:
+        raise GeometryInvalid(CONTEXT, f"{site.value} needs its bias")
     kind = pin.config().kind
     if isinstance(kind, Split):
         if not 1 <= kind.splits <= EMBED_MAX_SPLITS:
@@ -407,11 +409,10 @@ def _buffers(
 ) -> tuple[DeviceBuffer, DeviceBuffer | None, int, DeviceBuffer | None, DeviceBuffer | None]:
     """The plan's device buffers, each it keeps added to `owned` as it is made: the
     packed weight (`host` uploaded, or room for the gather of `layout`'s map of the
-    kind, n and k), the bias copy,
-    the address of the split-K partial planes (`partials`, a caller's checked scratch,
-    or a buffer of the plan's own; 0 without split-K); and for a gather its map (kept
-    by the runtime for every plan of the layout) and a zeroed flag for non-finite
-    weights, freed after planning."""
+    kind, n and k), the bias copy, the address of the split-K partial planes
+    (`partials`, a caller's checked scratch, or a buffer of the plan's own; 0 without
+    split-K); and for a gather its map (kept by the runtime for every plan of the
+    layout) and a zeroed flag for non-finite weights, freed after planning."""
     weight = runtime.upload(host) if layout is None else runtime.alloc_zeros(layout[3].size)
     owned.append(weight)
     bias = None if biases is None else runtime.upload(biases)
@@ -453,7 +454,7 @@ def _launches(
         params = DENSE_PARAMS
         values = [0, shape.input_len, *weights, bias.ptr, shape.n, 0, shape.output_len]
     else:
-        workspace = reduction.splits * shape.output_len
+        workspace = _workspace(kind, shape)
         params = DENSE_PARAMS
         values = [0, shape.input_len, *weights, bias.ptr, shape.n, partials, workspace]
         reduce_values = [
