@@ -40,6 +40,7 @@ from pyspk.candidate import DenseSite, SegConvSite
 from pyspk.cuda import CudaMath
 from pyspk.cuda.errors import InvalidArgument
 from pyspk.errors import PlanError
+from pyspk.resnet import PlannedTrunk
 from pyspk.synthetic import Recording
 from pyspk.torch import PlannedConv1d, PlannedDense, planned_modules
 
@@ -71,7 +72,7 @@ class Acceleration:
     def __init__(self, model: nn.Module, math: CudaMath) -> None:
         self.model = model
         self.math = math
-        self.modules: dict[str, PlannedDense | PlannedConv1d] = {}
+        self.modules: dict[str, PlannedDense | PlannedConv1d | PlannedTrunk] = {}
         self.skipped: dict[str, str] = {}  # module path -> why it keeps the library path
         self._restore: list[Callable[[], None]] = []
         self.undone = False
@@ -166,10 +167,32 @@ def accelerate(model: nn.Module, math: CudaMath | str = CudaMath.FP32) -> Accele
                 "seg_1",
                 lambda: PlannedDense(resnet.seg_1, DenseSite.EMBEDDING, math, "resnet.seg_1"),
             )
+            _accelerate_trunk(resnet, acceleration)
     except BaseException:
         acceleration.undo()  # nothing half-replaced: the stock model again
         raise
     return acceleration
+
+
+def _accelerate_trunk(resnet: nn.Module, acceleration: Acceleration) -> None:
+    """`resnet.forward_frames` on a trunk plan, and `resnet.forward` through it (the
+    stock forward runs the same layers inline); a refusal (below the sm80 tier, another
+    ResNet) leaves both and records why."""
+    try:
+        planned = PlannedTrunk(resnet, acceleration.math)
+    except (PlanError, ValueError) as error:
+        acceleration.skipped["resnet.trunk"] = str(error)
+        return
+
+    def forward(fbank: torch.Tensor, weights: torch.Tensor | None = None) -> Any:
+        return resnet.forward_embedding(planned(fbank), weights=weights)
+
+    before = {name: resnet.__dict__.get(name) for name in ("forward_frames", "forward")}
+    resnet.forward_frames = planned
+    resnet.forward = forward
+    acceleration.modules["resnet.trunk"] = planned
+    for name, value in before.items():
+        acceleration.on_undo(lambda n=name, v=value: _restore_attribute(resnet, n, v))
 
 
 def _accelerate_pyannet(model: PyanNet, acceleration: Acceleration) -> None:

@@ -1,4 +1,4 @@
-"""Float64 truth for the six boundaries, on the layouts the kernels use.
+"""Float64 truth for the six boundaries and the ResNet34 trunk, on the layouts the kernels use.
 
 Every function takes float32 or float64 arrays (flat or shaped), computes in float64 and
 returns float64 with the boundary's output shape. `absolute_sum` gives, per output, the
@@ -7,11 +7,16 @@ the finite-output contract."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import numpy.typing as npt
 
 from pyspk.candidate.framework import CONV_TAPS, DenseSite, SegConvSite
 from pyspk.cuda.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from pyspk.candidate.trunk.folding import TrunkWeights
 
 LEAKY_SLOPE = 0.01
 
@@ -93,3 +98,53 @@ def dense_absolute_sum(
         np.abs(np.asarray(w, np.float64)),
         np.abs(np.asarray(bias, np.float64)),
     )
+
+
+def trunk_conv(
+    x: npt.ArrayLike,
+    weight: npt.ArrayLike,
+    bias: npt.ArrayLike,
+    stride: int,
+    *,
+    residual: npt.ArrayLike | None = None,
+    relu: bool = False,
+) -> np.ndarray:
+    """One convolution of the ResNet trunk on NHWC activations: x [b, h, w, cin], weight
+    [cout, cin, ks, ks] (ks 3 with padding 1, or 1), bias [cout], residual [b, hout,
+    wout, cout] -> [b, hout, wout, cout]: conv + bias (+ residual), ReLU if asked."""
+    x = np.asarray(x, np.float64)
+    weight = np.asarray(weight, np.float64)
+    if x.ndim != 4 or weight.ndim != 4 or x.shape[3] != weight.shape[1]:
+        raise InvalidArgument(f"trunk_conv: x {x.shape} and weight {weight.shape} do not match")
+    ks = weight.shape[2]
+    pad = ks // 2
+    padded = np.pad(x, ((0, 0), (pad, pad), (pad, pad), (0, 0)))
+    hout = (x.shape[1] + 2 * pad - ks) // stride + 1
+    wout = (x.shape[2] + 2 * pad - ks) // stride + 1
+    out = np.zeros((x.shape[0], hout, wout, weight.shape[0]))
+    for dy in range(ks):
+        for dx in range(ks):
+            window = padded[:, dy : dy + stride * hout : stride, dx : dx + stride * wout : stride]
+            # contiguous 2-D operands keep the product on BLAS
+            rows = np.ascontiguousarray(window).reshape(-1, x.shape[3])
+            out += (rows @ weight[:, :, dy, dx].T).reshape(out.shape)
+    out += np.asarray(bias, np.float64)
+    if residual is not None:
+        out += np.asarray(residual, np.float64)
+    return np.maximum(out, 0.0) if relu else out
+
+
+def trunk(fbank: npt.ArrayLike, weights: TrunkWeights) -> np.ndarray:
+    """The whole ResNet34 trunk with folded weights: fbank [b, frames, bins] -> the
+    model's `forward_frames` output [b, 256, 10, 125] (NCHW)."""
+    x = np.asarray(fbank, np.float64).transpose(0, 2, 1)[..., None]
+    stem = weights.stem
+    x = trunk_conv(x, stem.weight, stem.bias, 1, relu=True)
+    for block in weights.blocks:
+        stride = block.conv1.site.shape.stride
+        h = trunk_conv(x, block.conv1.weight, block.conv1.bias, stride, relu=True)
+        shortcut = x
+        if block.shortcut is not None:
+            shortcut = trunk_conv(x, block.shortcut.weight, block.shortcut.bias, stride)
+        x = trunk_conv(h, block.conv2.weight, block.conv2.bias, 1, residual=shortcut, relu=True)
+    return x.transpose(0, 3, 1, 2)

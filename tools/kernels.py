@@ -60,7 +60,7 @@ DEFAULT_CUDA_HOMES = ("/usr/local/cuda",)
 # the tier table and the artifact names: one source, shared with the loader
 Tier = TierBuild
 TIERS = tuple(TIER_BUILDS.values())
-MODULES = ("segdense",)
+MODULES = ("segdense", "trunk")
 # Explicit IEEE FP32 behaviour, whatever the nvcc defaults or profile say: the kernels'
 # fixed summation orders are only reproducible without fast-math rewrites.
 NVCC_FLAGS = (
@@ -130,11 +130,22 @@ def cubin_name(module: str, tier: Tier, arch: str) -> str:
     return artifact_cubin_name(module, tier.name, arch)
 
 
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"', re.MULTILINE)
+
+
 def source_files(ptx_dir: Path, module: str) -> list[str]:
-    """The module's source and every header beside it, relative to `ptx_dir`."""
-    names = [f"{module}.cu"]
-    names += sorted(path.name for path in ptx_dir.glob("*.cuh"))
-    return names
+    """The module's source and every header it includes, directly or through another
+    header, relative to `ptx_dir`."""
+    names, pending = [f"{module}.cu"], [f"{module}.cu"]
+    while pending:
+        path = ptx_dir / pending.pop()
+        if not path.is_file():
+            continue  # verify_artifacts reports it
+        for header in _INCLUDE.findall(_COMMENT.sub("", path.read_text(encoding="utf-8"))):
+            if header not in names:
+                names.append(header)
+                pending.append(header)
+    return [names[0], *sorted(names[1:])]
 
 
 def find_tool(name: str) -> str:
@@ -418,6 +429,20 @@ CUDA_CONSTANTS: dict[str, tuple[str, re.Pattern[str]]] = {
         "seggemm_half.cuh",
         re.compile(r"\bstatic_assert\(\s*SHARED_BYTES\s*==\s*([^,]+?)\s*,"),
     ),
+    **{
+        name: ("trunkconv.cuh", _constexpr(name))
+        for name in (
+            "TRUNK_BATCH",
+            "TRUNK_BINS",
+            "TRUNK_FRAMES",
+            "CONV_BM",
+            "CONV_BK",
+            "CONV_STAGES",
+            "CONV_RELU",
+            "CONV_NCHW",
+        )
+    },
+    "STEM_THREADS": ("trunk.cu", _constexpr("STEM_THREADS")),
 }
 
 
@@ -490,6 +515,7 @@ def python_constants() -> dict[str, list[tuple[str, int | float]]]:
     from pyspk import reference
     from pyspk.candidate.framework import DenseSite
     from pyspk.candidate.segdense import shapes
+    from pyspk.candidate.trunk import shapes as trunk_shapes
 
     def dimension(site: DenseSite, axis: int) -> tuple[str, int]:
         return f"DenseSite.{site.name}.dimensions()[{axis}]", site.dimensions()[axis]
@@ -511,20 +537,41 @@ def python_constants() -> dict[str, list[tuple[str, int | float]]]:
         "FLAT_MAX_SPLITS": [("shapes.FLAT_MAX_SPLITS", shapes.FLAT_MAX_SPLITS)],
         "SELECT_ROWS": [("shapes.SELECT_ROWS", shapes.SELECT_ROWS)],
         "HALF_SHARED": [("shapes.HALF_SHARED", shapes.HALF_SHARED)],
+        **{
+            name: [(f"trunk.shapes.{name}", getattr(trunk_shapes, name))]
+            for name in (
+                "TRUNK_BATCH",
+                "TRUNK_BINS",
+                "TRUNK_FRAMES",
+                "CONV_BM",
+                "CONV_BK",
+                "CONV_STAGES",
+                "CONV_RELU",
+                "CONV_NCHW",
+                "STEM_THREADS",
+            )
+        },
     }
 
 
-def python_kernels() -> dict[str, str]:
-    """Every kernel pyspk launches by name, and who names it: each Entry's Config and
-    each split count's reduction."""
+def python_kernels() -> dict[str, dict[str, str]]:
+    """Per module, every kernel pyspk launches by name and who names it: each segdense
+    Entry's Config and each split count's reduction; each trunk site in both maths."""
     from pyspk.candidate.segdense import selection, shapes
+    from pyspk.candidate.trunk.shapes import TrunkSite
+    from pyspk.cuda.math import CudaMath
 
-    kernels: dict[str, str] = {}
+    segdense: dict[str, str] = {}
     for entry in selection.Entry:
-        kernels.setdefault(entry.config(1).kernel, f"Entry.{entry.name}")
+        segdense.setdefault(entry.config(1).kernel, f"Entry.{entry.name}")
     for splits in range(1, shapes.EMBED_MAX_SPLITS + 1):
-        kernels.setdefault(shapes.Reduction.shape(splits).kernel, f"Reduction.shape({splits})")
-    return kernels
+        segdense.setdefault(shapes.Reduction.shape(splits).kernel, f"Reduction.shape({splits})")
+    trunk = {
+        site.kernel(math): f"TrunkSite.{site.name}.kernel({math})"
+        for site in TrunkSite
+        for math in CudaMath
+    }
+    return {"segdense": segdense, "trunk": trunk}
 
 
 def _same(cuda: int | float, python: Any) -> bool:
@@ -557,7 +604,7 @@ def pyspk_problems(ptx_dir: Path = PTX_DIR) -> list[str]:
             exported = parse_entries(path.read_text(encoding="utf-8"))
             problems.extend(
                 f"kernel {kernel} ({who}) is not exported by {path.name}"
-                for kernel, who in sorted(kernels.items())
+                for kernel, who in sorted(kernels[module].items())
                 if kernel not in exported
             )
     return problems

@@ -46,6 +46,7 @@ class KernelModule(enum.Enum):
     """A kernel module shipped with pyspk; `str(module)` is its artifact name."""
 
     SEGDENSE = "segdense"
+    TRUNK = "trunk"
 
     def __str__(self) -> str:
         return self.value

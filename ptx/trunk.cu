@@ -1,0 +1,116 @@
+// trunk: fixed-shape kernels for the WeSpeaker ResNet34 trunk at batch 32 chunks of
+// 80 mel bins x 998 frames, with BatchNorm folded into each convolution's weights and a
+// bias at plan time.
+//
+// Calling convention and entry checks: common.cuh. Every entry returns before writing
+// anything when a length, an alignment or its launch shape differs. Lengths may exceed
+// what `items` (1 to 32 chunks) uses: a plan's buffers hold 32 chunks and a last batch
+// of fewer runs on them, its absent chunks neither read nor written.
+//
+// Tiers: both tiers export the same entries; the tensor-core convolutions trap in the
+// sm75 tier, whose plans take the library path.
+
+#include "common.cuh"
+#include "trunkconv.cuh"
+
+// The 1 -> 32 stem: fbank [item][frame][bin] (the model's (B, T, F) input, read as the
+// convolution's (bin, frame) image), weights [tap][32], bias [32], output NHWC
+// [item][bin][frame][32], ReLU. FP32 fma over the nine taps in order, then + bias.
+// Launch: one output position per thread, blocks of 256, grid ceil(32 * 80 * 998 / 256).
+constexpr u32 STEM_THREADS = 256;
+constexpr u32 STEM_POS = spk::TRUNK_BINS * spk::TRUNK_FRAMES;
+constexpr u32 STEM_GRID = (spk::TRUNK_BATCH * STEM_POS + STEM_THREADS - 1) / STEM_THREADS;
+
+extern "C" __global__ void __launch_bounds__(STEM_THREADS)
+spk_trunk_stem(const float* __restrict__ x, u64 x_len, const float* __restrict__ w, u64 w_len,
+               const float* __restrict__ bias, u64 bias_len, float* __restrict__ y, u64 y_len,
+               u32 items) {
+    __shared__ float weights[9 * 32 + 32];
+    const bool valid = spk::launch_is(STEM_GRID, 1, 1, STEM_THREADS) & (items >= 1) &
+                       (items <= spk::TRUNK_BATCH) & (x_len >= u64(items) * STEM_POS) &
+                       (w_len == 9 * 32) & (bias_len == 32) &
+                       (y_len >= u64(items) * STEM_POS * 32) & spk::aligned16(y);
+    const u32 m = blockIdx.x * STEM_THREADS + threadIdx.x;
+    if (!valid | (blockIdx.x * STEM_THREADS >= items * STEM_POS)) {
+        return;  // uniform over the block
+    }
+    for (u32 i = threadIdx.x; i < 9 * 32 + 32; i += STEM_THREADS) {
+        weights[i] = i < 9 * 32 ? w[i] : bias[i - 9 * 32];
+    }
+    __syncthreads();
+    if (m >= items * STEM_POS) {
+        return;
+    }
+    const u32 item = m / STEM_POS, p = m % STEM_POS;
+    const int bin = int(p / spk::TRUNK_FRAMES), frame = int(p % spk::TRUNK_FRAMES);
+    float pixel[9];
+#pragma unroll
+    for (int dy = 0; dy < 3; ++dy) {
+#pragma unroll
+        for (int dx = 0; dx < 3; ++dx) {
+            const int b = bin + dy - 1, f = frame + dx - 1;
+            const bool inside = (u32(b) < spk::TRUNK_BINS) & (u32(f) < spk::TRUNK_FRAMES);
+            pixel[dy * 3 + dx] =
+                inside ? __ldg(x + (u64(item) * spk::TRUNK_FRAMES + f) * spk::TRUNK_BINS + b) : 0.0f;
+        }
+    }
+    float* out = y + u64(m) * 32;
+#pragma unroll
+    for (u32 c = 0; c < 32; c += 4) {
+        float v[4];
+#pragma unroll
+        for (u32 j = 0; j < 4; ++j) {
+            float sum = 0.0f;
+#pragma unroll
+            for (u32 tap = 0; tap < 9; ++tap) {
+                sum = fmaf(pixel[tap], weights[tap * 32 + c + j], sum);
+            }
+            v[j] = fmaxf(sum + weights[9 * 32 + c + j], 0.0f);
+        }
+        spk::stg4(out + c, make_float4(v[0], v[1], v[2], v[3]));
+    }
+}
+
+// One convolution entry: x, w, bias, residual (length 0: none), y, items, flags.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define SPK_TRUNK_BODY(SHAPE, SPLIT)                                                          \
+    spk::trunk_conv<SHAPE, SPLIT>(x, x_len, w, w_len, bias, bias_len, residual, residual_len, \
+                                  y, y_len, items, flags)
+#else
+#define SPK_TRUNK_BODY(SHAPE, SPLIT) SPK_TIER_STUB()
+#endif
+#define SPK_TRUNK_CONV(NAME, SHAPE, SPLIT, MIN_BLOCKS)                                      \
+    extern "C" __global__ void __launch_bounds__(SHAPE::THREADS, MIN_BLOCKS) NAME(           \
+        const float* __restrict__ x, u64 x_len, const float* __restrict__ w, u64 w_len,      \
+        const float* __restrict__ bias, u64 bias_len, const float* __restrict__ residual,    \
+        u64 residual_len, float* __restrict__ y, u64 y_len, u32 items, u32 flags) {         \
+        SPK_TRUNK_BODY(SHAPE, SPLIT);                                                        \
+    }
+#define SPK_TRUNK_SHAPE(SITE, SHAPE)                         \
+    SPK_TRUNK_CONV(spk_trunk_##SITE##_tf32, SHAPE, false, 2) \
+    SPK_TRUNK_CONV(spk_trunk_##SITE##_x3, SHAPE, true, 1)
+
+// Shapes: (CIN, COUT, HIN, WIN, STRIDE, KS), one per distinct convolution of the trunk.
+// The 1x1 shortcuts run 3xTF32 in both maths: 0.4% of the trunk's work, and cuDNN's
+// TF32 math keeps at least one of them in FP32 (measured: 1.1e-7 where TF32 gives 2.9e-4).
+typedef spk::ConvShape<32, 32, 80, 998, 1, 3> Layer1Conv;
+typedef spk::ConvShape<32, 64, 80, 998, 2, 3> Layer2Down;
+typedef spk::ConvShape<32, 64, 80, 998, 2, 1> Layer2Shortcut;
+typedef spk::ConvShape<64, 64, 40, 499, 1, 3> Layer2Conv;
+typedef spk::ConvShape<64, 128, 40, 499, 2, 3> Layer3Down;
+typedef spk::ConvShape<64, 128, 40, 499, 2, 1> Layer3Shortcut;
+typedef spk::ConvShape<128, 128, 20, 250, 1, 3> Layer3Conv;
+typedef spk::ConvShape<128, 256, 20, 250, 2, 3> Layer4Down;
+typedef spk::ConvShape<128, 256, 20, 250, 2, 1> Layer4Shortcut;
+typedef spk::ConvShape<256, 256, 10, 125, 1, 3> Layer4Conv;
+
+SPK_TRUNK_SHAPE(layer1_conv, Layer1Conv)
+SPK_TRUNK_SHAPE(layer2_down, Layer2Down)
+SPK_TRUNK_CONV(spk_trunk_layer2_shortcut_x3, Layer2Shortcut, true, 1)
+SPK_TRUNK_SHAPE(layer2_conv, Layer2Conv)
+SPK_TRUNK_SHAPE(layer3_down, Layer3Down)
+SPK_TRUNK_CONV(spk_trunk_layer3_shortcut_x3, Layer3Shortcut, true, 1)
+SPK_TRUNK_SHAPE(layer3_conv, Layer3Conv)
+SPK_TRUNK_SHAPE(layer4_down, Layer4Down)
+SPK_TRUNK_CONV(spk_trunk_layer4_shortcut_x3, Layer4Shortcut, true, 1)
+SPK_TRUNK_SHAPE(layer4_conv, Layer4Conv)

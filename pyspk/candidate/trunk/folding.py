@@ -1,0 +1,160 @@
+"""BatchNorm folded into the trunk's convolutions, and the weights' device layout.
+
+Inference BatchNorm is `y = (z - mean) * s + beta` with `s = gamma / sqrt(var + eps)`, so
+a convolution followed by it is the convolution with weights `w * s` (per output
+channel) and bias `beta - mean * s`. The fold runs in float64 from the running
+statistics, read once at plan time; the plan rounds the result to FP32 once."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+import numpy as np
+import numpy.typing as npt
+
+from pyspk.candidate.errors import GeometryInvalid, WeightsOutOfContract
+from pyspk.candidate.trunk.shapes import CONTEXT, TRUNK_BLOCKS, TrunkSite
+
+
+@attrs.frozen
+class BatchNorm:
+    """One BatchNorm's inference parameters (each `[channels]`) and its epsilon."""
+
+    gamma: np.ndarray
+    beta: np.ndarray
+    mean: np.ndarray
+    var: np.ndarray
+    eps: float
+
+    def scale_shift(self) -> tuple[np.ndarray, np.ndarray]:
+        """float64 `s` and `beta - mean * s`."""
+        scale = np.asarray(self.gamma, np.float64) / np.sqrt(
+            np.asarray(self.var, np.float64) + float(self.eps)
+        )
+        return scale, np.asarray(self.beta, np.float64) - np.asarray(self.mean, np.float64) * scale
+
+
+@attrs.frozen
+class FoldedConv:
+    """A convolution with its BatchNorm folded in: float64 weight `[cout, cin, ks, ks]`
+    and bias `[cout]`, checked against the site's shape and finite."""
+
+    site: TrunkSite
+    weight: np.ndarray
+    bias: np.ndarray
+
+    @classmethod
+    def fold(cls, site: TrunkSite, weight: npt.ArrayLike, norm: BatchNorm) -> FoldedConv:
+        w = np.asarray(weight, np.float64)
+        shape = site.shape.weight_shape
+        if w.shape != shape:
+            raise GeometryInvalid(CONTEXT, f"{site} takes a weight of shape {shape}, not {w.shape}")
+        scale, shift = norm.scale_shift()
+        if scale.shape != (shape[0],) or shift.shape != (shape[0],):
+            raise GeometryInvalid(
+                CONTEXT, f"{site}'s BatchNorm has {scale.size} channels, not {shape[0]}"
+            )
+        return cls.of(site, w * scale[:, None, None, None], shift)
+
+    @classmethod
+    def of(cls, site: TrunkSite, weight: npt.ArrayLike, bias: npt.ArrayLike) -> FoldedConv:
+        """A convolution already folded: weight and bias as they are."""
+        w, b = np.asarray(weight, np.float64), np.asarray(bias, np.float64)
+        shape = site.shape.weight_shape
+        if w.shape != shape or b.shape != (shape[0],):
+            raise GeometryInvalid(
+                CONTEXT,
+                f"{site} takes weight {shape} and bias ({shape[0]},), not {w.shape} and {b.shape}",
+            )
+        # checked in FP32, the precision the kernels read: a fold that overflows there
+        # is out of contract too
+        for name, values in (("weight", w), ("bias", b)):
+            if not np.isfinite(values.astype(np.float32)).all():
+                raise WeightsOutOfContract(CONTEXT, f"{site}'s folded {name} is not finite in FP32")
+        return cls(site, w, b)
+
+    def packed(self) -> np.ndarray:
+        """The weight as the kernels read it: FP32 `[tap][cin][cout]` (tap = ky * ks +
+        kx), flat; the stem's `[tap][32]`."""
+        w = self.weight.astype(np.float32)
+        return np.ascontiguousarray(w.transpose(2, 3, 1, 0)).reshape(-1)
+
+    def packed_bias(self) -> np.ndarray:
+        return self.bias.astype(np.float32)
+
+
+@attrs.frozen
+class Block:
+    """One BasicBlock: conv1 (+ bn1, ReLU), conv2 (+ bn2), the shortcut (None: the
+    identity); the output is ReLU(conv2 + shortcut)."""
+
+    conv1: FoldedConv
+    conv2: FoldedConv
+    shortcut: FoldedConv | None
+
+
+@attrs.frozen
+class TrunkWeights:
+    """The whole trunk folded: the stem and the 16 blocks in order, each convolution on
+    the site `TrunkSite.of_block` names."""
+
+    stem: FoldedConv
+    blocks: tuple[Block, ...]
+
+    def __attrs_post_init__(self) -> None:
+        if self.stem.site is not TrunkSite.STEM:
+            raise GeometryInvalid(CONTEXT, f"the stem is on {self.stem.site}")
+        expected = [
+            TrunkSite.of_block(layer, block)
+            for layer, count in enumerate(TRUNK_BLOCKS, start=1)
+            for block in range(count)
+        ]
+        if len(self.blocks) != len(expected):
+            raise GeometryInvalid(
+                CONTEXT, f"ResNet34's trunk has {len(expected)} blocks, not {len(self.blocks)}"
+            )
+        for index, (block, sites) in enumerate(zip(self.blocks, expected, strict=True)):
+            shortcut = block.shortcut.site if block.shortcut is not None else None
+            if (block.conv1.site, block.conv2.site, shortcut) != sites:
+                raise GeometryInvalid(
+                    CONTEXT,
+                    f"block {index} has sites {block.conv1.site}, "
+                    f"{block.conv2.site}, {shortcut}; expected {sites}",
+                )
+
+    def convs(self) -> Sequence[FoldedConv]:
+        """Every convolution in launch order: stem, then per block conv1, the shortcut,
+        conv2."""
+        order = [self.stem]
+        for block in self.blocks:
+            order.append(block.conv1)
+            if block.shortcut is not None:
+                order.append(block.shortcut)
+            order.append(block.conv2)
+        return order
+
+    @classmethod
+    def random(cls, seed: int, *, bias_scale: float = 0.1) -> TrunkWeights:
+        """He-scaled random folded weights (tests and benchmarks): activations keep a
+        steady level through the 33 layers."""
+        rng = np.random.default_rng(seed)
+
+        def conv(site: TrunkSite, gain: float = 1.0) -> FoldedConv:
+            shape = site.shape
+            std = gain * np.sqrt(2.0 / shape.k)
+            weight = rng.normal(0.0, std, shape.weight_shape)
+            return FoldedConv.of(site, weight, rng.normal(0.0, bias_scale, shape.cout))
+
+        blocks = []
+        for layer, count in enumerate(TRUNK_BLOCKS, start=1):
+            for index in range(count):
+                first, second, shortcut = TrunkSite.of_block(layer, index)
+                blocks.append(
+                    Block(
+                        conv(first),
+                        conv(second, 0.5),  # the residual sum stays near its input's level
+                        conv(shortcut) if shortcut is not None else None,
+                    )
+                )
+        return cls(conv(TrunkSite.STEM), tuple(blocks))

@@ -1,0 +1,323 @@
+"""Plans on the trunk kernels: `ConvPlan` runs one convolution, `TrunkPlan` the whole
+ResNet34 trunk from the fbank to the last block's NCHW output.
+
+A plan uploads its folded weights, allocates what it needs and prepares every launch
+once; an enqueue checks its two buffers, writes their addresses (and the chunk count)
+into the prepared launches and queues them, with no allocation and no synchronization,
+so it can be captured in a CUDA graph. A last batch of 1 to 31 chunks runs on the same
+launches: the kernels skip the absent chunks' blocks."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from pyspk.candidate.errors import DeviceUnsupported, GeometryInvalid
+from pyspk.candidate.trunk.folding import FoldedConv, TrunkWeights
+from pyspk.candidate.trunk.shapes import (
+    CONTEXT,
+    CONV_NCHW,
+    CONV_RELU,
+    OUTPUT_SHAPE,
+    TRUNK_BATCH,
+    TRUNK_BINS,
+    TRUNK_FRAMES,
+    TrunkSite,
+)
+from pyspk.cuda.buffers import DeviceBuffer, device_address
+from pyspk.cuda.errors import ClosedError, InvalidArgument, KernelMissingError
+from pyspk.cuda.manifest import KernelModule
+from pyspk.cuda.math import CudaMath
+from pyspk.cuda.runtime import free_after_error
+from pyspk.cuda.tier import PtxTier
+
+if TYPE_CHECKING:
+    from pyspk.cuda.kernels import Launch
+    from pyspk.cuda.runtime import CudaRuntime
+
+CONV_PARAMS = (
+    ("x", "ptr"),
+    ("x_len", "u64"),
+    ("w", "ptr"),
+    ("w_len", "u64"),
+    ("bias", "ptr"),
+    ("bias_len", "u64"),
+    ("residual", "ptr"),
+    ("residual_len", "u64"),
+    ("y", "ptr"),
+    ("y_len", "u64"),
+    ("items", "u32"),
+    ("flags", "u32"),
+)
+STEM_PARAMS = (
+    ("x", "ptr"),
+    ("x_len", "u64"),
+    ("w", "ptr"),
+    ("w_len", "u64"),
+    ("bias", "ptr"),
+    ("bias_len", "u64"),
+    ("y", "ptr"),
+    ("y_len", "u64"),
+    ("items", "u32"),
+)
+FBANK_ITEM = TRUNK_FRAMES * TRUNK_BINS  # floats of one chunk's fbank
+OUTPUT_ITEM = OUTPUT_SHAPE[0] * OUTPUT_SHAPE[1] * OUTPUT_SHAPE[2]
+
+
+def _check_items(items: int) -> int:
+    if isinstance(items, bool) or not isinstance(items, int) or not 1 <= items <= TRUNK_BATCH:
+        raise InvalidArgument(f"{CONTEXT}: items must be an int from 1 to 32, not {items!r}")
+    return items
+
+
+class _Uploaded:
+    """One convolution's FP32 weight and bias on the device, and its kernel."""
+
+    def __init__(self, runtime: CudaRuntime, math: CudaMath, conv: FoldedConv) -> None:
+        self.site = conv.site
+        self.weight = runtime.upload(conv.packed())
+        try:
+            self.bias = runtime.upload(conv.packed_bias())
+        except BaseException:
+            free_after_error([self.weight])
+            raise
+        loaded = runtime.load_kernels(KernelModule.TRUNK)
+        name = conv.site.kernel(math)
+        try:
+            self.kernel = loaded.function(name)
+        except KernelMissingError as error:
+            free_after_error([self.weight, self.bias])
+            raise DeviceUnsupported(f"{name} cannot run here: {error}; use the library") from error
+        _, _, shared = conv.site.launch()
+        if shared > runtime.device.shared_optin_bytes:
+            free_after_error([self.weight, self.bias])
+            raise DeviceUnsupported(
+                f"{name} needs {shared} bytes of shared memory, the device allows "
+                f"{runtime.device.shared_optin_bytes}; use the library"
+            )
+        if shared > 48 * 1024:
+            self.kernel.set_max_dynamic_shared(shared)
+
+    def buffers(self) -> list[DeviceBuffer]:
+        return [self.weight, self.bias]
+
+    def launch(
+        self,
+        x: tuple[int, int],
+        y: tuple[int, int],
+        residual: tuple[int, int] = (0, 0),
+        flags: int = 0,
+        items: int = TRUNK_BATCH,
+    ) -> Launch:
+        """A launch on (address, length) buffers, prepared now."""
+        grid, block, shared = self.site.launch()
+        weights = [self.weight.ptr, len(self.weight), self.bias.ptr, len(self.bias)]
+        if self.site is TrunkSite.STEM:
+            return self.kernel.launch(grid, block, shared, STEM_PARAMS, [*x, *weights, *y, items])
+        values = [*x, *weights, *residual, *y, items, flags]
+        return self.kernel.launch(grid, block, shared, CONV_PARAMS, values)
+
+
+class _PlanBase:
+    """Lifetime shared by both plans: the lock an enqueue holds, close(), and the
+    graphs captured with `CudaRuntime.capture` that keep the buffers alive."""
+
+    def __init__(self, runtime: CudaRuntime, math: CudaMath) -> None:
+        if runtime.closed:
+            raise ClosedError(f"{CONTEXT}: the runtime was closed; nothing was planned")
+        tier = runtime.load_kernels(KernelModule.TRUNK).tier
+        if tier < PtxTier.SM80:
+            raise DeviceUnsupported(
+                f"{CONTEXT}: the trunk kernels need the sm80 tier (tensor cores); the "
+                f"loaded {tier} tier takes the library path"
+            )
+        self.runtime = runtime
+        self.math = CudaMath.parse(math)
+        self._ordinal = runtime.ordinal
+        self._lock = threading.Lock()
+        self._closed = False
+        self._graphs = 0
+        self._owned: list[DeviceBuffer] = []
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed or self.runtime.closed:
+            what = "plan" if self._closed else "runtime of this plan"
+            raise ClosedError(f"{CONTEXT}: the {what} was closed; nothing was launched")
+
+    def close(self) -> None:
+        """Refuses every later enqueue and frees the plan's buffers (idempotent); while
+        a graph captured with `CudaRuntime.capture` that launches it lives, the free
+        waits for that graph."""
+        with self._lock:
+            self._closed = True
+            owned = self._take() if self._graphs == 0 else []
+        free_after_error(owned)
+
+    def graph_opened(self) -> None:
+        with self._lock:
+            self._graphs += 1
+
+    def graph_closed(self) -> None:
+        with self._lock:
+            self._graphs -= 1
+            owned = self._take() if self._closed and self._graphs == 0 else []
+        free_after_error(owned)
+
+    def _take(self) -> list[DeviceBuffer]:
+        owned, self._owned = self._owned, []
+        return owned
+
+    def __enter__(self) -> _PlanBase:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ConvPlan(_PlanBase):
+    """One convolution of the trunk (any site, the stem included) at batch 32 chunks:
+    `enqueue(x, y, residual=None, items=32, relu=..., nchw=False)` on NHWC buffers (the
+    stem reads the fbank `[items, 998, 80]`)."""
+
+    def __init__(self, runtime: CudaRuntime, math: CudaMath, conv: FoldedConv) -> None:
+        super().__init__(runtime, math)
+        self.site = conv.site
+        self._conv = _Uploaded(runtime, self.math, conv)
+        self._owned = self._conv.buffers()
+
+    def enqueue(
+        self,
+        x: object,
+        y: object,
+        residual: object | None = None,
+        *,
+        items: int = TRUNK_BATCH,
+        relu: bool = True,
+        nchw: bool = False,
+        stream: int | None = None,
+    ) -> None:
+        """x `items` chunks of the site's input, y of its output (NCHW if `nchw`, else
+        NHWC), residual (NHWC, as y) added before the ReLU. Prepares a launch per call:
+        for tests and single layers; `TrunkPlan` is the graph-friendly path."""
+        items = _check_items(items)
+        shape = self.site.shape
+        stem = self.site is TrunkSite.STEM
+        if stem and (residual is not None or nchw or not relu):
+            raise InvalidArgument(f"{CONTEXT}: the stem takes no residual and always ReLUs")
+        x_len = items * (FBANK_ITEM if stem else shape.x_item)
+        y_len = items * shape.y_item
+        x_at = device_address(x, x_len, CONTEXT, "x", self._ordinal)
+        y_at = device_address(y, y_len, CONTEXT, "y", self._ordinal, writable=True)
+        res = (0, 0)
+        if residual is not None:
+            res = (device_address(residual, y_len, CONTEXT, "residual", self._ordinal), y_len)
+        flags = (CONV_RELU if relu else 0) | (CONV_NCHW if nchw else 0)
+        with self._lock:
+            self._check_open()
+            self.runtime.note_capture_user(self)
+            launch = self._conv.launch((x_at, x_len), (y_at, y_len), res, flags, items)
+            launch.enqueue(self.runtime.stream if stream is None else stream)
+
+
+class TrunkPlan(_PlanBase):
+    """The whole trunk: fbank `[items, 998, 80]` -> `[items, 256, 10, 125]`, as the
+    model's `forward_frames`. Owns its folded weights and three activation buffers of
+    32 chunks of the widest layer (327 MB each) and one for the shortcuts (164 MB)."""
+
+    def __init__(self, runtime: CudaRuntime, math: CudaMath, weights: TrunkWeights) -> None:
+        super().__init__(runtime, math)
+        if not isinstance(weights, TrunkWeights):
+            raise GeometryInvalid(CONTEXT, f"weights must be TrunkWeights, not {weights!r}")
+        owned: list[DeviceBuffer] = []
+        try:
+            uploaded = []
+            for conv in weights.convs():
+                uploaded.append(_Uploaded(runtime, self.math, conv))
+                owned += uploaded[-1].buffers()
+            widest = TRUNK_BATCH * TrunkSite.LAYER1_CONV.shape.y_item
+            ping = [runtime.alloc_zeros(widest) for _ in range(3)]
+            owned += ping
+            shortcut = runtime.alloc_zeros(TRUNK_BATCH * TrunkSite.LAYER2_SHORTCUT.shape.y_item)
+            owned.append(shortcut)
+            self._launches = self._prepare(uploaded, ping, shortcut)
+            runtime.synchronize()
+        except BaseException:
+            free_after_error(owned)
+            raise
+        self._owned = owned
+        self._items = TRUNK_BATCH
+        self._bound: dict[object, list[Callable[[], None]]] = {}
+
+    @staticmethod
+    def _prepare(
+        uploaded: list[_Uploaded], ping: list[DeviceBuffer], shortcut: DeviceBuffer
+    ) -> list[Launch]:
+        """Every launch in order. The block input, the first convolution's output and
+        the block output rotate over the three buffers; the input fbank and the output
+        are written per enqueue."""
+
+        def at(buffer: DeviceBuffer) -> tuple[int, int]:
+            return (buffer.ptr, len(buffer))
+
+        convs = iter(uploaded)
+        launches = [next(convs).launch((0, 0), at(ping[0]))]
+        current, middle, spare = ping
+        for conv1 in convs:
+            launches.append(conv1.launch(at(current), at(middle), flags=CONV_RELU))
+            residual = current
+            conv2 = next(convs)
+            if conv2.site.is_shortcut():
+                launches.append(conv2.launch(at(current), at(shortcut)))
+                residual, conv2 = shortcut, next(convs)
+            launches.append(conv2.launch(at(middle), at(spare), at(residual), CONV_RELU))
+            current, spare = spare, current
+        last = launches[-1]
+        last.set("flags", CONV_RELU | CONV_NCHW)
+        return launches
+
+    def enqueue(
+        self, x: object, y: object, *, items: int = TRUNK_BATCH, stream: int | None = None
+    ) -> None:
+        """x: `items` chunks' fbank `[items, 998, 80]`, y: `[items, 256, 10, 125]`, both
+        float32 C-contiguous on the plan's device; queued on `stream` (an int handle) or
+        the runtime's stream."""
+        items = _check_items(items)
+        x_at = device_address(x, items * FBANK_ITEM, CONTEXT, "x", self._ordinal)
+        y_at = device_address(y, items * OUTPUT_ITEM, CONTEXT, "y", self._ordinal, writable=True)
+        first, last = self._launches[0], self._launches[-1]
+        with self._lock:
+            self._check_open()
+            self.runtime.note_capture_user(self)
+            if items != self._items:
+                for launch in self._launches:
+                    launch.set("items", items)
+                self._items = items
+            first.set("x", x_at)
+            first.set("x_len", items * FBANK_ITEM)
+            last.set("y", y_at)
+            last.set("y_len", items * OUTPUT_ITEM)
+            key = stream if stream is not None else self.runtime.stream
+            bound = self._bound.get(key)
+            if bound is None:
+                if len(self._bound) >= 16:
+                    self._bound.clear()
+                bound = self._bound[key] = [launch.bind(key) for launch in self._launches]
+            for launch in bound:
+                launch()
+
+
+def plan_conv(runtime: CudaRuntime, math: CudaMath | str, conv: FoldedConv) -> ConvPlan:
+    """A plan of one trunk convolution (folded); `DeviceUnsupported` below the sm80
+    tier."""
+    return ConvPlan(runtime, CudaMath.parse(math), conv)
+
+
+def plan_trunk(runtime: CudaRuntime, math: CudaMath | str, weights: TrunkWeights) -> TrunkPlan:
+    """A plan of the whole trunk at batch 32 chunks; `DeviceUnsupported` below the sm80
+    tier."""
+    return TrunkPlan(runtime, CudaMath.parse(math), weights)

@@ -1,0 +1,182 @@
+"""The trunk area's fixed facts: the ResNet34 trunk's convolutions at batch 32 chunks of
+80 mel bins x 998 frames, one site per distinct shape, and the launch of each.
+
+The launch constants mirror `ptx/trunkconv.cuh` and `ptx/trunk.cu` (`tools/kernels.py
+check` holds them equal)."""
+
+from __future__ import annotations
+
+import enum
+from functools import cached_property
+
+import attrs
+
+from pyspk.cuda.math import CudaMath
+
+TRUNK_BATCH = 32
+TRUNK_BINS = 80  # fbank mel bins: the trunk's image height
+TRUNK_FRAMES = 998  # fbank frames of a 10 s chunk at 16 kHz: the image width
+TRUNK_BLOCKS = (3, 4, 6, 3)  # BasicBlocks per layer (ResNet34)
+TRUNK_CHANNELS = (32, 64, 128, 256)
+CONV_BM = 256  # output positions per block
+CONV_BK = 16  # reduction elements per pipeline stage
+CONV_STAGES = 3
+CONV_RELU = 1  # epilogue flags
+CONV_NCHW = 2
+STEM_THREADS = 256
+KERNEL_PREFIX = "spk_trunk_"
+CONTEXT = "trunk plan"
+
+
+@attrs.frozen
+class ConvShape:
+    """One convolution: channels in and out, input height and width, stride, kernel size
+    (3 with padding 1, or 1 without), and the launch the kernels check."""
+
+    cin: int
+    cout: int
+    hin: int
+    win: int
+    stride: int
+    ks: int
+
+    @property
+    def pad(self) -> int:
+        return self.ks // 2
+
+    @property
+    def hout(self) -> int:
+        return (self.hin + 2 * self.pad - self.ks) // self.stride + 1
+
+    @property
+    def wout(self) -> int:
+        return (self.win + 2 * self.pad - self.ks) // self.stride + 1
+
+    @property
+    def positions(self) -> int:
+        """Output positions per chunk."""
+        return self.hout * self.wout
+
+    @property
+    def k(self) -> int:
+        return self.ks * self.ks * self.cin
+
+    @property
+    def x_item(self) -> int:
+        return self.hin * self.win * self.cin
+
+    @property
+    def y_item(self) -> int:
+        return self.positions * self.cout
+
+    @property
+    def weight_shape(self) -> tuple[int, int, int, int]:
+        """The framework's `[cout, cin, ks, ks]`."""
+        return (self.cout, self.cin, self.ks, self.ks)
+
+    @property
+    def block_channels(self) -> int:
+        return min(self.cout, 64)
+
+    @property
+    def threads(self) -> int:
+        return 4 * self.block_channels
+
+    @property
+    def shared(self) -> int:
+        stage = CONV_BM * (CONV_BK + 4) + CONV_BK * (self.block_channels + 8)
+        return CONV_STAGES * stage * 4
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        rows = TRUNK_BATCH * self.positions
+        return (-(-rows // CONV_BM), self.cout // self.block_channels, 1)
+
+    def macs(self) -> int:
+        """Multiply-adds per chunk."""
+        return self.positions * self.cout * self.k
+
+
+class TrunkSite(enum.Enum):
+    """One distinct convolution of the trunk. `DOWN` is a layer's first, stride-2 3x3;
+    `SHORTCUT` its 1x1 stride-2 projection; `CONV` every other 3x3 of the layer."""
+
+    STEM = "stem"
+    LAYER1_CONV = "layer1_conv"
+    LAYER2_DOWN = "layer2_down"
+    LAYER2_SHORTCUT = "layer2_shortcut"
+    LAYER2_CONV = "layer2_conv"
+    LAYER3_DOWN = "layer3_down"
+    LAYER3_SHORTCUT = "layer3_shortcut"
+    LAYER3_CONV = "layer3_conv"
+    LAYER4_DOWN = "layer4_down"
+    LAYER4_SHORTCUT = "layer4_shortcut"
+    LAYER4_CONV = "layer4_conv"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @cached_property
+    def shape(self) -> ConvShape:
+        return _SHAPES[self]
+
+    def kernel(self, math: CudaMath) -> str:
+        """The exported kernel: the stem's one SIMT FP32 entry serves both maths; the
+        others are `_x3` (3xTF32, FP32 math) or `_tf32`, but the 1x1 shortcuts run
+        `_x3` in both: a small share of the work, and the library keeps at least one
+        of them in FP32 under TF32 math."""
+        if self is TrunkSite.STEM:
+            return KERNEL_PREFIX + self.value
+        split = math is CudaMath.FP32 or self.is_shortcut()
+        return f"{KERNEL_PREFIX}{self.value}_{'x3' if split else 'tf32'}"
+
+    def is_shortcut(self) -> bool:
+        return self.value.endswith("_shortcut")
+
+    def launch(self) -> tuple[tuple[int, int, int], int, int]:
+        """(grid, block threads, dynamic shared bytes)."""
+        if self is TrunkSite.STEM:
+            rows = TRUNK_BATCH * TRUNK_BINS * TRUNK_FRAMES
+            return (-(-rows // STEM_THREADS), 1, 1), STEM_THREADS, 0
+        return self.shape.grid, self.shape.threads, self.shape.shared
+
+    @classmethod
+    def of_block(cls, layer: int, block: int) -> tuple[TrunkSite, TrunkSite, TrunkSite | None]:
+        """The sites of BasicBlock `block` of layer `layer` (1-based): its first and
+        second convolutions and its shortcut (None: the identity)."""
+        conv = cls(f"layer{layer}_conv")
+        if layer == 1 or block > 0:
+            return conv, conv, None
+        return cls(f"layer{layer}_down"), conv, cls(f"layer{layer}_shortcut")
+
+
+def _layer_shapes() -> dict[TrunkSite, ConvShape]:
+    shapes = {TrunkSite.STEM: ConvShape(1, 32, TRUNK_BINS, TRUNK_FRAMES, 1, 3)}
+    height, width, cin = TRUNK_BINS, TRUNK_FRAMES, TRUNK_CHANNELS[0]
+    for layer, cout in enumerate(TRUNK_CHANNELS, start=1):
+        if layer > 1:
+            shapes[TrunkSite(f"layer{layer}_down")] = ConvShape(cin, cout, height, width, 2, 3)
+            shortcut = ConvShape(cin, cout, height, width, 2, 1)
+            shapes[TrunkSite(f"layer{layer}_shortcut")] = shortcut
+            height, width = shortcut.hout, shortcut.wout
+        shapes[TrunkSite(f"layer{layer}_conv")] = ConvShape(cout, cout, height, width, 1, 3)
+        cin = cout
+    return shapes
+
+
+_SHAPES = _layer_shapes()
+OUTPUT_SHAPE = (
+    TRUNK_CHANNELS[-1],
+    TrunkSite.LAYER4_CONV.shape.hout,
+    TrunkSite.LAYER4_CONV.shape.wout,
+)  # per chunk, NCHW: (256, 10, 125)
+
+
+def trunk_macs() -> int:
+    """Multiply-adds of the whole trunk per chunk."""
+    total = TrunkSite.STEM.shape.macs()
+    for layer, blocks in enumerate(TRUNK_BLOCKS, start=1):
+        for block in range(blocks):
+            for site in TrunkSite.of_block(layer, block):
+                total += site.shape.macs() if site is not None else 0
+    return total

@@ -1,0 +1,169 @@
+"""A WeSpeaker ResNet34's trunk on trunk plans (`pyspk.candidate.trunk`).
+
+`trunk_weights(resnet)` folds the trunk's BatchNorms (running statistics, read once)
+into its convolutions in float64. `PlannedTrunk(resnet, math)` is a `forward_frames`
+for that module: fbank `(B, 998, 80)` float32 on the plan's device runs in pieces of 32
+chunks (a last piece of fewer on the same plan) on PyTorch's current stream, so it can
+be captured in a CUDA graph; any other input takes the module's own `forward_frames`.
+Like `pyspk.torch`'s wrappers it is inference-only (`InferenceOnlyError` while autograd
+records) and refuses a call after the parameters changed (`WeightsChangedError`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from pyspk.candidate.trunk import (
+    OUTPUT_SHAPE,
+    TRUNK_BATCH,
+    TRUNK_BINS,
+    TRUNK_BLOCKS,
+    TRUNK_FRAMES,
+    BatchNorm,
+    Block,
+    FoldedConv,
+    TrunkPlan,
+    TrunkSite,
+    TrunkWeights,
+    plan_trunk,
+)
+from pyspk.cuda.errors import InvalidArgument
+from pyspk.cuda.math import CudaMath
+from pyspk.errors import InferenceOnlyError, WeightsChangedError
+from pyspk.torch import shared_runtime
+
+__all__ = ["PlannedTrunk", "trunk_weights"]
+
+CONTEXT = "pyspk.resnet"
+
+
+def _norm(module: nn.Module) -> BatchNorm:
+    if not isinstance(module, nn.BatchNorm2d) or module.running_mean is None:
+        raise InvalidArgument(f"{CONTEXT}: expected a BatchNorm2d with running statistics")
+
+    def host(tensor: torch.Tensor | None, default: float) -> Any:
+        if tensor is None:  # affine=False
+            return torch.full((module.num_features,), default, dtype=torch.float64).numpy()
+        return tensor.detach().to("cpu", torch.float64).numpy()
+
+    return BatchNorm(
+        host(module.weight, 1.0),
+        host(module.bias, 0.0),
+        host(module.running_mean, 0.0),
+        host(module.running_var, 1.0),
+        float(module.eps),
+    )
+
+
+def _fold(site: TrunkSite, conv: nn.Module, norm: nn.Module) -> FoldedConv:
+    if not isinstance(conv, nn.Conv2d) or conv.bias is not None:
+        raise InvalidArgument(f"{CONTEXT}: {site} expects a Conv2d without bias")
+    shape = site.shape
+    if conv.stride != (shape.stride, shape.stride) or conv.padding != (shape.pad, shape.pad):
+        raise InvalidArgument(
+            f"{CONTEXT}: {site} expects stride {shape.stride} and padding {shape.pad}, "
+            f"not {conv.stride} and {conv.padding}"
+        )
+    weight = conv.weight.detach().to("cpu", torch.float64).numpy()
+    return FoldedConv.fold(site, weight, _norm(norm))
+
+
+def trunk_weights(resnet: nn.Module) -> TrunkWeights:
+    """The trunk of a WeSpeaker ResNet34 (`model.resnet`: conv1, bn1, layer1..layer4 of
+    BasicBlocks) folded; `GeometryInvalid` or `InvalidArgument` for another shape."""
+    blocks = []
+    for layer, count in enumerate(TRUNK_BLOCKS, start=1):
+        modules = getattr(resnet, f"layer{layer}", None)
+        if modules is None or len(modules) != count:
+            raise InvalidArgument(f"{CONTEXT}: layer{layer} must hold {count} BasicBlocks")
+        for index, module in enumerate(modules):
+            first, second, shortcut = TrunkSite.of_block(layer, index)
+            projection = None
+            if shortcut is not None:
+                if len(module.shortcut) != 2:
+                    raise InvalidArgument(f"{CONTEXT}: layer{layer}[0] needs a 1x1 shortcut")
+                projection = _fold(shortcut, module.shortcut[0], module.shortcut[1])
+            elif len(module.shortcut) != 0:
+                raise InvalidArgument(f"{CONTEXT}: layer{layer}[{index}] has a projection")
+            blocks.append(
+                Block(
+                    _fold(first, module.conv1, module.bn1),
+                    _fold(second, module.conv2, module.bn2),
+                    projection,
+                )
+            )
+    stem = _fold(TrunkSite.STEM, resnet.conv1, resnet.bn1)
+    return TrunkWeights(stem, tuple(blocks))
+
+
+class PlannedTrunk:
+    """`forward_frames` of `resnet` on a trunk plan; `close()` frees the plan."""
+
+    def __init__(self, resnet: nn.Module, math: CudaMath | str = CudaMath.FP32) -> None:
+        self.resnet = resnet
+        self.math = CudaMath.parse(math)
+        self._library: Callable[[torch.Tensor], torch.Tensor] = type(resnet).forward_frames.__get__(
+            resnet
+        )
+        device = next(resnet.parameters()).device
+        if device.type != "cuda":
+            raise InvalidArgument(f"{CONTEXT}: the model is on {device}, not a CUDA device")
+        self._ordinal = device.index if device.index is not None else torch.cuda.current_device()
+        weights = trunk_weights(resnet)
+        self._planned_state = self._state()
+        self.plan: TrunkPlan = plan_trunk(shared_runtime(self._ordinal), self.math, weights)
+
+    def _state(self) -> tuple[int, ...]:
+        state: list[int] = []
+        for tensor in [*self.resnet.parameters(), *self.resnet.buffers()]:
+            state += (
+                id(tensor),
+                tensor.data_ptr(),
+                -1 if tensor.is_inference() else tensor._version,
+            )
+        return tuple(state)
+
+    def __call__(self, fbank: torch.Tensor) -> torch.Tensor:
+        if (
+            self.plan.closed
+            or fbank.dim() != 3
+            or tuple(fbank.shape[1:]) != (TRUNK_FRAMES, TRUNK_BINS)
+            or fbank.dtype is not torch.float32
+            or fbank.get_device() != self._ordinal
+            or fbank.shape[0] == 0
+        ):
+            return self._library(fbank)
+        if torch.is_grad_enabled() and (
+            fbank.requires_grad or any(p.requires_grad for p in self.resnet.parameters())
+        ):
+            raise InferenceOnlyError(
+                f"{CONTEXT}: pyspk plans are inference-only; call under "
+                "torch.inference_mode() or torch.no_grad()"
+            )
+        if self._state() != self._planned_state:
+            raise WeightsChangedError(
+                f"{CONTEXT}: the trunk's parameters or statistics changed after planning; "
+                "plan again"
+            )
+        fbank = fbank.contiguous()
+        chunks = fbank.shape[0]
+        output = torch.empty((chunks, *OUTPUT_SHAPE), device=fbank.device, dtype=torch.float32)
+        stream = torch.cuda.current_stream(self._ordinal).cuda_stream
+        for start in range(0, chunks, TRUNK_BATCH):
+            stop = min(start + TRUNK_BATCH, chunks)
+            self.plan.enqueue(
+                fbank[start:stop], output[start:stop], items=stop - start, stream=stream
+            )
+        return output
+
+    def close(self) -> None:
+        self.plan.close()
+
+    def entries(self) -> str:
+        return f"trunk {self.math}"
+
+    def __repr__(self) -> str:
+        return f"PlannedTrunk({self.math}, closed={self.plan.closed})"

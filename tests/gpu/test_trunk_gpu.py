@@ -1,0 +1,272 @@
+"""The trunk plans on the GPU: every site and the whole trunk against float64, against
+cuDNN's error in the same math, across chunks 2^20 apart, partial batches, reruns and
+graph replays bit for bit, and the sm75 tier's refusal."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pyspk import reference
+from pyspk.candidate.trunk import (
+    TRUNK_BATCH,
+    FoldedConv,
+    TrunkSite,
+    TrunkWeights,
+    plan_conv,
+    plan_trunk,
+)
+from pyspk.cuda.math import CudaMath
+from pyspk.cuda.runtime import CudaRuntime
+from pyspk.cuda.tier import PtxTier
+from pyspk.errors import DeviceUnsupported
+
+pytestmark = pytest.mark.gpu
+
+CONV_SITES = [site for site in TrunkSite if site is not TrunkSite.STEM]
+UNIT = 2.0**-23  # FP32 unit roundoff (round to nearest), also one truncation's bound / 2
+
+
+def tolerance(site: TrunkSite, math: CudaMath) -> float:
+    """Bound on |error| / (sum of |terms|) per output. Products: 3xTF32 keeps about 22
+    bits of each operand (hi + lo), so a product is within 3 * 2^-22 of exact; TF32
+    rounds both operands to 11 bits, within 2^-10. Sums: every mma adds its products to
+    the FP32 accumulator once, and the tensor cores may truncate rather than round, so
+    each of the K / 8 (TF32) or 3 K / 8 (3xTF32) mma steps counts 2 units; + 4 for the
+    stem's FP32 fma chain, bias, residual."""
+    k = site.shape.k
+    if site is TrunkSite.STEM:
+        return (k + 4) * UNIT
+    if math is CudaMath.FP32:
+        return 3 * 2.0**-22 + (3 * k / 8 * 2 + 4) * UNIT
+    return 2.0**-10 + (k / 8 * 2 + 4) * UNIT
+
+
+def rel_l2(got: np.ndarray, truth: np.ndarray) -> float:
+    return float(np.linalg.norm(got - truth) / np.linalg.norm(truth))
+
+
+def torch_layer(torch, site: TrunkSite, conv: FoldedConv, x, residual):
+    """The library's conv + bias (+ residual, ReLU) on NHWC tensors, in NCHW."""
+    import torch.nn.functional as F
+
+    shape = site.shape
+    weight = torch.from_numpy(conv.weight.astype(np.float32)).cuda()
+    bias = torch.from_numpy(conv.bias.astype(np.float32)).cuda()
+    out = F.conv2d(x.permute(0, 3, 1, 2), weight, bias, stride=shape.stride, padding=shape.pad)
+    if residual is not None:
+        out = out + residual.permute(0, 3, 1, 2)
+    if not site.is_shortcut():
+        out = torch.relu(out)
+    return out.permute(0, 2, 3, 1).contiguous()
+
+
+@pytest.mark.parametrize("math", list(CudaMath), ids=str)
+@pytest.mark.parametrize("site", list(TrunkSite), ids=str)
+def test_each_site_within_its_bound_and_cudnns_error(runtime, torch, site, math) -> None:
+    from pyspk.torch import library_math
+
+    items = 2  # a partial batch: the plan's grid covers 32, the absent chunks are skipped
+    rng = np.random.default_rng(7)
+    shape = site.shape
+    conv = FoldedConv.of(
+        site,
+        rng.normal(0, np.sqrt(2 / shape.k), shape.weight_shape),
+        rng.normal(0, 0.1, shape.cout),
+    )
+    stem = site is TrunkSite.STEM
+    shortcut = site.is_shortcut()
+    x_host = rng.normal(0, 1, (items, shape.hin, shape.win, shape.cin)).astype(np.float32)
+    if not stem:
+        x_host = np.maximum(x_host, 0)  # block inputs come out of a ReLU
+    res_host = None
+    if not stem and not shortcut:
+        res_host = rng.normal(0, 1, (items, shape.hout, shape.wout, shape.cout)).astype(np.float32)
+    x = torch.from_numpy(x_host).cuda()
+    residual = None if res_host is None else torch.from_numpy(res_host).cuda()
+    y = torch.empty((items, shape.hout, shape.wout, shape.cout), device="cuda")
+    with plan_conv(runtime, math, conv) as plan:
+        # the stem reads the fbank layout [item, frame, bin]
+        plan_input = x[..., 0].transpose(1, 2).contiguous() if stem else x
+        plan.enqueue(
+            plan_input,
+            y,
+            residual,
+            items=items,
+            relu=not shortcut,
+            stream=torch.cuda.current_stream().cuda_stream,
+        )
+        torch.cuda.synchronize()
+    got = y.cpu().numpy().astype(np.float64)
+    truth = reference.trunk_conv(
+        x_host, conv.weight, conv.bias, shape.stride, residual=res_host, relu=not shortcut
+    )
+    absolute = reference.trunk_conv(
+        np.abs(x_host),
+        np.abs(conv.weight),
+        np.abs(conv.bias),
+        shape.stride,
+        residual=None if res_host is None else np.abs(res_host),
+    )
+    excess = np.abs(got - truth) - tolerance(site, math) * absolute
+    assert excess.max() <= 0, f"{site} {math}: worst excess over the bound {excess.max():.3g}"
+    with torch.inference_mode(), library_math(math):
+        library = torch_layer(torch, site, conv, x, residual).cpu().numpy().astype(np.float64)
+    ours, theirs = rel_l2(got, truth), rel_l2(library, truth)
+    print(f"{site} {math}: pyspk {ours:.3e}, cuDNN {theirs:.3e}")
+    # No worse than cuDNN's in the same math, within run-to-run spread of the measure
+    # (5%), except the 1x1 shortcuts: over 32 to 128 terms the 3xTF32 operands' 2^-22
+    # residual outweighs the sum's few roundings, measured 1.25x-1.75x cuDNN FP32's.
+    allowed = 2.0 if site.is_shortcut() else 1.05
+    assert ours <= theirs * allowed, f"{site} {math}: {ours:.3g} vs cuDNN {theirs:.3g}"
+
+
+@pytest.fixture(scope="module")
+def weights() -> TrunkWeights:
+    return TrunkWeights.random(3)
+
+
+@pytest.mark.parametrize("math", list(CudaMath), ids=str)
+def test_whole_trunk_on_chunks_2_20_apart(runtime, torch, weights, math) -> None:
+    """Chunk 0 at 2^10, chunk 1 at 2^-10 the level of the other: each within its own
+    float64 truth as closely as cuDNN in the same math gets to it."""
+    import torch.nn.functional as F
+
+    from pyspk.torch import library_math
+
+    rng = np.random.default_rng(11)
+    fbank_host = rng.normal(0, 2, (2, 998, 80)).astype(np.float32)
+    fbank_host[0] *= 2.0**10
+    fbank_host[1] *= 2.0**-10
+    truth = reference.trunk(fbank_host, weights)
+    fbank = torch.from_numpy(fbank_host).cuda()
+    out = torch.empty((2, 256, 10, 125), device="cuda")
+    with plan_trunk(runtime, math, weights) as plan:
+        plan.enqueue(fbank, out, items=2, stream=torch.cuda.current_stream().cuda_stream)
+        torch.cuda.synchronize()
+
+    def library_trunk(x):
+        def conv(c, h, residual=None, relu=True):
+            w = torch.from_numpy(c.weight.astype(np.float32)).cuda()
+            b = torch.from_numpy(c.bias.astype(np.float32)).cuda()
+            shape = c.site.shape
+            h = F.conv2d(h, w, b, stride=shape.stride, padding=shape.pad)
+            if residual is not None:
+                h = h + residual
+            return torch.relu(h) if relu else h
+
+        h = conv(weights.stem, x.transpose(1, 2).unsqueeze(1))
+        for block in weights.blocks:
+            mid = conv(block.conv1, h)
+            short = h if block.shortcut is None else conv(block.shortcut, h, relu=False)
+            h = conv(block.conv2, mid, short)
+        return h
+
+    with torch.inference_mode(), library_math(math):
+        library = library_trunk(fbank).cpu().numpy().astype(np.float64)
+    got = out.cpu().numpy().astype(np.float64)
+    for chunk in range(2):
+        ours, theirs = rel_l2(got[chunk], truth[chunk]), rel_l2(library[chunk], truth[chunk])
+        print(f"{math} chunk {chunk}: pyspk {ours:.3e}, cuDNN {theirs:.3e}")
+        assert ours <= theirs, f"chunk {chunk}: {ours:.3g} vs cuDNN {theirs:.3g}"
+
+
+@pytest.mark.parametrize("math", list(CudaMath), ids=str)
+def test_reruns_partial_batches_and_replays_give_the_same_bits(
+    runtime, torch, weights, math
+) -> None:
+    fbank = torch.randn(TRUNK_BATCH, 998, 80, device="cuda")
+    full = torch.empty((TRUNK_BATCH, 256, 10, 125), device="cuda")
+    again = torch.empty_like(full)
+    part = torch.empty((3, 256, 10, 125), device="cuda")
+    stream = torch.cuda.current_stream().cuda_stream
+    with plan_trunk(runtime, math, weights) as plan:
+        plan.enqueue(fbank, full, stream=stream)
+        plan.enqueue(fbank, again, stream=stream)
+        plan.enqueue(fbank[:3], part, items=3, stream=stream)
+        graph = torch.cuda.CUDAGraph()
+        replayed = torch.empty_like(full)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side), torch.cuda.graph(graph):
+            plan.enqueue(fbank, replayed, stream=torch.cuda.current_stream().cuda_stream)
+        torch.cuda.current_stream().wait_stream(side)
+        graph.replay()
+        torch.cuda.synchronize()
+        del graph
+    assert torch.equal(full, again)
+    assert torch.equal(full[:3], part)
+    assert torch.equal(full, replayed)
+
+
+def test_sm75_tier_refuses_the_trunk(torch) -> None:
+    with (
+        CudaRuntime(0, ptx_tier=PtxTier.SM75) as sm75,
+        pytest.raises(DeviceUnsupported, match="sm80 tier"),
+    ):
+        plan_trunk(sm75, CudaMath.FP32, TrunkWeights.random(0))
+
+
+@pytest.mark.parametrize("math", list(CudaMath), ids=str)
+def test_planned_trunk_in_the_model_and_undo(pyannote, torch, math) -> None:
+    """`accelerate` puts the trunk of a WeSpeaker ResNet34 on the plan; its output
+    stays within the plan's accuracy of the stock module's, and `undo` restores it."""
+    from pyspk.torch import library_math
+
+    model = pyannote.wespeaker_resnet34(seed=1).cuda()
+    resnet = model.resnet
+    fbank = torch.randn(40, 998, 80, device="cuda")  # a full batch and a last one of 8
+    with torch.inference_mode(), library_math(CudaMath.FP32):
+        stock = resnet.forward_frames(fbank.clone())
+        acceleration = pyannote.accelerate(model, math)
+        assert "resnet.trunk" in acceleration.modules
+        planned = resnet.forward_frames(fbank.clone())
+        acceleration.undo()
+        restored = resnet.forward_frames(fbank.clone())
+    assert torch.equal(stock, restored)
+    scale = stock.abs().max().item()
+    limit = 1e-5 if math is CudaMath.FP32 else 1e-2
+    assert (planned - stock).abs().max().item() <= limit * scale
+
+
+_SANITIZED_TRUNK = """
+import numpy as np
+from pyspk.candidate.trunk import TrunkWeights, plan_trunk
+from pyspk.cuda import CudaMath
+from pyspk.cuda.runtime import CudaRuntime
+
+weights = TrunkWeights.random(5)
+with CudaRuntime(0) as runtime:
+    fbank = runtime.upload(np.random.default_rng(0).normal(size=2 * 998 * 80).astype(np.float32))
+    out = runtime.alloc_zeros(2 * 256 * 10 * 125)
+    for math in CudaMath:
+        with plan_trunk(runtime, math, weights) as plan:
+            plan.enqueue(fbank, out, items=2)
+            runtime.synchronize()
+        print(math, "done", flush=True)
+"""
+
+
+@pytest.mark.parametrize("tool", ["memcheck", "racecheck"])
+def test_compute_sanitizer_finds_nothing_in_the_trunk(tool: str) -> None:
+    """Every trunk entry (the whole trunk in both maths, a partial batch of 2 chunks)."""
+    import subprocess
+    import sys
+
+    from tests.gpu.test_sanitizer_gpu import _compute_sanitizer
+
+    command = [_compute_sanitizer(), "--tool", tool, "--error-exitcode", "9"]
+    if tool == "racecheck":
+        command += ["--racecheck-report", "all"]
+    result = subprocess.run(
+        [*command, sys.executable, "-c", _SANITIZED_TRUNK],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    assert output.count(" done\n") == 2, output[-4000:]
+    summary = "ERROR SUMMARY: 0 errors" if tool == "memcheck" else "RACECHECK SUMMARY: 0 hazards"
+    assert summary in output, output[-4000:]

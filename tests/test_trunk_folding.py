@@ -1,0 +1,109 @@
+"""The trunk area on the CPU: its shape table, the BatchNorm fold, the weights' device
+layout, the checks of folded weights, and the float64 truth against the model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pyspk import reference
+from pyspk.candidate.trunk import (
+    OUTPUT_SHAPE,
+    TRUNK_BATCH,
+    BatchNorm,
+    Block,
+    FoldedConv,
+    TrunkSite,
+    TrunkWeights,
+    trunk_macs,
+)
+from pyspk.candidate.trunk.shapes import CONV_BM
+from pyspk.errors import GeometryInvalid, WeightsOutOfContract
+
+
+def test_the_shape_table_follows_the_model() -> None:
+    sizes = {site: (site.shape.hout, site.shape.wout, site.shape.cout) for site in TrunkSite}
+    assert sizes[TrunkSite.LAYER1_CONV] == (80, 998, 32)
+    assert sizes[TrunkSite.LAYER2_DOWN] == sizes[TrunkSite.LAYER2_SHORTCUT] == (40, 499, 64)
+    assert sizes[TrunkSite.LAYER3_CONV] == (20, 250, 128)
+    assert sizes[TrunkSite.LAYER4_CONV] == (10, 125, 256) == (OUTPUT_SHAPE[1], OUTPUT_SHAPE[2], 256)
+    assert round(trunk_macs() / 1e9, 2) == 22.61  # 45.2 GFLOP per chunk
+
+
+@pytest.mark.parametrize("site", [s for s in TrunkSite if s is not TrunkSite.STEM], ids=str)
+def test_grids_cover_32_chunks_once(site: TrunkSite) -> None:
+    (gx, gy, gz), threads, shared = site.launch()
+    rows = TRUNK_BATCH * site.shape.positions
+    assert (gx - 1) * CONV_BM < rows <= gx * CONV_BM
+    assert gy * site.shape.block_channels == site.shape.cout and gz == 1
+    assert threads == 4 * site.shape.block_channels and shared <= 227 * 1024
+
+
+def test_fold_equals_the_convolution_then_batchnorm() -> None:
+    rng = np.random.default_rng(1)
+    site = TrunkSite.LAYER2_DOWN
+    weight = rng.normal(size=site.shape.weight_shape)
+    norm = BatchNorm(
+        rng.uniform(0.5, 1.5, 64),
+        rng.normal(size=64),
+        rng.normal(size=64),
+        rng.uniform(0.5, 2, 64),
+        1e-5,
+    )
+    folded = FoldedConv.fold(site, weight, norm)
+    x = rng.normal(size=(1, 80, 998, 32))
+    plain = reference.trunk_conv(x, weight, np.zeros(64), 2)
+    expected = (plain - norm.mean) / np.sqrt(norm.var + norm.eps) * norm.gamma + norm.beta
+    got = reference.trunk_conv(x, folded.weight, folded.bias, 2)
+    assert np.abs(got - expected).max() <= 1e-12 * np.abs(expected).max()
+
+
+def test_the_packed_weight_is_tap_then_input_then_output_channel() -> None:
+    site = TrunkSite.LAYER3_CONV
+    weight = np.random.default_rng(2).normal(size=site.shape.weight_shape)
+    packed = FoldedConv.of(site, weight, np.zeros(128)).packed().reshape(3, 3, 128, 128)
+    assert packed.dtype == np.float32
+    for co, ci, ky, kx in [(0, 0, 0, 0), (127, 5, 2, 1), (3, 127, 1, 2)]:
+        assert packed[ky, kx, ci, co] == np.float32(weight[co, ci, ky, kx])
+
+
+def test_folded_weights_are_checked() -> None:
+    site = TrunkSite.LAYER1_CONV
+    good = np.zeros(site.shape.weight_shape)
+    with pytest.raises(GeometryInvalid, match="layer1_conv"):
+        FoldedConv.of(site, good[:, :, :1], np.zeros(32))
+    with pytest.raises(WeightsOutOfContract, match="weight"):
+        FoldedConv.of(site, np.full(site.shape.weight_shape, 1e39), np.zeros(32))
+    zero_var = BatchNorm(np.ones(32), np.zeros(32), np.zeros(32), np.zeros(32), 0.0)
+    with pytest.raises(WeightsOutOfContract):
+        FoldedConv.fold(site, np.ones(site.shape.weight_shape), zero_var)
+    weights = TrunkWeights.random(0)
+    with pytest.raises(GeometryInvalid, match="16 blocks"):
+        TrunkWeights(weights.stem, weights.blocks[:-1])
+    swapped = Block(weights.blocks[3].conv2, weights.blocks[3].conv1, weights.blocks[3].shortcut)
+    with pytest.raises(GeometryInvalid, match="block 3"):
+        TrunkWeights(weights.stem, (*weights.blocks[:3], swapped, *weights.blocks[4:]))
+
+
+def test_the_float64_trunk_is_the_models() -> None:
+    """`reference.trunk` on `trunk_weights(resnet)` against the stock module in float64."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("pyannote.audio", reason="pyannote.audio is missing (pyannote extra)")
+    from pyannote.audio.models.embedding.wespeaker.resnet import ResNet34
+
+    from pyspk.resnet import trunk_weights
+
+    torch.manual_seed(0)
+    resnet = ResNet34(80, 256).eval()
+    for module in resnet.modules():
+        if isinstance(module, torch.nn.BatchNorm2d):
+            module.running_mean.normal_(0, 0.1)
+            module.running_var.uniform_(0.5, 2)
+            module.weight.data.uniform_(0.5, 1.5)
+            module.bias.data.normal_(0, 0.1)
+    fbank = torch.randn(1, 998, 80, dtype=torch.float64)
+    with torch.no_grad():
+        expected = resnet.double().forward_frames(fbank.clone()).numpy()
+    got = reference.trunk(fbank.numpy(), trunk_weights(resnet))
+    assert got.shape == (1, *OUTPUT_SHAPE)
+    assert np.abs(got - expected).max() <= 1e-12 * np.abs(expected).max()

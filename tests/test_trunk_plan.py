@@ -1,0 +1,130 @@
+"""Trunk plans on the fake driver: the launch sequence (kernels, grids, shared bytes,
+the buffer rotation of the blocks, the fused epilogues), partial batches, the enqueue's
+checks and the tier refusal."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+
+from pyspk.candidate.trunk import (
+    OUTPUT_SHAPE,
+    TRUNK_BATCH,
+    TRUNK_BINS,
+    TRUNK_FRAMES,
+    TrunkSite,
+    TrunkWeights,
+    plan_trunk,
+)
+from pyspk.candidate.trunk.plan import CONV_PARAMS, STEM_PARAMS
+from pyspk.candidate.trunk.shapes import CONV_NCHW, CONV_RELU
+from pyspk.cuda.math import CudaMath
+from pyspk.cuda.tier import PtxTier
+from pyspk.errors import BufferLengthError, ClosedError, DeviceUnsupported, InvalidArgument
+
+FBANK = TRUNK_FRAMES * TRUNK_BINS
+OUTPUT = int(np.prod(OUTPUT_SHAPE))
+
+
+@pytest.fixture(scope="module")
+def weights() -> TrunkWeights:
+    return TrunkWeights.random(0)
+
+
+def params(launch: tuple, names: tuple) -> dict[str, int]:
+    """The parameter values a fake launch received, by name."""
+    pointers = ctypes.cast(launch[5], ctypes.POINTER(ctypes.c_void_p))
+    values = {}
+    for index, (name, kind) in enumerate(names):
+        ctype = ctypes.c_uint32 if kind == "u32" else ctypes.c_uint64
+        values[name] = ctypes.cast(pointers[index], ctypes.POINTER(ctype))[0]
+    return values
+
+
+def trunk_launches(fake, runtime, math, weights, items=TRUNK_BATCH):
+    plan = plan_trunk(runtime, math, weights)
+    x = runtime.alloc_zeros(items * FBANK)
+    y = runtime.alloc_zeros(items * OUTPUT)
+    before = len(fake.launches)
+    plan.enqueue(x, y, items=items)
+    return plan, x, y, fake.launches[before:]
+
+
+@pytest.mark.parametrize("math", list(CudaMath), ids=str)
+def test_the_trunk_is_36_launches_in_block_order(fake, runtime, weights, math) -> None:
+    plan, x, y, launches = trunk_launches(fake, runtime, math, weights)
+    expected = [conv.site for conv in weights.convs()]
+    assert len(launches) == len(expected) == 36
+    assert [launch[0] for launch in launches] == [f"fn:{site.kernel(math)}" for site in expected]
+    for launch, site in zip(launches, expected, strict=True):
+        grid, threads, shared = site.launch()
+        assert launch[1:4] == (grid, (threads, 1, 1), shared)
+    stem = params(launches[0], STEM_PARAMS)
+    assert (stem["x"], stem["x_len"], stem["items"]) == (x.ptr, 32 * FBANK, 32)
+    convs = [params(launch, CONV_PARAMS) for launch in launches[1:]]
+    # every block's input feeds its first convolution and its shortcut (or is the
+    # residual); the first convolution's output feeds the second
+    current = stem["y"]
+    index = 0
+    for block in weights.blocks:
+        first = convs[index]
+        assert first["x"] == current and first["flags"] == CONV_RELU and first["residual_len"] == 0
+        index += 1
+        residual = current
+        if block.shortcut is not None:
+            shortcut = convs[index]
+            assert shortcut["x"] == current and shortcut["flags"] == 0
+            residual = shortcut["y"]
+            index += 1
+        second = convs[index]
+        assert second["x"] == first["y"] and second["residual"] == residual
+        assert second["y"] not in (current, first["y"], residual)
+        current = second["y"]
+        index += 1
+    assert convs[-1]["flags"] == CONV_RELU | CONV_NCHW
+    assert (convs[-1]["y"], convs[-1]["y_len"]) == (y.ptr, 32 * OUTPUT)
+    assert all(c["flags"] == CONV_RELU for c in convs[:-1] if c["residual_len"])
+    plan.close()
+
+
+def test_a_partial_batch_sets_the_count_in_every_launch(fake, runtime, weights) -> None:
+    plan, _, _, launches = trunk_launches(fake, runtime, CudaMath.TF32, weights, items=5)
+    assert params(launches[0], STEM_PARAMS)["items"] == 5
+    assert {params(launch, CONV_PARAMS)["items"] for launch in launches[1:]} == {5}
+    assert params(launches[-1], CONV_PARAMS)["y_len"] == 5 * OUTPUT
+    plan.close()
+
+
+def test_enqueue_checks_before_launching(fake, runtime, weights) -> None:
+    plan = plan_trunk(runtime, CudaMath.FP32, weights)
+    x = runtime.alloc_zeros(2 * FBANK)
+    y = runtime.alloc_zeros(2 * OUTPUT)
+    before = len(fake.launches)
+    with pytest.raises(BufferLengthError):
+        plan.enqueue(x, y)  # 32 chunks asked of buffers of 2
+    for items in (0, 33, 2.0, True):
+        with pytest.raises(InvalidArgument, match="items"):
+            plan.enqueue(x, y, items=items)
+    assert len(fake.launches) == before
+    plan.close()
+    plan.close()
+    with pytest.raises(ClosedError):
+        plan.enqueue(x, y, items=2)
+
+
+def test_the_sm75_tier_refuses(fake, weights) -> None:
+    from pyspk.cuda import CudaRuntime
+
+    with (
+        CudaRuntime(0, ptx_tier=PtxTier.SM75) as sm75,
+        pytest.raises(DeviceUnsupported, match="sm80 tier"),
+    ):
+        plan_trunk(sm75, CudaMath.FP32, weights)
+
+
+def test_every_site_has_both_kernels() -> None:
+    names = {site.kernel(math) for site in TrunkSite for math in CudaMath}
+    # the stem's one SIMT kernel serves both maths, the shortcuts' 3xTF32 kernels too
+    assert len(names) == 18
