@@ -6,10 +6,12 @@ module at a pyspk boundary with a `pyspk.torch` wrapper that shares its paramete
 PyanNet's `sincnet.conv1d[1]` and `[2]` (their bias dropped: the max-pool and the
 InstanceNorm without running statistics that follow cancel it), `linear[0]` and
 `linear[1]` with the LeakyReLU that `PyanNet.forward` applies after them, and
-`classifier` with its LogSoftmax activation; WeSpeaker's `resnet.seg_1`. A PyanNet's
-`forward` is replaced by one that leaves out the activations the plans fuse. Shapes no
-plan serves take each module's library path. `Acceleration.undo()` puts every original
-module back.
+`classifier` with its LogSoftmax activation; WeSpeaker's `resnet.seg_1`, and its
+ResNet34 trunk: `resnet.forward_frames` (and `resnet.forward`, which runs the same
+layers) on a `pyspk.resnet.PlannedTrunk` (recorded as "resnet.trunk"; below the sm80
+tier it is skipped). A PyanNet's `forward` is replaced by one that leaves out the
+activations the plans fuse. Shapes no plan serves take each module's library path.
+`Acceleration.undo()` puts every original module and method back.
 
 The stock pipeline embeds each (chunk, speaker) pair on its own, so the ResNet trunk runs
 three times on every chunk and seg_1 sees 32 rows at a time. `embed_once_per_chunk`
