@@ -412,6 +412,24 @@ def _constexpr(name: str) -> re.Pattern[str]:
     return re.compile(rf"\bconstexpr\s+(?:u32|int|float)\s+{name}\s*=\s*([^;]+?)\s*;")
 
 
+# The trunk area's constants, each `pyspk.candidate.trunk.shapes.<name>`, and their source
+TRUNK_CONSTANTS = {
+    **dict.fromkeys(
+        (
+            "TRUNK_BATCH",
+            "TRUNK_BINS",
+            "TRUNK_FRAMES",
+            "CONV_BM",
+            "CONV_BK",
+            "CONV_STAGES",
+            "CONV_RELU",
+            "CONV_NCHW",
+        ),
+        "trunkconv.cuh",
+    ),
+    "STEM_THREADS": "trunk.cu",
+}
+
 # Constants the CUDA sources share with pyspk: name -> (the source that defines it, the
 # pattern whose group 1 is its literal value). A `constexpr` one must be defined exactly
 # once in all the sources, in that file.
@@ -429,20 +447,7 @@ CUDA_CONSTANTS: dict[str, tuple[str, re.Pattern[str]]] = {
         "seggemm_half.cuh",
         re.compile(r"\bstatic_assert\(\s*SHARED_BYTES\s*==\s*([^,]+?)\s*,"),
     ),
-    **{
-        name: ("trunkconv.cuh", _constexpr(name))
-        for name in (
-            "TRUNK_BATCH",
-            "TRUNK_BINS",
-            "TRUNK_FRAMES",
-            "CONV_BM",
-            "CONV_BK",
-            "CONV_STAGES",
-            "CONV_RELU",
-            "CONV_NCHW",
-        )
-    },
-    "STEM_THREADS": ("trunk.cu", _constexpr("STEM_THREADS")),
+    **{name: (home, _constexpr(name)) for name, home in TRUNK_CONSTANTS.items()},
 }
 
 
@@ -539,17 +544,7 @@ def python_constants() -> dict[str, list[tuple[str, int | float]]]:
         "HALF_SHARED": [("shapes.HALF_SHARED", shapes.HALF_SHARED)],
         **{
             name: [(f"trunk.shapes.{name}", getattr(trunk_shapes, name))]
-            for name in (
-                "TRUNK_BATCH",
-                "TRUNK_BINS",
-                "TRUNK_FRAMES",
-                "CONV_BM",
-                "CONV_BK",
-                "CONV_STAGES",
-                "CONV_RELU",
-                "CONV_NCHW",
-                "STEM_THREADS",
-            )
+            for name in TRUNK_CONSTANTS
         },
     }
 
