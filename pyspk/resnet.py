@@ -33,7 +33,7 @@ from pyspk.candidate.trunk import (
 from pyspk.cuda.errors import InvalidArgument
 from pyspk.cuda.math import CudaMath
 from pyspk.errors import InferenceOnlyError, WeightsChangedError
-from pyspk.torch import shared_runtime
+from pyspk.torch import shared_runtime, tensor_state
 
 __all__ = ["PlannedTrunk", "trunk_weights"]
 
@@ -117,14 +117,7 @@ class PlannedTrunk:
         self.plan: TrunkPlan = plan_trunk(shared_runtime(self._ordinal), self.math, weights)
 
     def _state(self) -> tuple[int, ...]:
-        state: list[int] = []
-        for tensor in [*self.resnet.parameters(), *self.resnet.buffers()]:
-            state += (
-                id(tensor),
-                tensor.data_ptr(),
-                -1 if tensor.is_inference() else tensor._version,
-            )
-        return tuple(state)
+        return tensor_state([*self.resnet.parameters(), *self.resnet.buffers()])
 
     def __call__(self, fbank: torch.Tensor) -> torch.Tensor:
         if (

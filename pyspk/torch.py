@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Literal
 
 import torch
@@ -88,6 +88,15 @@ def shared_runtime(device: torch.device | int | None = None) -> CudaRuntime:
                 runtime.load_kernels(Area.AREA)
                 _RUNTIMES[ordinal] = runtime
         return _RUNTIMES[ordinal]
+
+
+def tensor_state(tensors: Iterable[torch.Tensor]) -> tuple[int, ...]:
+    """What a parameter change alters: each tensor's identity and storage, and its
+    version counter (inference tensors keep none); a plan compares it before each call."""
+    state: list[int] = []
+    for tensor in tensors:
+        state += (id(tensor), tensor.data_ptr(), -1 if tensor.is_inference() else tensor._version)
+    return tuple(state)
 
 
 def _ordinal(device: torch.device | int | None) -> int:
@@ -229,13 +238,7 @@ class _Planned(nn.Module):
         }
 
     def _state(self) -> tuple[int, ...]:
-        """What a parameter change alters: each parameter's identity and storage, and
-        its version counter (inference tensors keep none)."""
-        state: list[int] = []
-        for p in (self.weight, self.bias):
-            if p is not None:
-                state += (id(p), p.data_ptr(), -1 if p.is_inference() else p._version)
-        return tuple(state)
+        return tensor_state(p for p in (self.weight, self.bias) if p is not None)
 
     # -- calling ---------------------------------------------------------------------
 
