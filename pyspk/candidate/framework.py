@@ -11,18 +11,21 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar, run
 
 import attrs
 
-from pyspk.candidate.errors import GeometryInvalid, GeometryUnimplemented
-from pyspk.cuda.errors import InvalidArgument
+from pyspk.candidate.errors import DeviceUnsupported, GeometryInvalid, GeometryUnimplemented
+from pyspk.cuda.errors import InvalidArgument, KernelMissingError
 from pyspk.cuda.math import CudaMath
 from pyspk.cuda.tier import ComputeCapability, PtxTier
 
 if TYPE_CHECKING:
     from pyspk.cuda.device import DeviceAttributes
+    from pyspk.cuda.kernels import Kernel, LoadedKernels
 
 FLT_MAX = 3.4028234663852886e38
 
 # kernels index their buffers with signed 32-bit integers
 INDEX_LIMIT = 2**31
+# static shared memory any block may use without opting in
+DEFAULT_SHARED = 48 * 1024
 
 
 # --- boundaries ------------------------------------------------------------------
@@ -428,3 +431,25 @@ class DriverCandidate(Protocol):
     ]
     tuning_fp32_pin: ClassVar[Callable[[BoundaryId, int, CudaMath, DeviceAttributes, PtxTier], Any]]
     tuning_tf32_pin: ClassVar[Callable[[BoundaryId, int, CudaMath, DeviceAttributes, PtxTier], Any]]
+
+
+def launchable_kernels(
+    device: DeviceAttributes, loaded: LoadedKernels, names: Sequence[str], shared: int
+) -> list[Kernel]:
+    """The kernels `names` of `loaded`, the first opted in to `shared` bytes of dynamic
+    shared memory where that is above the default; `DeviceUnsupported` (take the
+    library) where the device cannot give that much or the module lacks a kernel."""
+    optin = device.shared_optin_bytes
+    if shared > max(DEFAULT_SHARED, optin):
+        raise DeviceUnsupported(
+            f"{names[0]} needs {shared} bytes of shared memory, the device allows {optin}"
+        )
+    try:
+        kernels = [loaded.function(name) for name in names]
+    except KernelMissingError as error:
+        # a kernel the loaded module does not carry cannot serve here: a fallback
+        missing = next(name for name in names if name not in loaded.entries)
+        raise DeviceUnsupported(f"{missing} cannot run here: {error}; use the library") from error
+    if shared > DEFAULT_SHARED:
+        kernels[0].set_max_dynamic_shared(shared)
+    return kernels

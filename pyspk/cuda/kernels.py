@@ -47,6 +47,13 @@ PARAM_KINDS: Mapping[str, type[ctypes._SimpleCData]] = {
 }
 _PARAM_LIMITS = {"ptr": 1 << 64, "u64": 1 << 64, "u32": 1 << 32}
 
+
+def buffer_params(name: str) -> tuple[tuple[str, str], tuple[str, str]]:
+    """A buffer parameter of the calling convention, named: its pointer and element
+    count."""
+    return ((name, "ptr"), (f"{name}_len", "u64"))
+
+
 # a launch's grid or block (one extent, or up to three), its parameter kinds (each bare,
 # or named as a (name, kind) pair) and their values
 Dims = int | Sequence[int]

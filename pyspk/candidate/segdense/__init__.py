@@ -1,6 +1,7 @@
 """The segdense area: fixed-shape plans for the segmentation convolutions and dense
 heads and the embedding `seg_1` projection."""
 
+from pyspk.candidate.framework import DEFAULT_SHARED
 from pyspk.candidate.segdense.area import Area, plan
 from pyspk.candidate.segdense.candidates import DenseOxide, SegConvOxide
 from pyspk.candidate.segdense.packing import (
@@ -16,7 +17,6 @@ from pyspk.candidate.segdense.shapes import (
     BATCHES,
     BROAD_EVIDENCE,
     CONV_PADDED,
-    DEFAULT_SHARED,
     DENSE_COVERAGE,
     DRIVER_COVERAGE,
     EMBED_MAX_SPLITS,

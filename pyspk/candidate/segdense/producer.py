@@ -7,25 +7,24 @@ allocation and no synchronization, so it can be captured in a CUDA graph."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import attrs
 import numpy as np
 
-from pyspk.candidate.errors import DeviceUnsupported, GeometryInvalid, WeightsOutOfContract
+from pyspk.candidate.errors import GeometryInvalid, WeightsOutOfContract
 from pyspk.candidate.framework import (
     PASS_THROUGH,
     Op,
     Phases,
     Scratch,
+    launchable_kernels,
 )
 from pyspk.candidate.segdense.packing import gather_map, pack_weight
 from pyspk.candidate.segdense.selection import SegdensePin
 from pyspk.candidate.segdense.shapes import (
     CONTEXT,
-    DEFAULT_SHARED,
     EMBED_MAX_SPLITS,
     HALF_MIN_SPLITS,
     KERNEL_PREFIX,
@@ -50,8 +49,9 @@ from pyspk.cuda.errors import (
     ClosedError,
     DriverError,
     InvalidArgument,
-    KernelMissingError,
 )
+from pyspk.cuda.kernels import buffer_params
+from pyspk.cuda.lifetime import PlanLifetime
 from pyspk.cuda.manifest import KernelModule
 from pyspk.cuda.runtime import free_after_error
 
@@ -60,18 +60,28 @@ if TYPE_CHECKING:
     from pyspk.cuda.runtime import CudaRuntime
 
 
-def _buffer(name: str) -> tuple[tuple[str, str], tuple[str, str]]:
-    """A buffer parameter of the calling convention: its pointer and element count."""
-    return ((name, "ptr"), (f"{name}_len", "u64"))
-
-
 # the entries' parameter lists in the calling convention of ptx/common.cuh (each buffer a
 # 64-bit pointer and its 64-bit element count, scalars 32-bit unsigned), named so that
 # launches are set by name
-CONV_PARAMS = (*_buffer("x"), *_buffer("w"), *_buffer("y"))
-DENSE_PARAMS = (*_buffer("x"), *_buffer("w"), *_buffer("bias"), *_buffer("y"))
-REDUCE_PARAMS = (*_buffer("partials"), *_buffer("bias"), *_buffer("y"), ("splits", "u32"))
-GATHER_PARAMS = (*_buffer("src"), *_buffer("map"), *_buffer("dst"), *_buffer("bad"))
+CONV_PARAMS = (*buffer_params("x"), *buffer_params("w"), *buffer_params("y"))
+DENSE_PARAMS = (
+    *buffer_params("x"),
+    *buffer_params("w"),
+    *buffer_params("bias"),
+    *buffer_params("y"),
+)
+REDUCE_PARAMS = (
+    *buffer_params("partials"),
+    *buffer_params("bias"),
+    *buffer_params("y"),
+    ("splits", "u32"),
+)
+GATHER_PARAMS = (
+    *buffer_params("src"),
+    *buffer_params("map"),
+    *buffer_params("dst"),
+    *buffer_params("bad"),
+)
 GATHER_KERNEL = f"{KERNEL_PREFIX}pack_gather"
 _PACK_BLOCK = 1024
 
@@ -108,7 +118,7 @@ class _Geometry:
         return cls(rows, n, k, batch, input_len, m * n)
 
 
-class Producer:
+class Producer(PlanLifetime):
     """A packed-weight producer with no library dependency at enqueue time."""
 
     def __init__(
@@ -121,20 +131,15 @@ class Producer:
         input_len: int,
         output_len: int,
     ) -> None:
-        self.runtime = runtime
+        # the lock: the launches' parameter blocks are shared, so one enqueue writes its
+        # addresses and launches before another thread's may write theirs
+        super().__init__(runtime, owned, CONTEXT)
         self.pin = pin
         self.input_len = input_len
         self.output_len = output_len
         self._main = main
         self._reduce = reduce
-        self._owned = owned
         self._ordinal = runtime.ordinal
-        self._closed = False
-        self._graphs = 0  # live captured graphs that launch this plan
-        # the launches' parameter blocks are shared: one enqueue writes its addresses and
-        # launches before another thread's may write theirs
-        lock = threading.Lock()
-        self._acquire, self._release = lock.acquire, lock.release
         # bound once: an enqueue writes two addresses and makes the driver calls, and
         # allocates nothing of its own
         stream = runtime.stream
@@ -285,11 +290,6 @@ class Producer:
         finally:
             self._release()
 
-    def _check_open(self) -> None:
-        if self._closed or self.runtime.closed:
-            what = "plan" if self._closed else "runtime of this plan"
-            raise ClosedError(f"{CONTEXT}: the {what} was closed; nothing was launched")
-
     def _partials_address(self, partials: object, x_ptr: int, y_ptr: int) -> int:
         """The checked address of a caller's partials: a split-K plan's only, of
         `workspace_len` floats, sharing no byte with the input or the output."""
@@ -319,52 +319,6 @@ class Producer:
         launchers = (self._main.bind(stream), None if reduce is None else reduce.bind(stream))
         self._stream_launchers[stream] = launchers
         return launchers
-
-    def close(self) -> None:
-        """Refuses every later enqueue and frees the packed weight, bias and owned
-        partials (idempotent). While a captured graph that launches this plan is alive,
-        the free waits for the last such graph to be closed or collected."""
-        self._acquire()  # waits for an enqueue in flight, which launched on live memory
-        try:
-            self._closed = True
-            owned = self._take_owned() if self._graphs == 0 else []
-        finally:
-            self._release()
-        _free_all(owned)
-
-    def graph_opened(self) -> None:
-        self._acquire()
-        try:
-            self._graphs += 1
-        finally:
-            self._release()
-
-    def graph_closed(self) -> None:
-        # also called from the collector's finalizers, on any thread
-        self._acquire()
-        try:
-            self._graphs -= 1
-            owned = self._take_owned() if self._closed and self._graphs == 0 else []
-        finally:
-            self._release()
-        _free_all(owned)
-
-    def _take_owned(self) -> list[DeviceBuffer]:
-        """The buffers to free, taken once (under the lock)."""
-        owned, self._owned = self._owned, []
-        return owned
-
-
-def _free_all(buffers: list[DeviceBuffer]) -> None:
-    """Frees every buffer; the first error is raised after the others are freed."""
-    failure: BaseException | None = None
-    for buffer in buffers:
-        try:
-            buffer.free()
-        except Exception as error:
-            failure = failure or error
-    if failure is not None:
-        raise failure
 
 
 def _check(kernels: LoadedKernels, bias: object | None, pin: SegdensePin) -> _Geometry:
@@ -466,25 +420,12 @@ def _launches(
             shape.output_len,
             reduction.splits,
         ]
-    optin = runtime.device.shared_optin_bytes
-    if config.shared > max(DEFAULT_SHARED, optin):
-        raise DeviceUnsupported(
-            f"{config.kernel} needs {config.shared} bytes of shared memory, "
-            f"the device allows {optin}"
-        )
     grid = _grid(kind, shape)
     names = [config.kernel]
     names += [] if layout is None else [GATHER_KERNEL]
     names += [] if reduction is None else [reduction.kernel]
-    try:
-        functions = [kernels.function(name) for name in names]
-    except KernelMissingError as error:
-        # a kernel the loaded module does not carry cannot serve here: a fallback
-        missing = next(name for name in names if name not in kernels.entries)
-        raise DeviceUnsupported(f"{missing} cannot run here: {error}; use the library") from error
+    functions = launchable_kernels(runtime.device, kernels, names, config.shared)
     main = functions[0]
-    if config.shared > DEFAULT_SHARED:
-        main.set_max_dynamic_shared(config.shared)
     if layout is not None and flag is not None:
         runtime.order_after(source[2])  # the gather reads the weight on the runtime's stream
         length = len(weight)

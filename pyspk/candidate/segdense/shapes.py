@@ -37,8 +37,6 @@ BATCHES = (1, 32)
 CONV_PADDED = 64
 # taps of the five-tap convolutions (the framework's CONV_TAPS)
 TAPS = CONV_TAPS
-# static shared memory any block may use without opting in
-DEFAULT_SHARED = 48 * 1024
 # most planes `spk_segdense_reduce_embed` adds: eight warps of up to 16 planes each,
 # so the reduction takes one round trip to memory
 EMBED_MAX_SPLITS = 128

@@ -9,11 +9,11 @@ launches: the kernels skip the absent chunks' blocks."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pyspk.candidate.errors import DeviceUnsupported, GeometryInvalid
+from pyspk.candidate.framework import launchable_kernels
 from pyspk.candidate.trunk.folding import FoldedConv, TrunkWeights
 from pyspk.candidate.trunk.shapes import (
     CONTEXT,
@@ -26,7 +26,9 @@ from pyspk.candidate.trunk.shapes import (
     TrunkSite,
 )
 from pyspk.cuda.buffers import DeviceBuffer, device_address
-from pyspk.cuda.errors import ClosedError, InvalidArgument, KernelMissingError
+from pyspk.cuda.errors import ClosedError, InvalidArgument
+from pyspk.cuda.kernels import buffer_params
+from pyspk.cuda.lifetime import PlanLifetime
 from pyspk.cuda.manifest import KernelModule
 from pyspk.cuda.math import CudaMath
 from pyspk.cuda.runtime import free_after_error
@@ -37,28 +39,19 @@ if TYPE_CHECKING:
     from pyspk.cuda.runtime import CudaRuntime
 
 CONV_PARAMS = (
-    ("x", "ptr"),
-    ("x_len", "u64"),
-    ("w", "ptr"),
-    ("w_len", "u64"),
-    ("bias", "ptr"),
-    ("bias_len", "u64"),
-    ("residual", "ptr"),
-    ("residual_len", "u64"),
-    ("y", "ptr"),
-    ("y_len", "u64"),
+    *buffer_params("x"),
+    *buffer_params("w"),
+    *buffer_params("bias"),
+    *buffer_params("residual"),
+    *buffer_params("y"),
     ("items", "u32"),
     ("flags", "u32"),
 )
 STEM_PARAMS = (
-    ("x", "ptr"),
-    ("x_len", "u64"),
-    ("w", "ptr"),
-    ("w_len", "u64"),
-    ("bias", "ptr"),
-    ("bias_len", "u64"),
-    ("y", "ptr"),
-    ("y_len", "u64"),
+    *buffer_params("x"),
+    *buffer_params("w"),
+    *buffer_params("bias"),
+    *buffer_params("y"),
     ("items", "u32"),
 )
 FBANK_ITEM = TRUNK_FRAMES * TRUNK_BINS  # floats of one chunk's fbank
@@ -76,28 +69,17 @@ class _Uploaded:
 
     def __init__(self, runtime: CudaRuntime, math: CudaMath, conv: FoldedConv) -> None:
         self.site = conv.site
+        loaded = runtime.load_kernels(KernelModule.TRUNK)
+        _, _, shared = conv.site.launch()
+        (self.kernel,) = launchable_kernels(
+            runtime.device, loaded, [conv.site.kernel(math)], shared
+        )
         self.weight = runtime.upload(conv.packed())
         try:
             self.bias = runtime.upload(conv.packed_bias())
         except BaseException:
             free_after_error([self.weight])
             raise
-        loaded = runtime.load_kernels(KernelModule.TRUNK)
-        name = conv.site.kernel(math)
-        try:
-            self.kernel = loaded.function(name)
-        except KernelMissingError as error:
-            free_after_error([self.weight, self.bias])
-            raise DeviceUnsupported(f"{name} cannot run here: {error}; use the library") from error
-        _, _, shared = conv.site.launch()
-        if shared > runtime.device.shared_optin_bytes:
-            free_after_error([self.weight, self.bias])
-            raise DeviceUnsupported(
-                f"{name} needs {shared} bytes of shared memory, the device allows "
-                f"{runtime.device.shared_optin_bytes}; use the library"
-            )
-        if shared > 48 * 1024:
-            self.kernel.set_max_dynamic_shared(shared)
 
     def buffers(self) -> list[DeviceBuffer]:
         return [self.weight, self.bias]
@@ -119,76 +101,30 @@ class _Uploaded:
         return self.kernel.launch(grid, block, shared, CONV_PARAMS, values)
 
 
-class _PlanBase:
-    """Lifetime shared by both plans: the lock an enqueue holds, close(), and the
-    graphs captured with `CudaRuntime.capture` that keep the buffers alive."""
-
-    def __init__(self, runtime: CudaRuntime, math: CudaMath) -> None:
-        if runtime.closed:
-            raise ClosedError(f"{CONTEXT}: the runtime was closed; nothing was planned")
-        tier = runtime.load_kernels(KernelModule.TRUNK).tier
-        if tier < PtxTier.SM80:
-            raise DeviceUnsupported(
-                f"{CONTEXT}: the trunk kernels need the sm80 tier (tensor cores); the "
-                f"loaded {tier} tier takes the library path"
-            )
-        self.runtime = runtime
-        self.math = CudaMath.parse(math)
-        self._ordinal = runtime.ordinal
-        self._lock = threading.Lock()
-        self._closed = False
-        self._graphs = 0
-        self._owned: list[DeviceBuffer] = []
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def _check_open(self) -> None:
-        if self._closed or self.runtime.closed:
-            what = "plan" if self._closed else "runtime of this plan"
-            raise ClosedError(f"{CONTEXT}: the {what} was closed; nothing was launched")
-
-    def close(self) -> None:
-        """Refuses every later enqueue and frees the plan's buffers (idempotent); while
-        a graph captured with `CudaRuntime.capture` that launches it lives, the free
-        waits for that graph."""
-        with self._lock:
-            self._closed = True
-            owned = self._take() if self._graphs == 0 else []
-        free_after_error(owned)
-
-    def graph_opened(self) -> None:
-        with self._lock:
-            self._graphs += 1
-
-    def graph_closed(self) -> None:
-        with self._lock:
-            self._graphs -= 1
-            owned = self._take() if self._closed and self._graphs == 0 else []
-        free_after_error(owned)
-
-    def _take(self) -> list[DeviceBuffer]:
-        owned, self._owned = self._owned, []
-        return owned
-
-    def __enter__(self) -> _PlanBase:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+def _check_tier(runtime: CudaRuntime) -> None:
+    """Refuses a closed runtime and one whose loaded trunk module is below sm80."""
+    if runtime.closed:
+        raise ClosedError(f"{CONTEXT}: the runtime was closed; nothing was planned")
+    tier = runtime.load_kernels(KernelModule.TRUNK).tier
+    if tier < PtxTier.SM80:
+        raise DeviceUnsupported(
+            f"{CONTEXT}: the trunk kernels need the sm80 tier (tensor cores); the "
+            f"loaded {tier} tier takes the library path"
+        )
 
 
-class ConvPlan(_PlanBase):
+class ConvPlan(PlanLifetime):
     """One convolution of the trunk (any site, the stem included) at batch 32 chunks:
     `enqueue(x, y, residual=None, items=32, relu=..., nchw=False)` on NHWC buffers (the
     stem reads the fbank `[items, 998, 80]`)."""
 
     def __init__(self, runtime: CudaRuntime, math: CudaMath, conv: FoldedConv) -> None:
-        super().__init__(runtime, math)
+        _check_tier(runtime)
+        self.math = math
         self.site = conv.site
-        self._conv = _Uploaded(runtime, self.math, conv)
-        self._owned = self._conv.buffers()
+        self._conv = _Uploaded(runtime, math, conv)
+        super().__init__(runtime, self._conv.buffers(), CONTEXT)
+        self._ordinal = runtime.ordinal
 
     def enqueue(
         self,
@@ -217,27 +153,31 @@ class ConvPlan(_PlanBase):
         if residual is not None:
             res = (device_address(residual, y_len, CONTEXT, "residual", self._ordinal), y_len)
         flags = (CONV_RELU if relu else 0) | (CONV_NCHW if nchw else 0)
-        with self._lock:
+        self._acquire()
+        try:
             self._check_open()
             self.runtime.note_capture_user(self)
             launch = self._conv.launch((x_at, x_len), (y_at, y_len), res, flags, items)
             launch.enqueue(self.runtime.stream if stream is None else stream)
+        finally:
+            self._release()
 
 
-class TrunkPlan(_PlanBase):
+class TrunkPlan(PlanLifetime):
     """The whole trunk: fbank `[items, 998, 80]` -> `[items, 256, 10, 125]`, as the
     model's `forward_frames`. Owns its folded weights and three activation buffers of
     32 chunks of the widest layer (327 MB each) and one for the shortcuts (164 MB)."""
 
     def __init__(self, runtime: CudaRuntime, math: CudaMath, weights: TrunkWeights) -> None:
-        super().__init__(runtime, math)
+        _check_tier(runtime)
+        self.math = math
         if not isinstance(weights, TrunkWeights):
             raise GeometryInvalid(CONTEXT, f"weights must be TrunkWeights, not {weights!r}")
         owned: list[DeviceBuffer] = []
         try:
             uploaded = []
             for conv in weights.convs():
-                uploaded.append(_Uploaded(runtime, self.math, conv))
+                uploaded.append(_Uploaded(runtime, math, conv))
                 owned += uploaded[-1].buffers()
             widest = TRUNK_BATCH * TrunkSite.LAYER1_CONV.shape.y_item
             ping = [runtime.alloc_zeros(widest) for _ in range(3)]
@@ -249,7 +189,8 @@ class TrunkPlan(_PlanBase):
         except BaseException:
             free_after_error(owned)
             raise
-        self._owned = owned
+        super().__init__(runtime, owned, CONTEXT)
+        self._ordinal = runtime.ordinal
         self._items = TRUNK_BATCH
         self._bound: dict[object, list[Callable[[], None]]] = {}
 
@@ -290,7 +231,8 @@ class TrunkPlan(_PlanBase):
         x_at = device_address(x, items * FBANK_ITEM, CONTEXT, "x", self._ordinal)
         y_at = device_address(y, items * OUTPUT_ITEM, CONTEXT, "y", self._ordinal, writable=True)
         first, last = self._launches[0], self._launches[-1]
-        with self._lock:
+        self._acquire()
+        try:
             self._check_open()
             self.runtime.note_capture_user(self)
             if items != self._items:
@@ -309,6 +251,8 @@ class TrunkPlan(_PlanBase):
                 bound = self._bound[key] = [launch.bind(key) for launch in self._launches]
             for launch in bound:
                 launch()
+        finally:
+            self._release()
 
 
 def plan_conv(runtime: CudaRuntime, math: CudaMath | str, conv: FoldedConv) -> ConvPlan:
