@@ -136,8 +136,9 @@ class TrunkWeights:
 
     @classmethod
     def random(cls, seed: int, *, bias_scale: float = 0.1) -> TrunkWeights:
-        """He-scaled random folded weights (tests and benchmarks): activations keep a
-        steady level through the 33 layers."""
+        """Random folded weights for tests: normal with He's standard deviation
+        sqrt(2 / k), the second convolution of each block at half that, biases normal
+        with `bias_scale`."""
         rng = np.random.default_rng(seed)
 
         def conv(site: TrunkSite, gain: float = 1.0) -> FoldedConv:
@@ -153,7 +154,7 @@ class TrunkWeights:
                 blocks.append(
                     Block(
                         conv(first),
-                        conv(second, 0.5),  # the residual sum stays near its input's level
+                        conv(second, 0.5),
                         conv(shortcut) if shortcut is not None else None,
                     )
                 )
