@@ -15,7 +15,8 @@
 
 // The 1 -> 32 stem: fbank [item][frame][bin] (the model's (B, T, F) input, read as the
 // convolution's (bin, frame) image), weights [tap][32], bias [32], output NHWC
-// [item][bin][frame][32], ReLU. FP32 fma over the nine taps in order, then + bias.
+// [item][bin][frame][32], ReLU. FP32 fma over the nine taps in order, then + bias. Where
+// out_max is given, each chunk's largest output is raised into it (raise_chunk_maxima).
 // Launch: one output position per thread, blocks of 256, grid ceil(32 * 80 * 998 / 256).
 constexpr u32 STEM_THREADS = 256;
 constexpr u32 STEM_POS = spk::TRUNK_BINS * spk::TRUNK_FRAMES;
@@ -24,12 +25,13 @@ constexpr u32 STEM_GRID = (spk::TRUNK_BATCH * STEM_POS + STEM_THREADS - 1) / STE
 extern "C" __global__ void __launch_bounds__(STEM_THREADS)
 spk_trunk_stem(const float* __restrict__ x, u64 x_len, const float* __restrict__ w, u64 w_len,
                const float* __restrict__ bias, u64 bias_len, float* __restrict__ y, u64 y_len,
-               u32 items) {
+               u32* __restrict__ out_max, u64 out_max_len, u32 items) {
     __shared__ float weights[9 * 32 + 32];
     const bool valid = spk::launch_is(STEM_GRID, 1, 1, STEM_THREADS) & (items >= 1) &
                        (items <= spk::TRUNK_BATCH) & (x_len >= u64(items) * STEM_POS) &
                        (w_len == 9 * 32) & (bias_len == 32) &
-                       (y_len >= u64(items) * STEM_POS * 32) & spk::aligned16(y);
+                       (y_len >= u64(items) * STEM_POS * 32) &
+                       ((out_max_len == 0) | (out_max_len >= items)) & spk::aligned16(y);
     const u32 m = blockIdx.x * STEM_THREADS + threadIdx.x;
     if (!valid | (blockIdx.x * STEM_THREADS >= items * STEM_POS)) {
         return;  // uniform over the block
@@ -38,44 +40,102 @@ spk_trunk_stem(const float* __restrict__ x, u64 x_len, const float* __restrict__
         weights[i] = i < 9 * 32 ? w[i] : bias[i - 9 * 32];
     }
     __syncthreads();
-    if (m >= items * STEM_POS) {
-        return;
-    }
+    const u32 first_item = blockIdx.x * STEM_THREADS / STEM_POS;
     const u32 item = m / STEM_POS, p = m % STEM_POS;
-    const int bin = int(p / spk::TRUNK_FRAMES), frame = int(p % spk::TRUNK_FRAMES);
-    float pixel[9];
+    float largest = 0.0f;
+    if (m < items * STEM_POS) {  // no return: every lane takes part in the maxima below
+        const int bin = int(p / spk::TRUNK_FRAMES), frame = int(p % spk::TRUNK_FRAMES);
+        float pixel[9];
 #pragma unroll
-    for (int dy = 0; dy < 3; ++dy) {
+        for (int dy = 0; dy < 3; ++dy) {
 #pragma unroll
-        for (int dx = 0; dx < 3; ++dx) {
-            const int b = bin + dy - 1, f = frame + dx - 1;
-            const bool inside = (u32(b) < spk::TRUNK_BINS) & (u32(f) < spk::TRUNK_FRAMES);
-            pixel[dy * 3 + dx] =
-                inside ? __ldg(x + (u64(item) * spk::TRUNK_FRAMES + f) * spk::TRUNK_BINS + b) : 0.0f;
+            for (int dx = 0; dx < 3; ++dx) {
+                const int b = bin + dy - 1, f = frame + dx - 1;
+                const bool inside = (u32(b) < spk::TRUNK_BINS) & (u32(f) < spk::TRUNK_FRAMES);
+                pixel[dy * 3 + dx] =
+                    inside ? __ldg(x + (u64(item) * spk::TRUNK_FRAMES + f) * spk::TRUNK_BINS + b)
+                           : 0.0f;
+            }
+        }
+        float* out = y + u64(m) * 32;
+#pragma unroll
+        for (u32 c = 0; c < 32; c += 4) {
+            float v[4];
+#pragma unroll
+            for (u32 j = 0; j < 4; ++j) {
+                float sum = 0.0f;
+#pragma unroll
+                for (u32 tap = 0; tap < 9; ++tap) {
+                    sum = fmaf(pixel[tap], weights[tap * 32 + c + j], sum);
+                }
+                v[j] = fmaxf(sum + weights[9 * 32 + c + j], 0.0f);
+                largest = fmaxf(largest, v[j]);
+            }
+            spk::stg4(out + c, make_float4(v[0], v[1], v[2], v[3]));
         }
     }
-    float* out = y + u64(m) * 32;
-#pragma unroll
-    for (u32 c = 0; c < 32; c += 4) {
-        float v[4];
-#pragma unroll
-        for (u32 j = 0; j < 4; ++j) {
-            float sum = 0.0f;
-#pragma unroll
-            for (u32 tap = 0; tap < 9; ++tap) {
-                sum = fmaf(pixel[tap], weights[tap * 32 + c + j], sum);
-            }
-            v[j] = fmaxf(sum + weights[9 * 32 + c + j], 0.0f);
-        }
-        spk::stg4(out + c, make_float4(v[0], v[1], v[2], v[3]));
+    if (out_max_len != 0) {
+        const bool first = item == first_item;
+        spk::raise_chunk_maxima(out_max, first_item, items, first ? largest : 0.0f,
+                                first ? 0.0f : largest);
     }
 }
 
-// One convolution entry: x, w, bias, residual (length 0: none), y, items, flags.
+constexpr u32 MAXIMA_THREADS = 256;
+
+// maxima[0 .. len) = 0: the trunk's first launch, before its layers raise them.
+// Launch: one block of MAXIMA_THREADS.
+extern "C" __global__ void __launch_bounds__(MAXIMA_THREADS)
+spk_trunk_clear(u32* __restrict__ maxima, u64 maxima_len) {
+    if (!spk::launch_is(1, 1, 1, MAXIMA_THREADS)) {
+        return;
+    }
+    for (u64 i = threadIdx.x; i < maxima_len; i += MAXIMA_THREADS) {
+        maxima[i] = 0;
+    }
+}
+
+// maxima[i] = the largest |x| of chunk i (item_len floats each, i < items), as float
+// bits: a single convolution's in_max, where no earlier layer wrote it.
+// Launch: one block of MAXIMA_THREADS per chunk of the batch, grid 32.
+extern "C" __global__ void __launch_bounds__(MAXIMA_THREADS)
+spk_trunk_chunk_max(const float* __restrict__ x, u64 x_len, u32 item_len,
+                    u32* __restrict__ maxima, u64 maxima_len, u32 items) {
+    __shared__ float warps[MAXIMA_THREADS / 32];
+    const bool valid = spk::launch_is(spk::TRUNK_BATCH, 1, 1, MAXIMA_THREADS) & (items >= 1) &
+                       (items <= spk::TRUNK_BATCH) & (x_len >= u64(items) * item_len) &
+                       (maxima_len >= items);
+    if (!valid | (blockIdx.x >= items)) {
+        return;  // uniform over the block
+    }
+    const float* chunk = x + u64(blockIdx.x) * item_len;
+    float largest = 0.0f;
+    for (u32 i = threadIdx.x; i < item_len; i += MAXIMA_THREADS) {
+        largest = fmaxf(largest, fabsf(__ldg(chunk + i)));
+    }
+#pragma unroll
+    for (u32 d = 1; d < 32; d *= 2) {
+        largest = fmaxf(largest, __shfl_xor_sync(0xffffffffu, largest, d));
+    }
+    if ((threadIdx.x & 31) == 0) {
+        warps[threadIdx.x >> 5] = largest;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (u32 i = 1; i < MAXIMA_THREADS / 32; ++i) {
+            largest = fmaxf(largest, warps[i]);
+        }
+        maxima[blockIdx.x] = __float_as_uint(largest);
+    }
+}
+
+// One convolution entry: x, w, bias (bias, then the columns' inverse scales), residual
+// (length 0: none), y, in_max, out_max (length 0: none), items, flags.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define SPK_TRUNK_BODY(SHAPE, SPLIT)                                                          \
     spk::trunk_conv<SHAPE, SPLIT>(x, x_len, w, w_len, bias, bias_len, residual, residual_len, \
-                                  y, y_len, items, flags)
+                                  y, y_len, in_max, in_max_len, out_max, out_max_len, items,  \
+                                  flags)
 #else
 #define SPK_TRUNK_BODY(SHAPE, SPLIT) SPK_TIER_STUB()
 #endif
@@ -83,16 +143,18 @@ spk_trunk_stem(const float* __restrict__ x, u64 x_len, const float* __restrict__
     extern "C" __global__ void __launch_bounds__(SHAPE::THREADS, MIN_BLOCKS) NAME(           \
         const float* __restrict__ x, u64 x_len, const float* __restrict__ w, u64 w_len,      \
         const float* __restrict__ bias, u64 bias_len, const float* __restrict__ residual,    \
-        u64 residual_len, float* __restrict__ y, u64 y_len, u32 items, u32 flags) {         \
+        u64 residual_len, float* __restrict__ y, u64 y_len, const u32* __restrict__ in_max, \
+        u64 in_max_len, u32* __restrict__ out_max, u64 out_max_len, u32 items, u32 flags) { \
         SPK_TRUNK_BODY(SHAPE, SPLIT);                                                        \
     }
-#define SPK_TRUNK_SHAPE(SITE, SHAPE)                         \
-    SPK_TRUNK_CONV(spk_trunk_##SITE##_tf32, SHAPE, false, 2) \
-    SPK_TRUNK_CONV(spk_trunk_##SITE##_x3, SHAPE, true, 1)
+#define SPK_TRUNK_SHAPE(SITE, SHAPE)                        \
+    SPK_TRUNK_CONV(spk_trunk_##SITE##_f16, SHAPE, false, 2) \
+    SPK_TRUNK_CONV(spk_trunk_##SITE##_f16x3, SHAPE, true, 2)
 
 // Shapes: (CIN, COUT, HIN, WIN, STRIDE, KS), one per distinct convolution of the trunk.
-// The 1x1 shortcuts run 3xTF32 in both maths: 0.5% of the trunk's work, and cuDNN's
-// TF32 math keeps at least one of them in FP32 (measured: 1.1e-7 where TF32 gives 2.9e-4).
+// The 1x1 shortcuts run the three products in both maths: 0.5% of the trunk's work, and
+// cuDNN's TF32 math keeps at least one of them in FP32 (measured: 1.1e-7 where TF32
+// gives 2.9e-4).
 typedef spk::ConvShape<32, 32, 80, 998, 1, 3> Layer1Conv;
 typedef spk::ConvShape<32, 64, 80, 998, 2, 3> Layer2Down;
 typedef spk::ConvShape<32, 64, 80, 998, 2, 1> Layer2Shortcut;
@@ -106,11 +168,11 @@ typedef spk::ConvShape<256, 256, 10, 125, 1, 3> Layer4Conv;
 
 SPK_TRUNK_SHAPE(layer1_conv, Layer1Conv)
 SPK_TRUNK_SHAPE(layer2_down, Layer2Down)
-SPK_TRUNK_CONV(spk_trunk_layer2_shortcut_x3, Layer2Shortcut, true, 1)
+SPK_TRUNK_CONV(spk_trunk_layer2_shortcut_f16x3, Layer2Shortcut, true, 1)
 SPK_TRUNK_SHAPE(layer2_conv, Layer2Conv)
 SPK_TRUNK_SHAPE(layer3_down, Layer3Down)
-SPK_TRUNK_CONV(spk_trunk_layer3_shortcut_x3, Layer3Shortcut, true, 1)
+SPK_TRUNK_CONV(spk_trunk_layer3_shortcut_f16x3, Layer3Shortcut, true, 1)
 SPK_TRUNK_SHAPE(layer3_conv, Layer3Conv)
 SPK_TRUNK_SHAPE(layer4_down, Layer4Down)
-SPK_TRUNK_CONV(spk_trunk_layer4_shortcut_x3, Layer4Shortcut, true, 1)
+SPK_TRUNK_CONV(spk_trunk_layer4_shortcut_f16x3, Layer4Shortcut, true, 1)
 SPK_TRUNK_SHAPE(layer4_conv, Layer4Conv)

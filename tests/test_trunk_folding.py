@@ -58,13 +58,50 @@ def test_fold_equals_the_convolution_then_batchnorm() -> None:
     assert np.abs(got - expected).max() <= 1e-12 * np.abs(expected).max()
 
 
+def unpack_halves(packed: np.ndarray, k: int, cout: int) -> tuple[np.ndarray, np.ndarray]:
+    """The (high, low) FP16 values `[k][cout]` of a packed convolution weight."""
+    words = packed.view(np.uint32).reshape(k // 2, cout, 2)
+
+    def values(word: np.ndarray) -> np.ndarray:
+        halves = np.stack([word & 0xFFFF, word >> 16], axis=1).astype(np.uint16)
+        return halves.reshape(k, cout).view(np.float16).astype(np.float64)
+
+    return values(words[..., 0]), values(words[..., 1])
+
+
 def test_the_packed_weight_is_tap_then_input_then_output_channel() -> None:
     site = TrunkSite.LAYER3_CONV
     weight = np.random.default_rng(2).normal(size=site.shape.weight_shape)
-    packed = FoldedConv.of(site, weight, np.zeros(128)).packed().reshape(3, 3, 128, 128)
-    assert packed.dtype == np.float32
-    for co, ci, ky, kx in [(0, 0, 0, 0), (127, 5, 2, 1), (3, 127, 1, 2)]:
-        assert packed[ky, kx, ci, co] == np.float32(weight[co, ci, ky, kx])
+    weight[7] *= 2.0**-30  # a column far below the others keeps its own scale
+    conv = FoldedConv.of(site, weight, np.zeros(128))
+    packed = conv.packed()
+    assert packed.dtype == np.float32 and packed.size == site.shape.k * 128
+    high, low = unpack_halves(packed, site.shape.k, 128)
+    shifts = conv.column_shifts()
+    top = np.abs(high).max(axis=0)
+    assert (top >= 2.0**14).all() and (top <= 2.0**15).all()
+    value = ((high + low) * np.exp2(-shifts)).reshape(3, 3, 128, 128)
+    for co, ci, ky, kx in [(0, 0, 0, 0), (127, 5, 2, 1), (3, 127, 1, 2), (7, 9, 0, 2)]:
+        exact = weight[co, ci, ky, kx]
+        # high + low carries 22 bits: within 2^-23 of the column's largest value
+        assert abs(value[ky, kx, ci, co] - exact) <= 2.0**-23 * np.abs(weight[co]).max()
+        assert abs(value[ky, kx, ci, co] - exact) > 0 or low.any()
+    bias = conv.packed_bias()
+    assert bias.size == 256 and (bias[128:] == np.exp2(-shifts).astype(np.float32)).all()
+
+
+def test_the_stem_packs_fp32_taps() -> None:
+    site = TrunkSite.STEM
+    weight = np.random.default_rng(3).normal(size=site.shape.weight_shape)
+    packed = FoldedConv.of(site, weight, np.ones(32)).packed().reshape(3, 3, 32)
+    assert packed[2, 1, 5] == np.float32(weight[5, 0, 2, 1])
+    assert (FoldedConv.of(site, weight, np.ones(32)).packed_bias() == 1).all()
+
+
+def test_zero_columns_keep_a_unit_scale() -> None:
+    site = TrunkSite.LAYER1_CONV
+    conv = FoldedConv.of(site, np.zeros(site.shape.weight_shape), np.zeros(32))
+    assert (conv.column_shifts() == 0).all() and not conv.packed().view(np.uint32).any()
 
 
 def test_folded_weights_are_checked() -> None:

@@ -1,6 +1,6 @@
 """Trunk plans on the fake driver: the launch sequence (kernels, grids, shared bytes,
-the buffer rotation of the blocks, the fused epilogues), partial batches, the enqueue's
-checks and the tier refusal."""
+the buffer rotation of the blocks, the chunk maxima's slots, the fused epilogues),
+partial batches, the enqueue's checks and the tier refusal."""
 
 from __future__ import annotations
 
@@ -14,11 +14,18 @@ from pyspk.candidate.trunk import (
     TRUNK_BATCH,
     TRUNK_BINS,
     TRUNK_FRAMES,
+    FoldedConv,
     TrunkSite,
     TrunkWeights,
+    plan_conv,
     plan_trunk,
 )
-from pyspk.candidate.trunk.plan import CONV_PARAMS, STEM_PARAMS
+from pyspk.candidate.trunk.plan import (
+    CHUNK_MAX_PARAMS,
+    CLEAR_PARAMS,
+    CONV_PARAMS,
+    STEM_PARAMS,
+)
 from pyspk.candidate.trunk.shapes import CONV_NCHW, CONV_RELU
 from pyspk.cuda.math import CudaMath
 from pyspk.cuda.tier import PtxTier
@@ -53,8 +60,14 @@ def trunk_launches(fake, runtime, math, weights, items=TRUNK_BATCH):
 
 
 @pytest.mark.parametrize("math", list(CudaMath), ids=str)
-def test_the_trunk_is_36_launches_in_block_order(fake, runtime, weights, math) -> None:
+def test_the_trunk_is_a_clear_and_36_convolutions_in_block_order(
+    fake, runtime, weights, math
+) -> None:
     plan, x, y, launches = trunk_launches(fake, runtime, math, weights)
+    clear, launches = launches[0], launches[1:]
+    assert clear[0] == "fn:spk_trunk_clear" and clear[1:3] == ((1, 1, 1), (256, 1, 1))
+    maxima = params(clear, CLEAR_PARAMS)
+    assert maxima["maxima_len"] == 33 * 32  # the stem's slot and two per block
     expected = [conv.site for conv in weights.convs()]
     assert len(launches) == len(expected) == 36
     assert [launch[0] for launch in launches] == [f"fn:{site.kernel(math)}" for site in expected]
@@ -66,23 +79,31 @@ def test_the_trunk_is_36_launches_in_block_order(fake, runtime, weights, math) -
     convs = [params(launch, CONV_PARAMS) for launch in launches[1:]]
     # every block's input feeds its first convolution and its shortcut (or is the
     # residual); the first convolution's output feeds the second
-    current = stem["y"]
+    # and each reads the chunk maxima of its input from the slot its producer raised
+    current, current_max = stem["y"], stem["out_max"]
+    slots = [current_max]
     index = 0
     for block in weights.blocks:
         first = convs[index]
         assert first["x"] == current and first["flags"] == CONV_RELU and first["residual_len"] == 0
+        assert first["in_max"] == current_max
         index += 1
         residual = current
         if block.shortcut is not None:
             shortcut = convs[index]
             assert shortcut["x"] == current and shortcut["flags"] == 0
+            assert (shortcut["in_max"], shortcut["out_max_len"]) == (current_max, 0)
             residual = shortcut["y"]
             index += 1
         second = convs[index]
         assert second["x"] == first["y"] and second["residual"] == residual
         assert second["y"] not in (current, first["y"], residual)
-        current = second["y"]
+        assert second["in_max"] == first["out_max"]
+        current, current_max = second["y"], second["out_max"]
+        slots += [first["out_max"], second["out_max"]]
         index += 1
+    assert slots == [maxima["maxima"] + 4 * 32 * slot for slot in range(33)]
+    assert all(c["in_max_len"] == 32 for c in convs)
     assert convs[-1]["flags"] == CONV_RELU | CONV_NCHW
     assert (convs[-1]["y"], convs[-1]["y_len"]) == (y.ptr, 32 * OUTPUT)
     assert all(c["flags"] == CONV_RELU for c in convs[:-1] if c["residual_len"])
@@ -91,6 +112,7 @@ def test_the_trunk_is_36_launches_in_block_order(fake, runtime, weights, math) -
 
 def test_a_partial_batch_sets_the_count_in_every_launch(fake, runtime, weights) -> None:
     plan, _, _, launches = trunk_launches(fake, runtime, CudaMath.TF32, weights, items=5)
+    launches = launches[1:]  # after the clear, which clears every slot
     assert params(launches[0], STEM_PARAMS)["items"] == 5
     assert {params(launch, CONV_PARAMS)["items"] for launch in launches[1:]} == {5}
     assert params(launches[-1], CONV_PARAMS)["y_len"] == 5 * OUTPUT
@@ -126,5 +148,28 @@ def test_the_sm75_tier_refuses(fake, weights) -> None:
 
 def test_every_site_has_both_kernels() -> None:
     names = {site.kernel(math) for site in TrunkSite for math in CudaMath}
-    # the stem's one SIMT kernel serves both maths, the shortcuts' 3xTF32 kernels too
+    # the stem's one SIMT kernel serves both maths, the shortcuts' three-product ones too
     assert len(names) == 18
+
+
+def test_a_single_convolution_measures_its_input_first(fake, runtime, monkeypatch) -> None:
+    from pyspk.cuda.kernels import Kernel
+
+    kept = []  # the plan's launches live for one enqueue; the fake keeps their addresses
+    prepare = Kernel.launch
+    monkeypatch.setattr(Kernel, "launch", lambda *a, **k: kept.append(prepare(*a, **k)) or kept[-1])
+    site = TrunkSite.LAYER2_DOWN
+    shape = site.shape
+    conv = FoldedConv.of(site, np.ones(shape.weight_shape), np.zeros(shape.cout))
+    x = runtime.alloc_zeros(3 * shape.x_item)
+    y = runtime.alloc_zeros(3 * shape.y_item)
+    with plan_conv(runtime, CudaMath.FP32, conv) as plan:
+        before = len(fake.launches)
+        plan.enqueue(x, y, items=3)
+        chunk_max, launch = fake.launches[before:]
+    assert chunk_max[0] == "fn:spk_trunk_chunk_max" and chunk_max[1:3] == ((32, 1, 1), (256, 1, 1))
+    measured = params(chunk_max, CHUNK_MAX_PARAMS)
+    assert (measured["x"], measured["item_len"], measured["items"]) == (x.ptr, shape.x_item, 3)
+    values = params(launch, CONV_PARAMS)
+    assert (values["in_max"], values["in_max_len"]) == (measured["maxima"], 32)
+    assert (values["out_max_len"], values["items"]) == (0, 3)

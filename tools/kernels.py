@@ -428,6 +428,7 @@ TRUNK_CONSTANTS = {
         "trunkconv.cuh",
     ),
     "STEM_THREADS": "trunk.cu",
+    "MAXIMA_THREADS": "trunk.cu",
 }
 
 # Constants the CUDA sources share with pyspk: name -> (the source that defines it, the
@@ -553,6 +554,7 @@ def python_kernels() -> dict[str, dict[str, str]]:
     """Per module, every kernel pyspk launches by name and who names it: each segdense
     Entry's Config and each split count's reduction; each trunk site in both maths."""
     from pyspk.candidate.segdense import selection, shapes
+    from pyspk.candidate.trunk import shapes as trunk_shapes
     from pyspk.candidate.trunk.shapes import TrunkSite
     from pyspk.cuda.math import CudaMath
 
@@ -566,6 +568,8 @@ def python_kernels() -> dict[str, dict[str, str]]:
         for site in TrunkSite
         for math in CudaMath
     }
+    trunk[trunk_shapes.CLEAR_KERNEL] = "shapes.CLEAR_KERNEL"
+    trunk[trunk_shapes.CHUNK_MAX_KERNEL] = "shapes.CHUNK_MAX_KERNEL"
     return {"segdense": segdense, "trunk": trunk}
 
 

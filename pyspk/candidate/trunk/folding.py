@@ -3,7 +3,14 @@
 Inference BatchNorm is `y = (z - mean) * s + beta` with `s = gamma / sqrt(var + eps)`, so
 a convolution followed by it is the convolution with weights `w * s` (per output
 channel) and bias `beta - mean * s`. The fold runs in float64 from the running
-statistics, read once at plan time; the plan rounds the result to FP32 once."""
+statistics, read once at plan time.
+
+Device layout: the stem reads FP32 `[tap][32]`. The tensor-core convolutions read each
+weight column (output channel) scaled by a power of two that puts its largest magnitude
+in [2^14, 2^15), split from float64 into an FP16 high part and the FP16 rounding of the
+residual, as pair words `[k / 2][cout][high, low]` (k = tap * cin + ci, the even k in
+a word's low half); their bias vector carries the columns' inverse scales after the
+bias."""
 
 from __future__ import annotations
 
@@ -74,14 +81,35 @@ class FoldedConv:
                 raise WeightsOutOfContract(CONTEXT, f"{site}'s folded {name} is not finite in FP32")
         return cls(site, w, b)
 
+    def column_shifts(self) -> np.ndarray:
+        """Per output channel, the s of the weights' scale 2^s: their largest magnitude
+        times it in [2^14, 2^15); 0 for a zero column; clamped to -113..126 so 2^-s is a
+        normal FP32 number, as the kernels' activation scales are."""
+        largest = np.abs(self.weight).reshape(self.weight.shape[0], -1).max(axis=1)
+        _, exponent = np.frexp(largest)  # largest = f 2^exponent, f in [0.5, 1)
+        return np.where(largest > 0, np.clip(15 - exponent, -113, 126), 0)
+
     def packed(self) -> np.ndarray:
-        """The weight as the kernels read it: FP32 `[tap][cin][cout]` (tap = ky * ks +
-        kx), flat; the stem's `[tap][32]`."""
-        w = self.weight.astype(np.float32)
-        return np.ascontiguousarray(w.transpose(2, 3, 1, 0)).reshape(-1)
+        """The weight as the kernels read it, flat: the stem's FP32 `[tap][32]`; the
+        others' FP16 (high, low) pair words `[k / 2][cout][2]`, as float32 bits."""
+        taps = self.weight.transpose(2, 3, 1, 0)  # [ky][kx][cin][cout], tap = ky * ks + kx
+        if self.site is TrunkSite.STEM:
+            return np.ascontiguousarray(taps.astype(np.float32)).reshape(-1)
+        scaled = taps.reshape(-1, taps.shape[-1]) * np.exp2(self.column_shifts())
+        high = scaled.astype(np.float16)
+        low = (scaled - high.astype(np.float64)).astype(np.float16)
+
+        def words(halves: np.ndarray) -> np.ndarray:  # [k][cout] -> [k / 2][cout]
+            bits = halves.view(np.uint16).astype(np.uint32)
+            return bits[0::2] | bits[1::2] << 16
+
+        return np.stack([words(high), words(low)], axis=-1).reshape(-1).view(np.float32)
 
     def packed_bias(self) -> np.ndarray:
-        return self.bias.astype(np.float32)
+        """The stem's bias; the others' bias, then their columns' inverse scales 2^-s."""
+        if self.site is TrunkSite.STEM:
+            return self.bias.astype(np.float32)
+        return np.concatenate([self.bias, np.exp2(-self.column_shifts())]).astype(np.float32)
 
 
 @attrs.frozen

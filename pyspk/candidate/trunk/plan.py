@@ -1,6 +1,12 @@
 """Plans on the trunk kernels: `ConvPlan` runs one convolution, `TrunkPlan` the whole
 ResNet34 trunk from the fbank to the last block's NCHW output.
 
+The tensor-core convolutions scale each chunk's input by a power of two from its largest
+magnitude (`in_max`, one FP32 bit pattern per chunk). In a trunk, the layer that writes
+an activation also raises its chunks' maxima (`out_max`) into a slot of the plan's
+maxima buffer, which its first launch clears; a single convolution measures its input
+first (`spk_trunk_chunk_max`).
+
 A plan uploads its folded weights, allocates what it needs and prepares every launch
 once; an enqueue checks its two buffers, writes their addresses (and the chunk count)
 into the prepared launches and queues them, with no allocation and no synchronization,
@@ -16,12 +22,16 @@ from pyspk.candidate.errors import DeviceUnsupported, GeometryInvalid
 from pyspk.candidate.framework import launchable_kernels
 from pyspk.candidate.trunk.folding import FoldedConv, TrunkWeights
 from pyspk.candidate.trunk.shapes import (
+    CHUNK_MAX_KERNEL,
+    CLEAR_KERNEL,
     CONTEXT,
     CONV_NCHW,
     CONV_RELU,
+    MAXIMA_THREADS,
     OUTPUT_SHAPE,
     TRUNK_BATCH,
     TRUNK_BINS,
+    TRUNK_BLOCKS,
     TRUNK_FRAMES,
     TrunkSite,
 )
@@ -35,7 +45,7 @@ from pyspk.cuda.runtime import free_after_error
 from pyspk.cuda.tier import PtxTier
 
 if TYPE_CHECKING:
-    from pyspk.cuda.kernels import Launch
+    from pyspk.cuda.kernels import Kernel, Launch
     from pyspk.cuda.runtime import CudaRuntime
 
 CONV_PARAMS = (
@@ -44,6 +54,8 @@ CONV_PARAMS = (
     *buffer_params("bias"),
     *buffer_params("residual"),
     *buffer_params("y"),
+    *buffer_params("in_max"),
+    *buffer_params("out_max"),
     ("items", "u32"),
     ("flags", "u32"),
 )
@@ -52,6 +64,14 @@ STEM_PARAMS = (
     *buffer_params("w"),
     *buffer_params("bias"),
     *buffer_params("y"),
+    *buffer_params("out_max"),
+    ("items", "u32"),
+)
+CLEAR_PARAMS = buffer_params("maxima")
+CHUNK_MAX_PARAMS = (
+    *buffer_params("x"),
+    ("item_len", "u32"),
+    *buffer_params("maxima"),
     ("items", "u32"),
 )
 FBANK_ITEM = TRUNK_FRAMES * TRUNK_BINS  # floats of one chunk's fbank
@@ -88,17 +108,30 @@ class _Uploaded:
         self,
         x: tuple[int, int],
         y: tuple[int, int],
+        *,
+        in_max: tuple[int, int] = (0, 0),
+        out_max: tuple[int, int] = (0, 0),
         residual: tuple[int, int] = (0, 0),
         flags: int = 0,
         items: int = TRUNK_BATCH,
     ) -> Launch:
-        """A launch on (address, length) buffers, prepared now."""
+        """A launch on (address, length) buffers, prepared now; the stem takes no
+        in_max, residual or flags."""
         grid, block, shared = self.site.launch()
         weights = [self.weight.ptr, len(self.weight), self.bias.ptr, len(self.bias)]
         if self.site is TrunkSite.STEM:
-            return self.kernel.launch(grid, block, shared, STEM_PARAMS, [*x, *weights, *y, items])
-        values = [*x, *weights, *residual, *y, items, flags]
+            values = [*x, *weights, *y, *out_max, items]
+            return self.kernel.launch(grid, block, shared, STEM_PARAMS, values)
+        values = [*x, *weights, *residual, *y, *in_max, *out_max, items, flags]
         return self.kernel.launch(grid, block, shared, CONV_PARAMS, values)
+
+
+def _maxima_kernels(runtime: CudaRuntime) -> tuple[Kernel, Kernel]:
+    """The clear and the chunk-max kernels."""
+    loaded = runtime.load_kernels(KernelModule.TRUNK)
+    names = [CLEAR_KERNEL, CHUNK_MAX_KERNEL]
+    clear, chunk_max = launchable_kernels(runtime.device, loaded, names, 0)
+    return clear, chunk_max
 
 
 def _check_tier(runtime: CudaRuntime) -> None:
@@ -123,7 +156,13 @@ class ConvPlan(PlanLifetime):
         self.math = math
         self.site = conv.site
         self._conv = _Uploaded(runtime, math, conv)
-        super().__init__(runtime, self._conv.buffers(), CONTEXT)
+        try:
+            self._clear, self._chunk_max = _maxima_kernels(runtime)
+            self._maxima = runtime.alloc_zeros(TRUNK_BATCH)  # the input's, per chunk
+        except BaseException:
+            free_after_error(self._conv.buffers())
+            raise
+        super().__init__(runtime, [*self._conv.buffers(), self._maxima], CONTEXT)
         self._ordinal = runtime.ordinal
 
     def enqueue(
@@ -138,8 +177,9 @@ class ConvPlan(PlanLifetime):
         stream: int | None = None,
     ) -> None:
         """x `items` chunks of the site's input, y of its output (NCHW if `nchw`, else
-        NHWC), residual (NHWC, as y) added before the ReLU. Prepares a launch per call:
-        for tests and single layers; `TrunkPlan` is the graph-friendly path."""
+        NHWC), residual (NHWC, as y) added before the ReLU. Prepares its launches per
+        call (the input's chunk maxima, then the convolution): for tests and single
+        layers; `TrunkPlan` is the graph-friendly path."""
         items = _check_items(items)
         shape = self.site.shape
         stem = self.site is TrunkSite.STEM
@@ -157,8 +197,18 @@ class ConvPlan(PlanLifetime):
         try:
             self._check_open()
             self.runtime.note_capture_user(self)
-            launch = self._conv.launch((x_at, x_len), (y_at, y_len), res, flags, items)
-            launch.enqueue(self.runtime.stream if stream is None else stream)
+            queue = self.runtime.stream if stream is None else stream
+            if stem:
+                self._conv.launch((x_at, x_len), (y_at, y_len), items=items).enqueue(queue)
+                return
+            maxima = (self._maxima.ptr, len(self._maxima))
+            values = [x_at, x_len, shape.x_item, *maxima, items]
+            grid, block = (TRUNK_BATCH, 1, 1), MAXIMA_THREADS
+            self._chunk_max.launch(grid, block, 0, CHUNK_MAX_PARAMS, values).enqueue(queue)
+            launch = self._conv.launch(
+                (x_at, x_len), (y_at, y_len), in_max=maxima, residual=res, flags=flags, items=items
+            )
+            launch.enqueue(queue)
         finally:
             self._release()
 
@@ -184,7 +234,16 @@ class TrunkPlan(PlanLifetime):
             owned += ping
             shortcut = runtime.alloc_zeros(TRUNK_BATCH * TrunkSite.LAYER2_SHORTCUT.shape.y_item)
             owned.append(shortcut)
-            self._launches = self._prepare(uploaded, ping, shortcut)
+            # one slot of chunk maxima per activation a 3x3 convolution reads: the
+            # stem's output and each 3x3's
+            slots = 1 + 2 * sum(TRUNK_BLOCKS)
+            maxima = runtime.alloc_zeros(slots * TRUNK_BATCH)
+            owned.append(maxima)
+            clear, _ = _maxima_kernels(runtime)
+            self._launches = [
+                clear.launch(1, MAXIMA_THREADS, 0, CLEAR_PARAMS, [maxima.ptr, len(maxima)]),
+                *self._prepare(uploaded, ping, shortcut, maxima),
+            ]
             runtime.synchronize()
         except BaseException:
             free_after_error(owned)
@@ -196,26 +255,51 @@ class TrunkPlan(PlanLifetime):
 
     @staticmethod
     def _prepare(
-        uploaded: list[_Uploaded], ping: list[DeviceBuffer], shortcut: DeviceBuffer
+        uploaded: list[_Uploaded],
+        ping: list[DeviceBuffer],
+        shortcut: DeviceBuffer,
+        maxima: DeviceBuffer,
     ) -> list[Launch]:
-        """Every launch in order. The block input, the first convolution's output and
-        the block output rotate over the three buffers; the input fbank and the output
-        are written per enqueue."""
+        """Every convolution's launch in order. The block input, the first
+        convolution's output and the block output rotate over the three buffers, each
+        with its chunk maxima's slot; the input fbank and the output are written per
+        enqueue."""
 
         def at(buffer: DeviceBuffer) -> tuple[int, int]:
             return (buffer.ptr, len(buffer))
 
+        slots = iter(range(maxima.ptr, maxima.ptr + len(maxima) * 4, TRUNK_BATCH * 4))
+
+        def slot() -> tuple[int, int]:
+            return (next(slots), TRUNK_BATCH)
+
         convs = iter(uploaded)
-        launches = [next(convs).launch((0, 0), at(ping[0]))]
+        current_max = slot()
+        launches = [next(convs).launch((0, 0), at(ping[0]), out_max=current_max)]
         current, middle, spare = ping
         for conv1 in convs:
-            launches.append(conv1.launch(at(current), at(middle), flags=CONV_RELU))
+            middle_max = slot()
+            launches.append(
+                conv1.launch(
+                    at(current), at(middle), in_max=current_max, out_max=middle_max, flags=CONV_RELU
+                )
+            )
             residual = current
             conv2 = next(convs)
             if conv2.site.is_shortcut():
-                launches.append(conv2.launch(at(current), at(shortcut)))
+                launches.append(conv2.launch(at(current), at(shortcut), in_max=current_max))
                 residual, conv2 = shortcut, next(convs)
-            launches.append(conv2.launch(at(middle), at(spare), at(residual), CONV_RELU))
+            current_max = slot()
+            launches.append(
+                conv2.launch(
+                    at(middle),
+                    at(spare),
+                    in_max=middle_max,
+                    out_max=current_max,
+                    residual=at(residual),
+                    flags=CONV_RELU,
+                )
+            )
             current, spare = spare, current
         last = launches[-1]
         last.set("flags", CONV_RELU | CONV_NCHW)
@@ -230,13 +314,13 @@ class TrunkPlan(PlanLifetime):
         items = _check_items(items)
         x_at = device_address(x, items * FBANK_ITEM, CONTEXT, "x", self._ordinal)
         y_at = device_address(y, items * OUTPUT_ITEM, CONTEXT, "y", self._ordinal, writable=True)
-        first, last = self._launches[0], self._launches[-1]
+        first, last = self._launches[1], self._launches[-1]  # after the clear
         self._acquire()
         try:
             self._check_open()
             self.runtime.note_capture_user(self)
             if items != self._items:
-                for launch in self._launches:
+                for launch in self._launches[1:]:  # all but the clear
                     launch.set("items", items)
                 self._items = items
             first.set("x", x_at)

@@ -24,7 +24,10 @@ CONV_STAGES = 3
 CONV_RELU = 1  # epilogue flags
 CONV_NCHW = 2
 STEM_THREADS = 256
+MAXIMA_THREADS = 256  # the clear and chunk-max kernels' block
 KERNEL_PREFIX = "spk_trunk_"
+CLEAR_KERNEL = KERNEL_PREFIX + "clear"
+CHUNK_MAX_KERNEL = KERNEL_PREFIX + "chunk_max"
 CONTEXT = "trunk plan"
 
 
@@ -84,7 +87,10 @@ class ConvShape:
 
     @property
     def shared(self) -> int:
-        stage = CONV_BM * (CONV_BK + 4) + CONV_BK * (self.block_channels + 8)
+        """Bytes of the cp.async ring: per stage, the FP32 activation rows (stride
+        CONV_BK + 8 words) and the weights' FP16 pair words (CONV_BK / 2 rows of
+        2 * block_channels + 8 words)."""
+        stage = CONV_BM * (CONV_BK + 8) + CONV_BK // 2 * (2 * self.block_channels + 8)
         return CONV_STAGES * stage * 4
 
     @property
@@ -122,13 +128,13 @@ class TrunkSite(enum.Enum):
 
     def kernel(self, math: CudaMath) -> str:
         """The exported kernel: the stem's one SIMT FP32 entry serves both maths; the
-        others are `_x3` (3xTF32, FP32 math) or `_tf32`, but the 1x1 shortcuts run
-        `_x3` in both: a small share of the work, and the library keeps at least one
-        of them in FP32 under TF32 math."""
+        others are `_f16x3` (three scaled FP16 products, FP32 math) or `_f16` (one,
+        TF32 math), but the 1x1 shortcuts run `_f16x3` in both: a small share of the
+        work, and the library keeps at least one of them in FP32 under TF32 math."""
         if self is TrunkSite.STEM:
             return KERNEL_PREFIX + self.value
         split = math is CudaMath.FP32 or self.is_shortcut()
-        return f"{KERNEL_PREFIX}{self.value}_{'x3' if split else 'tf32'}"
+        return f"{KERNEL_PREFIX}{self.value}_{'f16x3' if split else 'f16'}"
 
     def is_shortcut(self) -> bool:
         return self.value.endswith("_shortcut")
