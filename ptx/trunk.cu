@@ -76,7 +76,7 @@ spk_trunk_stem(const float* __restrict__ x, u64 x_len, const float* __restrict__
     }
     if (out_max_len != 0) {
         const bool first = item == first_item;
-        spk::raise_chunk_maxima(out_max, first_item, items, first ? largest : 0.0f,
+        spk::raise_chunk_maxima<STEM_THREADS / 32>(out_max, first_item, items, first ? largest : 0.0f,
                                 first ? 0.0f : largest);
     }
 }
@@ -147,9 +147,9 @@ spk_trunk_chunk_max(const float* __restrict__ x, u64 x_len, u32 item_len,
         u64 in_max_len, u32* __restrict__ out_max, u64 out_max_len, u32 items, u32 flags) { \
         SPK_TRUNK_BODY(SHAPE, SPLIT);                                                        \
     }
-#define SPK_TRUNK_SHAPE(SITE, SHAPE)                        \
-    SPK_TRUNK_CONV(spk_trunk_##SITE##_f16, SHAPE, false, 2) \
-    SPK_TRUNK_CONV(spk_trunk_##SITE##_f16x3, SHAPE, true, 2)
+#define SPK_TRUNK_SHAPE(SITE, SHAPE)                                    \
+    SPK_TRUNK_CONV(spk_trunk_##SITE##_f16, SHAPE, false, SHAPE::MIN_BLOCKS) \
+    SPK_TRUNK_CONV(spk_trunk_##SITE##_f16x3, SHAPE, true, SHAPE::MIN_BLOCKS)
 
 // Shapes: (CIN, COUT, HIN, WIN, STRIDE, KS), one per distinct convolution of the trunk.
 // The 1x1 shortcuts run the three products in both maths: 0.5% of the trunk's work, and

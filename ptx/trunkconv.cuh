@@ -1,15 +1,18 @@
 // The ResNet34 trunk's convolutions as implicit GEMMs on tensor cores (sm80 tier).
 //
-// Layout: activations NHWC (channels innermost), FP32; weights as FP16 pair words
-// [k / 2][co][high, low] with BatchNorm folded in (the plan's bias), k = tap * CIN + ci,
-// so one reduction step of 16 input channels of one tap is a contiguous 64-byte run of
-// every output position's input pixel.
+// Layout: activations NHWC (channels innermost), FP32, so one reduction step of 16
+// input channels of one tap is a contiguous 64-byte run of every output position's input
+// pixel. Weights (BatchNorm folded in, the plan's bias) as FP16 pair words, k = tap * CIN
+// + ci, a word holding k = 2 p, 2 p + 1: per stage of 16 k and per column n, for t = 0..3
+// the words high(p = t), high(p = t + 4) and, SPLIT, low(p = t), low(p = t + 4) that are
+// lane t's b fragments, [K / 16][CO][4][4 or 2], read as one 16- or 8-byte load.
 //
 // GEMM: rows = output positions (item, ho, wo), columns = output channels, reduction
-// k = (ky * KS + kx) * CIN + ci. A block owns 256 positions by BN channels (BN = 64, or
-// 32 where the layer has 32), eight or four warps of 64 positions x 32 channels, each a
-// 4 x 4 grid of m16n8k16 tiles. Stages of 16 reduction elements flow through a
-// CONV_STAGES-deep cp.async ring; padding and positions past the batch's items are
+// k = (ky * KS + kx) * CIN + ci. A block owns 256 positions by BN channels (BN = 128, or
+// the layer's 32 or 64): the wider the block, the fewer times the activations cross L2.
+// Its warps own 32 positions x 64 channels (64 x 32 in the 32-wide layer), each a grid
+// of 16 m16n8k16 tiles. Stages of 16 reduction elements flow through a CONV_STAGES-deep
+// cp.async ring; padding and positions past the batch's items are
 // zero-filled copies that read nothing.
 //
 // Maths, on FP16 products (twice TF32's mma.sync rate: 620 against 310 TFLOPS measured):
@@ -22,8 +25,9 @@
 // the residual (the weights on the host from float64; the activations here), about 22
 // significant bits each as in 3xTF32, and takes three products a_lo b_hi, a_hi b_lo,
 // a_hi b_hi. Plain (TF32 math) takes a_hi b_hi: 11 significant bits per operand, TF32's.
-// Values below 2^-38 of their chunk's (or column's) largest fall into FP16's subnormals
-// and keep fewer bits: their absolute error stays below 2^-39 of the largest.
+// Values below 2^-28 of their chunk's (or column's) largest, and low parts of values
+// below 2^-17 of it, fall into FP16's subnormals and keep fewer bits: their absolute
+// error stays below 2^-39 of the largest.
 //
 // Sums (SPLIT): each stage's products go to a fresh accumulator that is then added to
 // the running sum in FP32 (round to nearest). The tensor cores align an mma's products to
@@ -52,6 +56,7 @@ constexpr u32 TRUNK_FRAMES = 998;   // fbank frames of a 10 s chunk: the trunk's
 constexpr u32 CONV_BM = 256;        // output positions per block
 constexpr u32 CONV_BK = 16;         // reduction elements per stage
 constexpr u32 CONV_STAGES = 3;
+constexpr u32 HALF_STRIDE = 12;  // words per FP16 activation row: 16 values, 8 of padding
 constexpr u32 CONV_RELU = 1;  // epilogue flags
 constexpr u32 CONV_NCHW = 2;
 
@@ -65,39 +70,62 @@ struct ConvShape {
     static constexpr u32 K = KS * KS * CIN;
     static constexpr u32 KTILES = K / CONV_BK;
     static constexpr u32 CBLOCKS = CIN / CONV_BK;  // stages per tap
-    static constexpr u32 BN = COUT < 64 ? COUT : 64;
-    static constexpr u32 THREADS = 4 * BN;   // 4 x (BN / 32) warps
-    // Row strides in words. The fragment reads are 8-byte pairs, served per half warp:
-    // 24 puts the A reads (row g, column 2 t) of a half warp in 32 distinct banks
-    // (24 g + 2 t mod 32), 2 BN + 8 the B reads (row t, column pair g: 8 t + 2 g).
-    static constexpr u32 A_STRIDE = CONV_BK + 8, B_STRIDE = 2 * BN + 8;
-    static constexpr u32 STAGE_WORDS = CONV_BM * A_STRIDE + CONV_BK / 2 * B_STRIDE;
-    static constexpr u32 SHARED = CONV_STAGES * STAGE_WORDS * 4;
+    static constexpr u32 BN = COUT < 128 ? COUT : 128;
+    // Warp tiles of MI x NJ m16n8k16 tiles (16 accumulator tiles): 32 x 64 where the
+    // block is 64 or more wide, so a warp converts half the rows it would at 64 x 32 for
+    // the same products; 64 x 32 in the 32-wide layer.
+    static constexpr u32 NJ = BN >= 128 && KS == 3 ? 8 : 4, MI = 16 / NJ;
+    static constexpr u32 WARPS_M = CONV_BM / (16 * MI), WARPS_N = BN / (8 * NJ);
+    static constexpr u32 THREADS = 32 * WARPS_M * WARPS_N;  // = 4 BN
+    // 16 warps per SM: the blocks' registers (up to 128 per thread) allow no more. The
+    // 32-wide layer's blocks of 4 warps keep two stages, so four fit an SM's shared
+    // memory (with three, two fit: 885.9 us per launch in FP32 math against 643.9 for
+    // the 64-wide layer with the same products).
+    static constexpr u32 STAGES = BN == 32 ? 2 : CONV_STAGES;
+    static constexpr u32 MIN_BLOCKS = 512 / THREADS;
+    // A row stride in words. The A fragment reads are 8-byte pairs, served per half warp:
+    // 24 puts a half warp's (row g, column 2 t) in 32 distinct banks (24 g + 2 t mod 32).
+    // The B reads are 16 bytes, served per quarter warp: 16 g + 4 t covers the banks.
+    static constexpr u32 A_STRIDE = CONV_BK + 8;
+    static constexpr u32 STAGE_WORDS = CONV_BM * A_STRIDE + BN * CONV_BK;
+    static constexpr u32 SHARED = STAGES * STAGE_WORDS * 4;
     static constexpr u32 A_COPIES = CONV_BM * 4 / THREADS;  // 16-byte copies per thread
     static constexpr u64 X_ITEM = u64(HIN) * WIN * CIN, Y_ITEM = u64(POS) * COUT;
     static constexpr u32 GRID_X = (TRUNK_BATCH * POS + CONV_BM - 1) / CONV_BM;
     static constexpr u32 GRID_Y = COUT / BN;
     static_assert(CIN % CONV_BK == 0 && COUT % 32 == 0, "channel counts the tiles divide");
+    static_assert(THREADS == 4 * BN, "one B copy per thread");
     static_assert(POS > CONV_BM, "a block's rows span at most two items");
     static_assert(u64(TRUNK_BATCH) * HIN * WIN * CIN < (1ull << 31), "32-bit offsets");
 };
 
-// Raises maxima[item] and maxima[item + 1] to the largest of this warp's `first` and
-// `second` (magnitudes, as float bits: their order is the unsigned one). Every lane of
-// the warp calls it; an item at or past `items` is left alone.
+// Raises maxima[item] and maxima[item + 1] to the largest of the block's `first` and
+// `second` (magnitudes, as float bits: their order is the unsigned one), with at most one
+// atomic per chunk and block: the same-address atomics of every warp measured 422 us in
+// the stem at batch 32. A zero is skipped (the cleared maximum is already at least that);
+// an item at or past `items` is left alone. Every thread of the block calls it.
+template <u32 WARPS>
 __device__ __forceinline__ void raise_chunk_maxima(u32* maxima, u32 item, u32 items, float first,
                                                    float second) {
+    __shared__ float warps[2][WARPS];
 #pragma unroll
     for (u32 d = 1; d < 32; d *= 2) {
         first = fmaxf(first, __shfl_xor_sync(0xffffffffu, first, d));
         second = fmaxf(second, __shfl_xor_sync(0xffffffffu, second, d));
     }
     if ((threadIdx.x & 31) == 0) {
-        if (item < items) {
-            atomicMax(maxima + item, __float_as_uint(first));
+        warps[0][threadIdx.x >> 5] = first;
+        warps[1][threadIdx.x >> 5] = second;
+    }
+    __syncthreads();
+    if (threadIdx.x < 2) {  // thread 0 the first chunk, thread 1 the next
+        float largest = 0.0f;
+#pragma unroll
+        for (u32 w = 0; w < WARPS; ++w) {
+            largest = fmaxf(largest, warps[threadIdx.x][w]);
         }
-        if (item + 1 < items) {
-            atomicMax(maxima + item + 1, __float_as_uint(second));
+        if ((item + threadIdx.x < items) & (largest > 0.0f)) {
+            atomicMax(maxima + item + threadIdx.x, __float_as_uint(largest));
         }
     }
 }
@@ -128,9 +156,13 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
                                            const u32* __restrict__ in_max, u64 in_max_len,
                                            u32* __restrict__ out_max, u64 out_max_len, u32 items,
                                            u32 flags) {
+    constexpr u32 MI = S::MI, NJ = S::NJ;
+    // words per column per stage: the four b words of each t (high pairs, then low),
+    // or without SPLIT the two high ones
+    constexpr u32 B_WORDS = SPLIT ? CONV_BK : CONV_BK / 2;
     const bool valid = launch_is(S::GRID_X, S::GRID_Y, 1, S::THREADS) & (items >= 1) &
                        (items <= TRUNK_BATCH) & (x_len >= items * S::X_ITEM) &
-                       (w_len == u64(S::K) * S::COUT) & (bias_len == 2 * S::COUT) &
+                       (w_len == u64(S::K) * S::COUT * B_WORDS / CONV_BK) & (bias_len == 2 * S::COUT) &
                        ((residual_len == 0) | (residual_len >= items * S::Y_ITEM)) &
                        (y_len >= items * S::Y_ITEM) & (in_max_len >= items) &
                        ((out_max_len == 0) | (out_max_len >= items)) & (flags < 4) &
@@ -145,31 +177,33 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
     const saddr base = shared_address(shared);
     const u32 tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const u32 g = lane >> 2, t = lane & 3;
-    const u32 wm = warp & 3, wn = warp >> 2;
+    const u32 row0 = (warp % S::WARPS_M) * 16 * MI, col0 = (warp / S::WARPS_M) * 8 * NJ;
     const u32 n0 = blockIdx.y * S::BN;
 
     // This thread's A copies: one 16-byte chunk (4 channels) of A_COPIES positions.
     // Offsets are of the tap (0, 0) pixel; a row past the items gets an origin no tap
     // reaches, so its copies are zero fills.
+    // Bit tap of inside[i] is set where that tap of the copy's position is in the image.
     const u32 chunk = tid & 3;
     int origin[S::A_COPIES];
-    int corner_h[S::A_COPIES], corner_w[S::A_COPIES];
+    u32 inside[S::A_COPIES];
 #pragma unroll
     for (u32 i = 0; i < S::A_COPIES; ++i) {
         const u32 m = m0 + tid / 4 + i * (S::THREADS / 4);
         const u32 item = m / S::POS, p = m % S::POS;
         const int h = int(p / S::WOUT) * int(S::STRIDE) - int(S::PAD);
         const int v = int(p % S::WOUT) * int(S::STRIDE) - int(S::PAD);
-        corner_h[i] = m < rows ? h : -int(S::HIN) - 8;
-        corner_w[i] = v;
+        inside[i] = 0;
+#pragma unroll
+        for (u32 tap = 0; tap < S::KS * S::KS; ++tap) {
+            const bool in = (u32(h + int(tap / S::KS)) < S::HIN) & (u32(v + int(tap % S::KS)) < S::WIN);
+            inside[i] |= u32(in & (m < rows)) << tap;
+        }
         origin[i] = ((int(item) * int(S::HIN) + h) * int(S::WIN) + v) * int(S::CIN) + int(chunk) * 4;
     }
-    // This thread's B copy: one 16-byte run (two columns' high and low pair words).
-    const u32 b_row = tid / (S::BN / 2), b_col = (tid % (S::BN / 2)) * 4;
 
     auto load_stage = [&](u32 kt) {
-        const u32 slot = kt % CONV_STAGES;
-        const saddr a_base = base + slot * S::STAGE_WORDS * 4;
+        const saddr a_base = base + (kt % S::STAGES) * S::STAGE_WORDS * 4;
         const saddr b_base = a_base + CONV_BM * S::A_STRIDE * 4;
         const u32 tap = kt / S::CBLOCKS, cb = kt % S::CBLOCKS;
         const int dy = int(tap / S::KS), dx = int(tap % S::KS);
@@ -177,32 +211,35 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
 #pragma unroll
         for (u32 i = 0; i < S::A_COPIES; ++i) {
             const u32 r = tid / 4 + i * (S::THREADS / 4);
-            const bool inside = (u32(corner_h[i] + dy) < S::HIN) & (u32(corner_w[i] + dx) < S::WIN);
-            const float* source = inside ? x + (origin[i] + offset) : x;
-            cp_async16_fill(a_base + (r * S::A_STRIDE + chunk * 4) * 4, source, inside ? 16 : 0);
+            const bool in = (inside[i] >> tap) & 1;
+            const float* source = in ? x + (origin[i] + offset) : x;
+            cp_async16_fill(a_base + (r * S::A_STRIDE + chunk * 4) * 4, source, in ? 16 : 0);
         }
-        const float* source = w + u64(kt * CONV_BK / 2 + b_row) * (2 * S::COUT) + 2 * n0 + b_col;
-        cp_async16_fill(b_base + (b_row * S::B_STRIDE + b_col) * 4, source, 16);
+        // B: one 16-byte run per thread (SPLIT) or per thread of the first half
+        if (SPLIT || tid < S::THREADS / 2) {
+            const float* source = w + (u64(kt) * S::COUT + n0) * B_WORDS + tid * 4;
+            cp_async16_fill(b_base + tid * 16, source, 16);
+        }
     };
 
-    // The scales of this thread's fragment rows (wm * 64 + mi * 16 + 8 * half + g): the
+    // The scales of this thread's fragment rows (row0 + mi * 16 + 8 * half + g): the
     // power of two that puts the row's chunk's largest input in [2^14, 2^15).
-    float row_scale[4][2];
+    float row_scale[MI][2];
 #pragma unroll
-    for (u32 mi = 0; mi < 4; ++mi) {
+    for (u32 mi = 0; mi < MI; ++mi) {
 #pragma unroll
         for (u32 half = 0; half < 2; ++half) {
-            const u32 m = m0 + wm * 64 + mi * 16 + half * 8 + g;
+            const u32 m = m0 + row0 + mi * 16 + half * 8 + g;
             const float largest = m < rows ? __uint_as_float(__ldg(in_max + m / S::POS)) : 0.0f;
             float inverse;
             half_scale_of(largest, row_scale[mi][half], inverse);
         }
     }
 
-    float acc[4][4][4];
+    float acc[MI][NJ][4];
     zero(acc);
 #pragma unroll
-    for (u32 s = 0; s < CONV_STAGES - 1; ++s) {
+    for (u32 s = 0; s < S::STAGES - 1; ++s) {
         if (s < S::KTILES) {
             load_stage(s);
         }
@@ -210,19 +247,19 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
     }
 #pragma unroll 1
     for (u32 kt = 0; kt < S::KTILES; ++kt) {
-        cp_async_wait<CONV_STAGES - 2>();
+        cp_async_wait<S::STAGES - 2>();
         __syncthreads();  // stage kt landed for all; slot (kt - 1) % STAGES is free
-        if (kt + CONV_STAGES - 1 < S::KTILES) {
-            load_stage(kt + CONV_STAGES - 1);
+        if (kt + S::STAGES - 1 < S::KTILES) {
+            load_stage(kt + S::STAGES - 1);
         }
         cp_async_commit();
-        const saddr a_base = base + (kt % CONV_STAGES) * S::STAGE_WORDS * 4;
+        const saddr a_base = base + (kt % S::STAGES) * S::STAGE_WORDS * 4;
         const saddr b_base = a_base + CONV_BM * S::A_STRIDE * 4;
-        uint4 a_hi[4], a_lo[SPLIT ? 4 : 1];
+        uint4 a_hi[MI], a_lo[SPLIT ? MI : 1];
 #pragma unroll
-        for (u32 mi = 0; mi < 4; ++mi) {
+        for (u32 mi = 0; mi < MI; ++mi) {
             // a0..a3: (row g, k 2t), (row g + 8, k 2t), (row g, k 2t + 8), (row g + 8, k 2t + 8)
-            const saddr at = a_base + ((wm * 64 + mi * 16 + g) * S::A_STRIDE + 2 * t) * 4;
+            const saddr at = a_base + ((row0 + mi * 16 + g) * S::A_STRIDE + 2 * t) * 4;
             const float2 v[4] = {lds2(at), lds2(at + 8 * S::A_STRIDE * 4), lds2(at + 32),
                                  lds2(at + 8 * S::A_STRIDE * 4 + 32)};
             u32 hi[4], lo[4];
@@ -241,18 +278,20 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
             }
         }
 #pragma unroll
-        for (u32 nj = 0; nj < 4; ++nj) {
-            // b0: k pair t, b1: k pair t + 4, of column g; each word pair is (high, low)
-            const saddr bt = b_base + (t * S::B_STRIDE + 2 * (wn * 32 + nj * 8 + g)) * 4;
-            const float2 b0 = lds2(bt), b1 = lds2(bt + 4 * S::B_STRIDE * 4);
-            const u32 h0 = __float_as_uint(b0.x), h1 = __float_as_uint(b1.x);
+        for (u32 nj = 0; nj < NJ; ++nj) {
+            // column g's b0, b1 (k pairs t, t + 4): high (and low) as one read, 16 g + 4 t
+            // or 8 g + 2 t words: each quarter (half) warp's reads cover the banks
+            const saddr bt = b_base + ((col0 + nj * 8 + g) * B_WORDS + B_WORDS / 4 * t) * 4;
+            const float4 b = SPLIT ? lds4(bt) : make_float4(0, 0, 0, 0);
+            const float2 high = SPLIT ? make_float2(b.x, b.y) : lds2(bt);
+            const u32 h0 = __float_as_uint(high.x), h1 = __float_as_uint(high.y);
             if constexpr (SPLIT) {
-                float part[4][4];  // this stage's fresh sums of the column tile
+                float part[MI][4];  // this stage's fresh sums of the column tile
                 zero(part);
 #pragma unroll
-                for (u32 mi = 0; mi < 4; ++mi) {
+                for (u32 mi = 0; mi < MI; ++mi) {
                     mma_f16(part[mi], a_lo[mi], h0, h1);
-                    mma_f16(part[mi], a_hi[mi], __float_as_uint(b0.y), __float_as_uint(b1.y));
+                    mma_f16(part[mi], a_hi[mi], __float_as_uint(b.z), __float_as_uint(b.w));
                     mma_f16(part[mi], a_hi[mi], h0, h1);
 #pragma unroll
                     for (u32 e = 0; e < 4; ++e) {
@@ -261,7 +300,7 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
                 }
             } else {
 #pragma unroll
-                for (u32 mi = 0; mi < 4; ++mi) {
+                for (u32 mi = 0; mi < MI; ++mi) {
                     mma_f16(acc[mi][nj], a_hi[mi], h0, h1);
                 }
             }
@@ -269,37 +308,34 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
     }
     cp_async_wait<0>();
 
-    float2 bias_pair[4], column_inverse[4];
-#pragma unroll
-    for (u32 nj = 0; nj < 4; ++nj) {
-        const u32 n = n0 + wn * 32 + nj * 8 + 2 * t;
-        bias_pair[nj] = __ldg(reinterpret_cast<const float2*>(bias + n));
-        column_inverse[nj] = __ldg(reinterpret_cast<const float2*>(bias + S::COUT + n));
-    }
     const bool relu = flags & CONV_RELU, nchw = flags & CONV_NCHW;
     const u32 first_item = m0 / S::POS;
     float largest_first = 0.0f, largest_next = 0.0f;  // of first_item's rows, the next item's
 #pragma unroll
-    for (u32 mi = 0; mi < 4; ++mi) {
+    for (u32 nj = 0; nj < NJ; ++nj) {
+        const u32 n = n0 + col0 + nj * 8 + 2 * t;
+        const float2 bias_pair = __ldg(reinterpret_cast<const float2*>(bias + n));
+        const float2 column_inverse = __ldg(reinterpret_cast<const float2*>(bias + S::COUT + n));
 #pragma unroll
-        for (u32 half = 0; half < 2; ++half) {
-            const u32 m = m0 + wm * 64 + mi * 16 + half * 8 + g;
-            if (m >= rows) {
-                continue;
-            }
-            const u32 item = m / S::POS;
-            // 1 / the scale, exact: for a normal power of two 2^e the bits of 2^-e are
-            // (254 << 23) - its bits
-            const float row_inverse = __uint_as_float((254u << 23) - __float_as_uint(row_scale[mi][half]));
+        for (u32 mi = 0; mi < MI; ++mi) {
 #pragma unroll
-            for (u32 nj = 0; nj < 4; ++nj) {
-                const u32 n = n0 + wn * 32 + nj * 8 + 2 * t;
-                float v0 = fmaf(acc[mi][nj][2 * half] * row_inverse, column_inverse[nj].x,
-                                bias_pair[nj].x);
-                float v1 = fmaf(acc[mi][nj][2 * half + 1] * row_inverse, column_inverse[nj].y,
-                                bias_pair[nj].y);
+            for (u32 half = 0; half < 2; ++half) {
+                const u32 m = m0 + row0 + mi * 16 + half * 8 + g;
+                if (m >= rows) {
+                    continue;
+                }
+                const u32 item = m / S::POS;
+                // 1 / the scale, exact: for a normal power of two 2^e the bits of 2^-e
+                // are (254 << 23) - its bits
+                const float row_inverse =
+                    __uint_as_float((254u << 23) - __float_as_uint(row_scale[mi][half]));
+                float v0 =
+                    fmaf(acc[mi][nj][2 * half] * row_inverse, column_inverse.x, bias_pair.x);
+                float v1 =
+                    fmaf(acc[mi][nj][2 * half + 1] * row_inverse, column_inverse.y, bias_pair.y);
                 if (residual_len != 0) {
-                    const float2 r = __ldg(reinterpret_cast<const float2*>(residual + m * S::COUT + n));
+                    const float2 r =
+                        __ldg(reinterpret_cast<const float2*>(residual + m * S::COUT + n));
                     v0 += r.x;
                     v1 += r.y;
                 }
@@ -323,7 +359,7 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
         }
     }
     if (out_max_len != 0) {
-        raise_chunk_maxima(out_max, first_item, items, largest_first, largest_next);
+        raise_chunk_maxima<S::THREADS / 32>(out_max, first_item, items, largest_first, largest_next);
     }
 }
 

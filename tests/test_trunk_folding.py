@@ -59,14 +59,16 @@ def test_fold_equals_the_convolution_then_batchnorm() -> None:
 
 
 def unpack_halves(packed: np.ndarray, k: int, cout: int) -> tuple[np.ndarray, np.ndarray]:
-    """The (high, low) FP16 values `[k][cout]` of a packed convolution weight."""
-    words = packed.view(np.uint32).reshape(k // 2, cout, 2)
+    """The (high, low) FP16 values `[k][cout]` of a packed convolution weight: per
+    stage of 16 k and column, lane t's words for pairs t and t + 4, high then low."""
+    words = packed.view(np.uint32).reshape(k // 16, cout, 4, 2, 2)  # [s][n][t][part][half]
 
-    def values(word: np.ndarray) -> np.ndarray:
-        halves = np.stack([word & 0xFFFF, word >> 16], axis=1).astype(np.uint16)
+    def values(part: int) -> np.ndarray:
+        pairs = words[..., part, :].transpose(0, 3, 2, 1).reshape(k // 2, cout)  # p = 8s+4h+t
+        halves = np.stack([pairs & 0xFFFF, pairs >> 16], axis=1).astype(np.uint16)
         return halves.reshape(k, cout).view(np.float16).astype(np.float64)
 
-    return values(words[..., 0]), values(words[..., 1])
+    return values(0), values(1)
 
 
 def test_the_packed_weight_is_tap_then_input_then_output_channel() -> None:
@@ -88,6 +90,9 @@ def test_the_packed_weight_is_tap_then_input_then_output_channel() -> None:
         assert abs(value[ky, kx, ci, co] - exact) > 0 or low.any()
     bias = conv.packed_bias()
     assert bias.size == 256 and (bias[128:] == np.exp2(-shifts).astype(np.float32)).all()
+    # one product's kernels read the high words alone, in the same order
+    only_high = conv.packed(split=False).view(np.uint32).reshape(-1, 128, 4, 2)
+    assert (only_high == packed.view(np.uint32).reshape(-1, 128, 4, 2, 2)[..., 0, :]).all()
 
 
 def test_the_stem_packs_fp32_taps() -> None:

@@ -8,9 +8,11 @@ statistics, read once at plan time.
 Device layout: the stem reads FP32 `[tap][32]`. The tensor-core convolutions read each
 weight column (output channel) scaled by a power of two that puts its largest magnitude
 in [2^14, 2^15), split from float64 into an FP16 high part and the FP16 rounding of the
-residual, as pair words `[k / 2][cout][high, low]` (k = tap * cin + ci, the even k in
-a word's low half); their bias vector carries the columns' inverse scales after the
-bias."""
+residual, as FP16 pair words (k = tap * cin + ci; a word holds k = 2 p in its low half
+and 2 p + 1). Per stage of 16 k (pairs p = 0..7) and column, the words are ordered
+high(t), high(t + 4), low(t), low(t + 4) for t = 0..3: one mma lane's fragments, read
+as 16 bytes; a kernel of one product reads only the high words, packed without the
+low ones. Their bias vector carries the columns' inverse scales after the bias."""
 
 from __future__ import annotations
 
@@ -89,9 +91,10 @@ class FoldedConv:
         _, exponent = np.frexp(largest)  # largest = f 2^exponent, f in [0.5, 1)
         return np.where(largest > 0, np.clip(15 - exponent, -113, 126), 0)
 
-    def packed(self) -> np.ndarray:
+    def packed(self, split: bool = True) -> np.ndarray:
         """The weight as the kernels read it, flat: the stem's FP32 `[tap][32]`; the
-        others' FP16 (high, low) pair words `[k / 2][cout][2]`, as float32 bits."""
+        others' FP16 pair words `[k / 16][cout][t][high(t), high(t + 4), low(t),
+        low(t + 4)]` (without `split`, the high words only), as float32 bits."""
         taps = self.weight.transpose(2, 3, 1, 0)  # [ky][kx][cin][cout], tap = ky * ks + kx
         if self.site is TrunkSite.STEM:
             return np.ascontiguousarray(taps.astype(np.float32)).reshape(-1)
@@ -99,11 +102,13 @@ class FoldedConv:
         high = scaled.astype(np.float16)
         low = (scaled - high.astype(np.float64)).astype(np.float16)
 
-        def words(halves: np.ndarray) -> np.ndarray:  # [k][cout] -> [k / 2][cout]
+        def words(halves: np.ndarray) -> np.ndarray:  # [k][cout] -> [k / 16][cout][t][2]
             bits = halves.view(np.uint16).astype(np.uint32)
-            return bits[0::2] | bits[1::2] << 16
+            pairs = bits[0::2] | bits[1::2] << 16  # [p][cout], p = 8 stage + 4 half + t
+            return pairs.reshape(-1, 2, 4, pairs.shape[-1]).transpose(0, 3, 2, 1)
 
-        return np.stack([words(high), words(low)], axis=-1).reshape(-1).view(np.float32)
+        stages = np.concatenate([words(high), words(low)], axis=-1) if split else words(high)
+        return np.ascontiguousarray(stages).reshape(-1).view(np.float32)
 
     def packed_bias(self) -> np.ndarray:
         """The stem's bias; the others' bias, then their columns' inverse scales 2^-s."""

@@ -94,7 +94,7 @@ class _Uploaded:
         (self.kernel,) = launchable_kernels(
             runtime.device, loaded, [conv.site.kernel(math)], shared
         )
-        self.weight = runtime.upload(conv.packed())
+        self.weight = runtime.upload(conv.packed(conv.site.splits(math)))
         try:
             self.bias = runtime.upload(conv.packed_bias())
         except BaseException:

@@ -79,7 +79,7 @@ class ConvShape:
 
     @property
     def block_channels(self) -> int:
-        return min(self.cout, 64)
+        return min(self.cout, 128)
 
     @property
     def threads(self) -> int:
@@ -88,10 +88,14 @@ class ConvShape:
     @property
     def shared(self) -> int:
         """Bytes of the cp.async ring: per stage, the FP32 activation rows (stride
-        CONV_BK + 8 words) and the weights' FP16 pair words (CONV_BK / 2 rows of
-        2 * block_channels + 8 words)."""
-        stage = CONV_BM * (CONV_BK + 8) + CONV_BK // 2 * (2 * self.block_channels + 8)
-        return CONV_STAGES * stage * 4
+        CONV_BK + 8 words) and the weights' FP16 pair words (CONV_BK per column)."""
+        stage = CONV_BM * (CONV_BK + 8) + self.block_channels * CONV_BK
+        return self.stages * stage * 4
+
+    @property
+    def stages(self) -> int:
+        """Depth of the copy ring: two in the 32-wide layer, so four blocks fit an SM."""
+        return 2 if self.block_channels == 32 else CONV_STAGES
 
     @property
     def grid(self) -> tuple[int, int, int]:
@@ -133,8 +137,12 @@ class TrunkSite(enum.Enum):
         work, and the library keeps at least one of them in FP32 under TF32 math."""
         if self is TrunkSite.STEM:
             return KERNEL_PREFIX + self.value
-        split = math is CudaMath.FP32 or self.is_shortcut()
-        return f"{KERNEL_PREFIX}{self.value}_{'f16x3' if split else 'f16'}"
+        return f"{KERNEL_PREFIX}{self.value}_{'f16x3' if self.splits(math) else 'f16'}"
+
+    def splits(self, math: CudaMath) -> bool:
+        """Whether the site's kernel takes three products of split operands (and reads
+        the weights' low parts): in FP32 math, and for the shortcuts in both."""
+        return math is CudaMath.FP32 or self.is_shortcut()
 
     def is_shortcut(self) -> bool:
         return self.value.endswith("_shortcut")
