@@ -1,6 +1,7 @@
 """The trunk area: the WeSpeaker ResNet34 trunk (its 36 convolutions, BatchNorm folded,
 ReLU and the residual adds fused) as fixed-shape plans at batch 32 chunks of 80 mel
-bins x 998 frames, on tensor cores: 3xTF32 products in FP32 math, TF32 in TF32 math.
+bins x 998 frames, on FP16 tensor cores with power-of-two scales: three products of
+split operands in FP32 math, one in TF32 math.
 Needs the sm80 tier; below it a plan refuses with `DeviceUnsupported` (take the
 library path)."""
 
