@@ -149,7 +149,8 @@ def _check_tier(runtime: CudaRuntime) -> None:
 class ConvPlan(PlanLifetime):
     """One convolution of the trunk (any site, the stem included) at batch 32 chunks:
     `enqueue(x, y, residual=None, items=32, relu=..., nchw=False)` on NHWC buffers (the
-    stem reads the fbank `[items, 998, 80]`)."""
+    stem reads the fbank `[items, 998, 80]`). Its chunk maxima buffer serves one enqueue
+    at a time: enqueue on one stream (or order the streams)."""
 
     def __init__(self, runtime: CudaRuntime, math: CudaMath, conv: FoldedConv) -> None:
         _check_tier(runtime)
@@ -215,8 +216,10 @@ class ConvPlan(PlanLifetime):
 
 class TrunkPlan(PlanLifetime):
     """The whole trunk: fbank `[items, 998, 80]` -> `[items, 256, 10, 125]`, as the
-    model's `forward_frames`. Owns its folded weights and three activation buffers of
-    32 chunks of the widest layer (327 MB each) and one for the shortcuts (164 MB)."""
+    model's `forward_frames`. Owns its folded weights, three activation buffers of 32
+    chunks of the widest layer (327 MB each), one for the shortcuts (164 MB) and the
+    chunk maxima; they serve one enqueue at a time (one stream, or graphs replayed in
+    turn)."""
 
     def __init__(self, runtime: CudaRuntime, math: CudaMath, weights: TrunkWeights) -> None:
         _check_tier(runtime)
