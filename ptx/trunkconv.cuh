@@ -10,8 +10,8 @@
 // GEMM: rows = output positions (item, ho, wo), columns = output channels, reduction
 // k = (ky * KS + kx) * CIN + ci. A block owns 256 positions by BN channels (BN = 128, or
 // the layer's 32 or 64): the wider the block, the fewer times the activations cross L2.
-// Its warps own 32 positions x 64 channels (64 x 32 in the 32-wide layer), each a grid
-// of 16 m16n8k16 tiles. Stages of 16 reduction elements flow through a CONV_STAGES-deep
+// Its warps own 32 positions x 64 channels in the 128-wide 3x3 layers, 64 x 32 elsewhere,
+// each a grid of 16 m16n8k16 tiles. Stages of 16 reduction elements flow through a CONV_STAGES-deep
 // cp.async ring; padding and positions past the batch's items are
 // zero-filled copies that read nothing.
 //
@@ -56,7 +56,6 @@ constexpr u32 TRUNK_FRAMES = 998;   // fbank frames of a 10 s chunk: the trunk's
 constexpr u32 CONV_BM = 256;        // output positions per block
 constexpr u32 CONV_BK = 16;         // reduction elements per stage
 constexpr u32 CONV_STAGES = 3;
-constexpr u32 HALF_STRIDE = 12;  // words per FP16 activation row: 16 values, 8 of padding
 constexpr u32 CONV_RELU = 1;  // epilogue flags
 constexpr u32 CONV_NCHW = 2;
 
@@ -71,9 +70,10 @@ struct ConvShape {
     static constexpr u32 KTILES = K / CONV_BK;
     static constexpr u32 CBLOCKS = CIN / CONV_BK;  // stages per tap
     static constexpr u32 BN = COUT < 128 ? COUT : 128;
-    // Warp tiles of MI x NJ m16n8k16 tiles (16 accumulator tiles): 32 x 64 where the
-    // block is 64 or more wide, so a warp converts half the rows it would at 64 x 32 for
-    // the same products; 64 x 32 in the 32-wide layer.
+    // Warp tiles of MI x NJ m16n8k16 tiles (16 accumulator tiles): 32 x 64 in the
+    // 128-wide 3x3 layers, so a warp converts half the rows it would at 64 x 32 for the
+    // same products; 64 x 32 elsewhere, where 32 x 64 spilled registers on sm_80 to
+    // sm_120 (docs/performance.md).
     static constexpr u32 NJ = BN >= 128 && KS == 3 ? 8 : 4, MI = 16 / NJ;
     static constexpr u32 WARPS_M = CONV_BM / (16 * MI), WARPS_N = BN / (8 * NJ);
     static constexpr u32 THREADS = 32 * WARPS_M * WARPS_N;  // = 4 BN

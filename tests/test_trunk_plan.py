@@ -74,6 +74,13 @@ def test_the_trunk_is_a_clear_and_36_convolutions_in_block_order(
     for launch, site in zip(launches, expected, strict=True):
         grid, threads, shared = site.launch()
         assert launch[1:4] == (grid, (threads, 1, 1), shared)
+        if site is not TrunkSite.STEM:
+            # the weight words the kernel checks: high and low pairs, or high alone
+            shape, given = site.shape, params(launch, CONV_PARAMS)
+            words = shape.k * shape.cout // (1 if site.splits(math) else 2)
+            assert (given["w_len"], given["bias_len"]) == (words, 2 * shape.cout)
+    # TF32 math runs one product except on the shortcuts
+    assert any(not site.splits(math) for site in expected) == (math is CudaMath.TF32)
     stem = params(launches[0], STEM_PARAMS)
     assert (stem["x"], stem["x_len"], stem["items"]) == (x.ptr, 32 * FBANK, 32)
     convs = [params(launch, CONV_PARAMS) for launch in launches[1:]]

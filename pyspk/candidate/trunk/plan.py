@@ -158,7 +158,7 @@ class ConvPlan(PlanLifetime):
         self.site = conv.site
         self._conv = _Uploaded(runtime, math, conv)
         try:
-            self._clear, self._chunk_max = _maxima_kernels(runtime)
+            _, self._chunk_max = _maxima_kernels(runtime)
             self._maxima = runtime.alloc_zeros(TRUNK_BATCH)  # the input's, per chunk
         except BaseException:
             free_after_error(self._conv.buffers())
@@ -237,8 +237,8 @@ class TrunkPlan(PlanLifetime):
             owned += ping
             shortcut = runtime.alloc_zeros(TRUNK_BATCH * TrunkSite.LAYER2_SHORTCUT.shape.y_item)
             owned.append(shortcut)
-            # one slot of chunk maxima per activation a 3x3 convolution reads: the
-            # stem's output and each 3x3's
+            # one slot of chunk maxima per activation the stem or a 3x3 convolution
+            # writes (the last one's is raised but not read)
             slots = 1 + 2 * sum(TRUNK_BLOCKS)
             maxima = runtime.alloc_zeros(slots * TRUNK_BATCH)
             owned.append(maxima)
