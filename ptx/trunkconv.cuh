@@ -11,9 +11,9 @@
 // k = (ky * KS + kx) * CIN + ci. A block owns 256 positions by BN channels (BN = 128, or
 // the layer's 32 or 64): the wider the block, the fewer times the activations cross L2.
 // Its warps own 32 positions x 64 channels in the 128-wide 3x3 layers, 64 x 32 elsewhere,
-// each a grid of 16 m16n8k16 tiles. Stages of 16 reduction elements flow through a CONV_STAGES-deep
-// cp.async ring; padding and positions past the batch's items are
-// zero-filled copies that read nothing.
+// each a grid of 16 m16n8k16 tiles. Stages of 16 reduction elements flow through a
+// cp.async ring (ConvShape::STAGES deep); padding and positions past the batch's items
+// are zero-filled copies that read nothing.
 //
 // Maths, on FP16 products (twice TF32's mma.sync rate: 620 against 310 TFLOPS measured):
 // every operand is scaled by a power of two into FP16's range, so the scaling itself is
@@ -85,7 +85,8 @@ struct ConvShape {
     static constexpr u32 MIN_BLOCKS = 512 / THREADS;
     // A row stride in words. The A fragment reads are 8-byte pairs, served per half warp:
     // 24 puts a half warp's (row g, column 2 t) in 32 distinct banks (24 g + 2 t mod 32).
-    // The B reads are 16 bytes, served per quarter warp: 16 g + 4 t covers the banks.
+    // The B reads are 16 bytes (8 with one product), served per quarter (half) warp:
+    // 16 g + 4 t (8 g + 2 t) words cover the banks.
     static constexpr u32 A_STRIDE = CONV_BK + 8;
     static constexpr u32 STAGE_WORDS = CONV_BM * A_STRIDE + BN * CONV_BK;
     static constexpr u32 SHARED = STAGES * STAGE_WORDS * 4;
@@ -94,7 +95,7 @@ struct ConvShape {
     static constexpr u32 GRID_X = (TRUNK_BATCH * POS + CONV_BM - 1) / CONV_BM;
     static constexpr u32 GRID_Y = COUT / BN;
     static_assert(CIN % CONV_BK == 0 && COUT % 32 == 0, "channel counts the tiles divide");
-    static_assert(THREADS == 4 * BN, "one B copy per thread");
+    static_assert(THREADS == 4 * BN, "at most one B copy per thread");
     static_assert(POS > CONV_BM, "a block's rows span at most two items");
     static_assert(u64(TRUNK_BATCH) * HIN * WIN * CIN < (1ull << 31), "32-bit offsets");
 };
