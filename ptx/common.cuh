@@ -144,6 +144,15 @@ __device__ __forceinline__ void loads_issued() {
     asm volatile("fence.acq_rel.cta;" ::: "memory");
 }
 
+// The largest `m` of the warp's lanes, in every lane.
+__device__ __forceinline__ float warp_max(float m) {
+#pragma unroll
+    for (u32 d = 1; d < 32; d *= 2) {
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, d));
+    }
+    return m;
+}
+
 // Every element of a thread's 2-D register tile to zero
 template <class T, u32 M, u32 N>
 __device__ __forceinline__ void zero(T (&tile)[M][N]) {

@@ -96,14 +96,6 @@ __device__ __forceinline__ WarpScale warp_scale_start() {
     half_scale_of(0.0f, s.scale, s.inverse);
     return s;
 }
-// The largest `m` of the warp's lanes, in every lane.
-__device__ __forceinline__ float warp_max(float m) {
-#pragma unroll
-    for (u32 d = 1; d < 32; d *= 2) {
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, d));
-    }
-    return m;
-}
 // Folds `m`, this lane's largest magnitude of the next operands, into the warp's scale.
 // Where the scale changes (the same in every lane), the sums so far are multiplied by
 // the ratio of the new and old scale, a power of two: every product stays in FP16's range.

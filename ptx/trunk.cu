@@ -113,10 +113,7 @@ spk_trunk_chunk_max(const float* __restrict__ x, u64 x_len, u32 item_len,
     for (u32 i = threadIdx.x; i < item_len; i += MAXIMA_THREADS) {
         largest = fmaxf(largest, fabsf(__ldg(chunk + i)));
     }
-#pragma unroll
-    for (u32 d = 1; d < 32; d *= 2) {
-        largest = fmaxf(largest, __shfl_xor_sync(0xffffffffu, largest, d));
-    }
+    largest = spk::warp_max(largest);
     if ((threadIdx.x & 31) == 0) {
         warps[threadIdx.x >> 5] = largest;
     }

@@ -109,11 +109,8 @@ template <u32 WARPS>
 __device__ __forceinline__ void raise_chunk_maxima(u32* maxima, u32 item, u32 items, float first,
                                                    float second) {
     __shared__ float warps[2][WARPS];
-#pragma unroll
-    for (u32 d = 1; d < 32; d *= 2) {
-        first = fmaxf(first, __shfl_xor_sync(0xffffffffu, first, d));
-        second = fmaxf(second, __shfl_xor_sync(0xffffffffu, second, d));
-    }
+    first = warp_max(first);
+    second = warp_max(second);
     if ((threadIdx.x & 31) == 0) {
         warps[0][threadIdx.x >> 5] = first;
         warps[1][threadIdx.x >> 5] = second;
@@ -327,7 +324,7 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
                 }
                 const u32 item = m / S::POS;
                 // 1 / the scale, exact: for a normal power of two 2^e the bits of 2^-e
-                // are (254 << 23) - its bits
+                // are (254 << 23) - its bits (derived, not kept: registers are the limit)
                 const float row_inverse =
                     __uint_as_float((254u << 23) - __float_as_uint(row_scale[mi][half]));
                 float v0 =

@@ -85,7 +85,8 @@ def _check_items(items: int) -> int:
 
 
 class _Uploaded:
-    """One convolution's FP32 weight and bias on the device, and its kernel."""
+    """One convolution's packed weight and bias (`FoldedConv.packed`, `packed_bias`) on
+    the device, and its kernel."""
 
     def __init__(self, runtime: CudaRuntime, math: CudaMath, conv: FoldedConv) -> None:
         self.site = conv.site
@@ -126,12 +127,11 @@ class _Uploaded:
         return self.kernel.launch(grid, block, shared, CONV_PARAMS, values)
 
 
-def _maxima_kernels(runtime: CudaRuntime) -> tuple[Kernel, Kernel]:
-    """The clear and the chunk-max kernels."""
+def _maxima_kernel(runtime: CudaRuntime, name: str) -> Kernel:
+    """The clear (`CLEAR_KERNEL`) or the chunk-max (`CHUNK_MAX_KERNEL`) kernel."""
     loaded = runtime.load_kernels(KernelModule.TRUNK)
-    names = [CLEAR_KERNEL, CHUNK_MAX_KERNEL]
-    clear, chunk_max = launchable_kernels(runtime.device, loaded, names, 0)
-    return clear, chunk_max
+    (kernel,) = launchable_kernels(runtime.device, loaded, [name], 0)
+    return kernel
 
 
 def _check_tier(runtime: CudaRuntime) -> None:
@@ -158,7 +158,7 @@ class ConvPlan(PlanLifetime):
         self.site = conv.site
         self._conv = _Uploaded(runtime, math, conv)
         try:
-            _, self._chunk_max = _maxima_kernels(runtime)
+            self._chunk_max = _maxima_kernel(runtime, CHUNK_MAX_KERNEL)
             self._maxima = runtime.alloc_zeros(TRUNK_BATCH)  # the input's, per chunk
         except BaseException:
             free_after_error(self._conv.buffers())
@@ -242,7 +242,7 @@ class TrunkPlan(PlanLifetime):
             slots = 1 + 2 * sum(TRUNK_BLOCKS)
             maxima = runtime.alloc_zeros(slots * TRUNK_BATCH)
             owned.append(maxima)
-            clear, _ = _maxima_kernels(runtime)
+            clear = _maxima_kernel(runtime, CLEAR_KERNEL)
             self._launches = [
                 clear.launch(1, MAXIMA_THREADS, 0, CLEAR_PARAMS, [maxima.ptr, len(maxima)]),
                 *self._prepare(uploaded, ping, shortcut, maxima),
