@@ -17,67 +17,81 @@
 // convolution's (bin, frame) image), weights [tap][32], bias [32], output NHWC
 // [item][bin][frame][32], ReLU. FP32 fma over the nine taps in order, then + bias. Where
 // out_max is given, each chunk's largest output is raised into it (raise_chunk_maxima).
-// Launch: one output position per thread, blocks of 256, grid ceil(32 * 80 * 998 / 256).
+// Launch: grid (STEM_TILES, 32), blocks of STEM_THREADS; a block owns a tile of
+// STEM_TILE_BINS x STEM_TILE_FRAMES positions of item blockIdx.y. It stages the tile's
+// input patch (with its one-pixel border) in shared memory, read along the bins that are
+// contiguous in the fbank; each thread then computes four channels of one position at a
+// time, so the eight threads of a position store its 128 output bytes together (one
+// position per thread, reading the fbank per frame, measured 373 us per batch).
 constexpr u32 STEM_THREADS = 256;
+constexpr u32 STEM_TILE_BINS = 8;
+constexpr u32 STEM_TILE_FRAMES = 32;
+constexpr u32 STEM_TILES = spk::TRUNK_BINS / STEM_TILE_BINS *
+                           ((spk::TRUNK_FRAMES + STEM_TILE_FRAMES - 1) / STEM_TILE_FRAMES);
 constexpr u32 STEM_POS = spk::TRUNK_BINS * spk::TRUNK_FRAMES;
-constexpr u32 STEM_GRID = (spk::TRUNK_BATCH * STEM_POS + STEM_THREADS - 1) / STEM_THREADS;
 
 extern "C" __global__ void __launch_bounds__(STEM_THREADS)
 spk_trunk_stem(const float* __restrict__ x, u64 x_len, const float* __restrict__ w, u64 w_len,
                const float* __restrict__ bias, u64 bias_len, float* __restrict__ y, u64 y_len,
                u32* __restrict__ out_max, u64 out_max_len, u32 items) {
+    constexpr u32 PATCH_BINS = STEM_TILE_BINS + 2, PATCH_FRAMES = STEM_TILE_FRAMES + 2;
     __shared__ float weights[9 * 32 + 32];
-    const bool valid = spk::launch_is(STEM_GRID, 1, 1, STEM_THREADS) & (items >= 1) &
-                       (items <= spk::TRUNK_BATCH) & (x_len >= u64(items) * STEM_POS) &
-                       (w_len == 9 * 32) & (bias_len == 32) &
+    __shared__ float patch[PATCH_FRAMES][PATCH_BINS];
+    const bool valid = spk::launch_is(STEM_TILES, spk::TRUNK_BATCH, 1, STEM_THREADS) &
+                       (items >= 1) & (items <= spk::TRUNK_BATCH) &
+                       (x_len >= u64(items) * STEM_POS) & (w_len == 9 * 32) & (bias_len == 32) &
                        (y_len >= u64(items) * STEM_POS * 32) &
                        ((out_max_len == 0) | (out_max_len >= items)) & spk::aligned16(y);
-    const u32 m = blockIdx.x * STEM_THREADS + threadIdx.x;
-    if (!valid | (blockIdx.x * STEM_THREADS >= items * STEM_POS)) {
+    const u32 item = blockIdx.y;
+    if (!valid | (item >= items)) {
         return;  // uniform over the block
     }
+    constexpr u32 FRAME_TILES = (spk::TRUNK_FRAMES + STEM_TILE_FRAMES - 1) / STEM_TILE_FRAMES;
+    const int bin0 = int(blockIdx.x / FRAME_TILES * STEM_TILE_BINS);
+    const int frame0 = int(blockIdx.x % FRAME_TILES * STEM_TILE_FRAMES);
     for (u32 i = threadIdx.x; i < 9 * 32 + 32; i += STEM_THREADS) {
         weights[i] = i < 9 * 32 ? w[i] : bias[i - 9 * 32];
     }
+    const float* chunk = x + u64(item) * STEM_POS;
+    for (u32 i = threadIdx.x; i < PATCH_FRAMES * PATCH_BINS; i += STEM_THREADS) {
+        const int f = frame0 - 1 + int(i / PATCH_BINS), b = bin0 - 1 + int(i % PATCH_BINS);
+        const bool inside = (u32(b) < spk::TRUNK_BINS) & (u32(f) < spk::TRUNK_FRAMES);
+        patch[i / PATCH_BINS][i % PATCH_BINS] =
+            inside ? __ldg(chunk + u32(f) * spk::TRUNK_BINS + u32(b)) : 0.0f;
+    }
     __syncthreads();
-    const u32 first_item = blockIdx.x * STEM_THREADS / STEM_POS;
-    const u32 item = m / STEM_POS, p = m % STEM_POS;
+    const u32 quad = threadIdx.x % 8;  // channels 4 quad .. 4 quad + 3
     float largest = 0.0f;
-    if (m < items * STEM_POS) {  // no return: every lane takes part in the maxima below
-        const int bin = int(p / spk::TRUNK_FRAMES), frame = int(p % spk::TRUNK_FRAMES);
+#pragma unroll 1
+    for (u32 task = threadIdx.x / 8; task < STEM_TILE_BINS * STEM_TILE_FRAMES;
+         task += STEM_THREADS / 8) {
+        const u32 tb = task / STEM_TILE_FRAMES, tf = task % STEM_TILE_FRAMES;
+        const u32 frame = u32(frame0) + tf;
+        if (frame >= spk::TRUNK_FRAMES) {
+            continue;
+        }
         float pixel[9];
 #pragma unroll
-        for (int dy = 0; dy < 3; ++dy) {
-#pragma unroll
-            for (int dx = 0; dx < 3; ++dx) {
-                const int b = bin + dy - 1, f = frame + dx - 1;
-                const bool inside = (u32(b) < spk::TRUNK_BINS) & (u32(f) < spk::TRUNK_FRAMES);
-                pixel[dy * 3 + dx] =
-                    inside ? __ldg(x + (u64(item) * spk::TRUNK_FRAMES + f) * spk::TRUNK_BINS + b)
-                           : 0.0f;
-            }
+        for (u32 tap = 0; tap < 9; ++tap) {
+            pixel[tap] = patch[tf + tap % 3][tb + tap / 3];
         }
-        float* out = y + u64(m) * 32;
+        float v[4];
 #pragma unroll
-        for (u32 c = 0; c < 32; c += 4) {
-            float v[4];
+        for (u32 j = 0; j < 4; ++j) {
+            const u32 c = quad * 4 + j;
+            float sum = 0.0f;
 #pragma unroll
-            for (u32 j = 0; j < 4; ++j) {
-                float sum = 0.0f;
-#pragma unroll
-                for (u32 tap = 0; tap < 9; ++tap) {
-                    sum = fmaf(pixel[tap], weights[tap * 32 + c + j], sum);
-                }
-                v[j] = fmaxf(sum + weights[9 * 32 + c + j], 0.0f);
-                largest = fmaxf(largest, v[j]);
+            for (u32 tap = 0; tap < 9; ++tap) {
+                sum = fmaf(pixel[tap], weights[tap * 32 + c], sum);
             }
-            spk::stg4(out + c, make_float4(v[0], v[1], v[2], v[3]));
+            v[j] = fmaxf(sum + weights[9 * 32 + c], 0.0f);
+            largest = fmaxf(largest, v[j]);
         }
+        const u32 p = (u32(bin0) + tb) * spk::TRUNK_FRAMES + frame;
+        spk::stg4(y + (u64(item) * STEM_POS + p) * 32 + quad * 4, make_float4(v[0], v[1], v[2], v[3]));
     }
     if (out_max_len != 0) {
-        const bool first = item == first_item;
-        spk::raise_chunk_maxima<STEM_THREADS / 32>(out_max, first_item, items, first ? largest : 0.0f,
-                                first ? 0.0f : largest);
+        spk::raise_chunk_maxima<STEM_THREADS / 32>(out_max, item, items, largest, 0.0f);
     }
 }
 

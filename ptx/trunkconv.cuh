@@ -3,17 +3,21 @@
 // Layout: activations NHWC (channels innermost), FP32, so one reduction step of 16
 // input channels of one tap is a contiguous 64-byte run of every output position's input
 // pixel. Weights (BatchNorm folded in, the plan's bias) as FP16 pair words, k = tap * CIN
-// + ci, a word holding k = 2 p, 2 p + 1: per stage of 16 k and per column n, for t = 0..3
-// the words high(p = t), high(p = t + 4) and, SPLIT, low(p = t), low(p = t + 4) that are
-// lane t's b fragments, [K / 16][CO][4][4 or 2], read as one 16- or 8-byte load.
+// + ci, each step's 16 k in the order that makes a lane's a fragment of one row its four
+// consecutive channels (pair p = t holds channels 4 t, 4 t + 1, pair t + 4 channels
+// 4 t + 2, 4 t + 3: FRAGMENT_ORDER in pyspk.candidate.trunk.folding): per step and column
+// n, for t = 0..3 the words high(p = t), high(p = t + 4) and, SPLIT, low(p = t),
+// low(p = t + 4) that are lane t's b fragments, [K / 16][CO][4][4 or 2], one 16- or
+// 8-byte load.
 //
 // GEMM: rows = output positions (item, ho, wo), columns = output channels, reduction
 // k = (ky * KS + kx) * CIN + ci. A block owns 256 positions by BN channels (BN = 128, or
 // the layer's 32 or 64): the wider the block, the fewer times the activations cross L2.
-// Its warps own 32 positions x 64 channels in the 128-wide 3x3 layers, 64 x 32 elsewhere,
-// each a grid of 16 m16n8k16 tiles. Stages of 16 reduction elements flow through a
-// cp.async ring (ConvShape::STAGES deep); padding and positions past the batch's items
-// are zero-filled copies that read nothing.
+// Its warps own 32 positions x 64 channels in the 3x3 layers 64 or more wide (but the
+// stride-2 64-wide one), 64 x 32 elsewhere, each a grid of 16 m16n8k16 tiles. Steps of
+// 16 reduction elements flow through a cp.async ring (ConvShape::STAGES deep, STEPS per
+// stage); padding and positions past the batch's items are zero-filled copies that read
+// nothing, or (STRIP) rows whose scale is zero for that tap.
 //
 // Maths, on FP16 products (twice TF32's mma.sync rate: 620 against 310 TFLOPS measured):
 // every operand is scaled by a power of two into FP16's range, so the scaling itself is
@@ -70,29 +74,49 @@ struct ConvShape {
     static constexpr u32 KTILES = K / CONV_BK;
     static constexpr u32 CBLOCKS = CIN / CONV_BK;  // stages per tap
     static constexpr u32 BN = COUT < 128 ? COUT : 128;
-    // Warp tiles of MI x NJ m16n8k16 tiles (16 accumulator tiles): 32 x 64 in the
-    // 128-wide 3x3 layers, so a warp converts half the rows it would at 64 x 32 for the
-    // same products; 64 x 32 elsewhere, where 32 x 64 spilled registers on sm_80 to
-    // sm_120 (docs/performance.md).
-    static constexpr u32 NJ = BN >= 128 && KS == 3 ? 8 : 4, MI = 16 / NJ;
+    // Warp tiles of MI x NJ m16n8k16 tiles (16 accumulator tiles): 32 x 64 in the 3x3
+    // layers 128 wide, and 64 wide at stride 1, so a warp converts half the rows it would
+    // at 64 x 32 for the same products (the stride-1 64-wide layer: 513.4 against 601.8
+    // us per launch in FP32 math); 64 x 32 elsewhere, where 32 x 64 spilled registers on
+    // sm_80 to sm_120 (docs/performance.md).
+    static constexpr u32 NJ = KS == 3 && (BN >= 128 || (BN == 64 && STRIDE == 1)) ? 8 : 4, MI = 16 / NJ;
     static constexpr u32 WARPS_M = CONV_BM / (16 * MI), WARPS_N = BN / (8 * NJ);
     static constexpr u32 THREADS = 32 * WARPS_M * WARPS_N;  // = 4 BN
-    // 16 warps per SM: the blocks' registers (up to 128 per thread) allow no more. The
-    // 32-wide layer's blocks of 4 warps keep two stages, so four fit an SM's shared
-    // memory (with three, two fit: 885.9 us per launch in FP32 math against 643.9 for
-    // the 64-wide layer with the same products).
-    static constexpr u32 STAGES = BN == 32 ? 2 : CONV_STAGES;
+    // 16 warps per SM: the blocks' registers (up to 128 per thread) allow no more; the
+    // 32-wide layer's four blocks of 4 warps (three, at up to 168 registers, measured
+    // 849.2 against 735.9 us per launch in FP32 math).
     static constexpr u32 MIN_BLOCKS = 512 / THREADS;
-    // A row stride in words. The A fragment reads are 8-byte pairs, served per half warp:
-    // 24 puts a half warp's (row g, column 2 t) in 32 distinct banks (24 g + 2 t mod 32).
-    // The B reads are 16 bytes (8 with one product), served per quarter (half) warp:
-    // 16 g + 4 t (8 g + 2 t) words cover the banks.
-    static constexpr u32 A_STRIDE = CONV_BK + 8;
-    static constexpr u32 STAGE_WORDS = CONV_BM * A_STRIDE + BN * CONV_BK;
+    // A stride-1 3x3 (STRIP) stages one kernel row dy of 16 input channels: its taps dx
+    // = 0, 1, 2 read one run of A_ROWS = 258 consecutive input pixels (NHWC, flat), row r
+    // at r + dx, as the flat input index of an output position is its own + (dy - 1)
+    // WIN + dx - 1. So the activations cross L2 once per kernel row, not per tap, and a
+    // ring stage holds STEPS = 3 steps of 16. Taps that leave the image read a
+    // neighbouring row's pixel there, which the row's scale, zero for that tap, drops.
+    static constexpr bool STRIP = STRIDE == 1 && KS == 3;
+    static constexpr u32 STEPS = STRIP ? KS : 1;  // steps of CONV_BK per stage
+    static constexpr u32 A_ROWS = STRIP ? CONV_BM + 2 : CONV_BM;
+    static constexpr u32 KSTAGES = K / (STEPS * CONV_BK);
+    // Two stages where a stage is three steps, or in the 32-wide layer (so four blocks
+    // fit an SM): every block stays within the 99 KB of sm_86 and sm_89.
+    static constexpr u32 STAGES = STRIP || BN == 32 ? 2 : CONV_STAGES;
+    // A row stride in words. The A fragment reads are 16 bytes (a lane's four channels
+    // of one row), served per quarter warp: rows g, g + 1 at 16 g + 4 t cover the banks,
+    // as do the B reads, 16 bytes (8 with one product) at 16 g + 4 t (8 g + 2 t) words.
+    // (Two 8-byte reads per row at stride 24 measured 0.580 against 0.542 ms per chunk
+    // in FP32 math with the rest as now: the wider rows kept three blocks an SM in the
+    // 32-wide layer.)
+    static constexpr u32 A_STRIDE = CONV_BK;
+    static constexpr u32 STAGE_WORDS = A_ROWS * A_STRIDE + STEPS * BN * CONV_BK;
     static constexpr u32 SHARED = STAGES * STAGE_WORDS * 4;
-    static constexpr u32 A_COPIES = CONV_BM * 4 / THREADS;  // 16-byte copies per thread
+    // 16-byte A copies per thread and stage (the last round of a strip's partly)
+    static constexpr u32 A_COPIES = (A_ROWS * 4 + THREADS - 1) / THREADS;
     static constexpr u64 X_ITEM = u64(HIN) * WIN * CIN, Y_ITEM = u64(POS) * COUT;
-    static constexpr u32 GRID_X = (TRUNK_BATCH * POS + CONV_BM - 1) / CONV_BM;
+    // Output tiles of CONV_BM rows per block (STRIP only): its ring runs on from one
+    // tile's last stage to the next tile's first, so the 32-wide layer's short sums (K =
+    // 288, six stages) wait less on each tile's first copies (four tiles: 896.1 against
+    // 975.7 us per launch in FP32 math, at stride 24 words).
+    static constexpr u32 TILES = STRIP && BN == 32 ? 4 : 1;
+    static constexpr u32 GRID_X = ((TRUNK_BATCH * POS + CONV_BM - 1) / CONV_BM + TILES - 1) / TILES;
     static constexpr u32 GRID_Y = COUT / BN;
     static_assert(CIN % CONV_BK == 0 && COUT % 32 == 0, "channel counts the tiles divide");
     static_assert(THREADS == 4 * BN, "at most one B copy per thread");
@@ -145,177 +169,28 @@ __device__ __forceinline__ void f16_split(float a, float b, u32& high, u32& low)
     low = f16_pair(a - ha, b - hb);
 }
 
-template <class S, bool SPLIT>
-__device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_len,
-                                           const float* __restrict__ w, u64 w_len,
-                                           const float* __restrict__ bias, u64 bias_len,
+// The epilogue of one tile (rows m0 on, this thread's fragment rows and columns n0 + nj
+// * 8 + 2 t): the sums times the row's and the column's inverse scales (exact), + bias,
+// + residual, ReLU, stored NHWC or NCHW; each chunk's largest output raised into out_max.
+// Every thread of the block calls it.
+template <class S>
+__device__ __forceinline__ void store_tile(const float (&acc)[S::MI][S::NJ][4],
+                                           const float (&row_scale)[S::MI][2], u32 m0, u32 rows,
+                                           u32 items, u32 row0, u32 n0, u32 g, u32 t,
+                                           const float* __restrict__ bias,
                                            const float* __restrict__ residual, u64 residual_len,
-                                           float* __restrict__ y, u64 y_len,
-                                           const u32* __restrict__ in_max, u64 in_max_len,
-                                           u32* __restrict__ out_max, u64 out_max_len, u32 items,
-                                           u32 flags) {
-    constexpr u32 MI = S::MI, NJ = S::NJ;
-    // words per column per stage: the four b words of each t (high pairs, then low),
-    // or without SPLIT the two high ones
-    constexpr u32 B_WORDS = SPLIT ? CONV_BK : CONV_BK / 2;
-    const bool valid = launch_is(S::GRID_X, S::GRID_Y, 1, S::THREADS) & (items >= 1) &
-                       (items <= TRUNK_BATCH) & (x_len >= items * S::X_ITEM) &
-                       (w_len == u64(S::K) * S::COUT * B_WORDS / CONV_BK) & (bias_len == 2 * S::COUT) &
-                       ((residual_len == 0) | (residual_len >= items * S::Y_ITEM)) &
-                       (y_len >= items * S::Y_ITEM) & (in_max_len >= items) &
-                       ((out_max_len == 0) | (out_max_len >= items)) & (flags < 4) &
-                       aligned16(x) & aligned16(w) & aligned16(residual) & aligned16(y) &
-                       (dynamic_shared_bytes() >= S::SHARED);
-    const u32 rows = items * S::POS;
-    const u32 m0 = blockIdx.x * CONV_BM;
-    if (!valid | (m0 >= rows)) {
-        return;  // uniform over the block: no barrier is split
-    }
-    extern __shared__ __align__(16) float shared[];
-    const saddr base = shared_address(shared);
-    const u32 tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const u32 g = lane >> 2, t = lane & 3;
-    const u32 row0 = (warp % S::WARPS_M) * 16 * MI, col0 = (warp / S::WARPS_M) * 8 * NJ;
-    const u32 n0 = blockIdx.y * S::BN;
-
-    // This thread's A copies: one 16-byte chunk (4 channels) of A_COPIES positions.
-    // Offsets are of the tap (0, 0) pixel; a row past the items gets an origin no tap
-    // reaches, so its copies are zero fills.
-    // Bit tap of inside[i] is set where that tap of the copy's position is in the image.
-    const u32 chunk = tid & 3;
-    int origin[S::A_COPIES];
-    u32 inside[S::A_COPIES];
-#pragma unroll
-    for (u32 i = 0; i < S::A_COPIES; ++i) {
-        const u32 m = m0 + tid / 4 + i * (S::THREADS / 4);
-        const u32 item = m / S::POS, p = m % S::POS;
-        const int h = int(p / S::WOUT) * int(S::STRIDE) - int(S::PAD);
-        const int v = int(p % S::WOUT) * int(S::STRIDE) - int(S::PAD);
-        inside[i] = 0;
-#pragma unroll
-        for (u32 tap = 0; tap < S::KS * S::KS; ++tap) {
-            const bool in = (u32(h + int(tap / S::KS)) < S::HIN) & (u32(v + int(tap % S::KS)) < S::WIN);
-            inside[i] |= u32(in & (m < rows)) << tap;
-        }
-        origin[i] = ((int(item) * int(S::HIN) + h) * int(S::WIN) + v) * int(S::CIN) + int(chunk) * 4;
-    }
-
-    auto load_stage = [&](u32 kt) {
-        const saddr a_base = base + (kt % S::STAGES) * S::STAGE_WORDS * 4;
-        const saddr b_base = a_base + CONV_BM * S::A_STRIDE * 4;
-        const u32 tap = kt / S::CBLOCKS, cb = kt % S::CBLOCKS;
-        const int dy = int(tap / S::KS), dx = int(tap % S::KS);
-        const int offset = (dy * int(S::WIN) + dx) * int(S::CIN) + int(cb * CONV_BK);
-#pragma unroll
-        for (u32 i = 0; i < S::A_COPIES; ++i) {
-            const u32 r = tid / 4 + i * (S::THREADS / 4);
-            const bool in = (inside[i] >> tap) & 1;
-            const float* source = in ? x + (origin[i] + offset) : x;
-            cp_async16_fill(a_base + (r * S::A_STRIDE + chunk * 4) * 4, source, in ? 16 : 0);
-        }
-        // B: one 16-byte run per thread (SPLIT) or per thread of the first half
-        if (SPLIT || tid < S::THREADS / 2) {
-            const float* source = w + (u64(kt) * S::COUT + n0) * B_WORDS + tid * 4;
-            cp_async16_fill(b_base + tid * 16, source, 16);
-        }
-    };
-
-    // The scales of this thread's fragment rows (row0 + mi * 16 + 8 * half + g): the
-    // power of two that puts the row's chunk's largest input in [2^14, 2^15).
-    float row_scale[MI][2];
-#pragma unroll
-    for (u32 mi = 0; mi < MI; ++mi) {
-#pragma unroll
-        for (u32 half = 0; half < 2; ++half) {
-            const u32 m = m0 + row0 + mi * 16 + half * 8 + g;
-            const float largest = m < rows ? __uint_as_float(__ldg(in_max + m / S::POS)) : 0.0f;
-            float inverse;
-            half_scale_of(largest, row_scale[mi][half], inverse);
-        }
-    }
-
-    float acc[MI][NJ][4];
-    zero(acc);
-#pragma unroll
-    for (u32 s = 0; s < S::STAGES - 1; ++s) {
-        if (s < S::KTILES) {
-            load_stage(s);
-        }
-        cp_async_commit();  // one group per slot, even empty: wait<STAGES-2> stays exact
-    }
-#pragma unroll 1
-    for (u32 kt = 0; kt < S::KTILES; ++kt) {
-        cp_async_wait<S::STAGES - 2>();
-        __syncthreads();  // stage kt landed for all; slot (kt - 1) % STAGES is free
-        if (kt + S::STAGES - 1 < S::KTILES) {
-            load_stage(kt + S::STAGES - 1);
-        }
-        cp_async_commit();
-        const saddr a_base = base + (kt % S::STAGES) * S::STAGE_WORDS * 4;
-        const saddr b_base = a_base + CONV_BM * S::A_STRIDE * 4;
-        uint4 a_hi[MI], a_lo[SPLIT ? MI : 1];
-#pragma unroll
-        for (u32 mi = 0; mi < MI; ++mi) {
-            // a0..a3: (row g, k 2t), (row g + 8, k 2t), (row g, k 2t + 8), (row g + 8, k 2t + 8)
-            const saddr at = a_base + ((row0 + mi * 16 + g) * S::A_STRIDE + 2 * t) * 4;
-            const float2 v[4] = {lds2(at), lds2(at + 8 * S::A_STRIDE * 4), lds2(at + 32),
-                                 lds2(at + 8 * S::A_STRIDE * 4 + 32)};
-            u32 hi[4], lo[4];
-#pragma unroll
-            for (u32 j = 0; j < 4; ++j) {
-                const float s = row_scale[mi][j & 1];
-                if constexpr (SPLIT) {
-                    f16_split(v[j].x * s, v[j].y * s, hi[j], lo[j]);
-                } else {
-                    hi[j] = f16_pair(v[j].x * s, v[j].y * s);
-                }
-            }
-            a_hi[mi] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-            if constexpr (SPLIT) {
-                a_lo[mi] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
-            }
-        }
-#pragma unroll
-        for (u32 nj = 0; nj < NJ; ++nj) {
-            // column g's b0, b1 (k pairs t, t + 4): high (and low) as one read, 16 g + 4 t
-            // or 8 g + 2 t words: each quarter (half) warp's reads cover the banks
-            const saddr bt = b_base + ((col0 + nj * 8 + g) * B_WORDS + B_WORDS / 4 * t) * 4;
-            const float4 b = SPLIT ? lds4(bt) : make_float4(0, 0, 0, 0);
-            const float2 high = SPLIT ? make_float2(b.x, b.y) : lds2(bt);
-            const u32 h0 = __float_as_uint(high.x), h1 = __float_as_uint(high.y);
-            if constexpr (SPLIT) {
-                float part[MI][4];  // this stage's fresh sums of the column tile
-                zero(part);
-#pragma unroll
-                for (u32 mi = 0; mi < MI; ++mi) {
-                    mma_f16(part[mi], a_lo[mi], h0, h1);
-                    mma_f16(part[mi], a_hi[mi], __float_as_uint(b.z), __float_as_uint(b.w));
-                    mma_f16(part[mi], a_hi[mi], h0, h1);
-#pragma unroll
-                    for (u32 e = 0; e < 4; ++e) {
-                        acc[mi][nj][e] += part[mi][e];
-                    }
-                }
-            } else {
-#pragma unroll
-                for (u32 mi = 0; mi < MI; ++mi) {
-                    mma_f16(acc[mi][nj], a_hi[mi], h0, h1);
-                }
-            }
-        }
-    }
-    cp_async_wait<0>();
-
+                                           float* __restrict__ y, u32* __restrict__ out_max,
+                                           u64 out_max_len, u32 flags) {
     const bool relu = flags & CONV_RELU, nchw = flags & CONV_NCHW;
     const u32 first_item = m0 / S::POS;
     float largest_first = 0.0f, largest_next = 0.0f;  // of first_item's rows, the next item's
 #pragma unroll
-    for (u32 nj = 0; nj < NJ; ++nj) {
-        const u32 n = n0 + col0 + nj * 8 + 2 * t;
+    for (u32 nj = 0; nj < S::NJ; ++nj) {
+        const u32 n = n0 + nj * 8 + 2 * t;
         const float2 bias_pair = __ldg(reinterpret_cast<const float2*>(bias + n));
         const float2 column_inverse = __ldg(reinterpret_cast<const float2*>(bias + S::COUT + n));
 #pragma unroll
-        for (u32 mi = 0; mi < MI; ++mi) {
+        for (u32 mi = 0; mi < S::MI; ++mi) {
 #pragma unroll
             for (u32 half = 0; half < 2; ++half) {
                 const u32 m = m0 + row0 + mi * 16 + half * 8 + g;
@@ -359,6 +234,233 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
     if (out_max_len != 0) {
         raise_chunk_maxima<S::THREADS / 32>(out_max, first_item, items, largest_first, largest_next);
     }
+}
+
+template <class S, bool SPLIT>
+__device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_len,
+                                           const float* __restrict__ w, u64 w_len,
+                                           const float* __restrict__ bias, u64 bias_len,
+                                           const float* __restrict__ residual, u64 residual_len,
+                                           float* __restrict__ y, u64 y_len,
+                                           const u32* __restrict__ in_max, u64 in_max_len,
+                                           u32* __restrict__ out_max, u64 out_max_len, u32 items,
+                                           u32 flags) {
+    constexpr u32 MI = S::MI, NJ = S::NJ;
+    // words per column per stage: the four b words of each t (high pairs, then low),
+    // or without SPLIT the two high ones
+    constexpr u32 B_WORDS = SPLIT ? CONV_BK : CONV_BK / 2;
+    const bool valid = launch_is(S::GRID_X, S::GRID_Y, 1, S::THREADS) & (items >= 1) &
+                       (items <= TRUNK_BATCH) & (x_len >= items * S::X_ITEM) &
+                       (w_len == u64(S::K) * S::COUT * B_WORDS / CONV_BK) & (bias_len == 2 * S::COUT) &
+                       ((residual_len == 0) | (residual_len >= items * S::Y_ITEM)) &
+                       (y_len >= items * S::Y_ITEM) & (in_max_len >= items) &
+                       ((out_max_len == 0) | (out_max_len >= items)) & (flags < 4) &
+                       aligned16(x) & aligned16(w) & aligned16(residual) & aligned16(y) &
+                       (dynamic_shared_bytes() >= S::SHARED);
+    const u32 rows = items * S::POS;
+    const u32 tile_count = (rows + CONV_BM - 1) / CONV_BM, tile0 = blockIdx.x * S::TILES;
+    if (!valid | (tile0 >= tile_count)) {
+        return;  // uniform over the block: no barrier is split
+    }
+    // this block's tiles of CONV_BM rows, tile0 onwards, as one stream of ring stages
+    const u32 stage_count = min(S::TILES, tile_count - tile0) * S::KSTAGES;
+    extern __shared__ __align__(16) float shared[];
+    const saddr base = shared_address(shared);
+    const u32 tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const u32 g = lane >> 2, t = lane & 3;
+    const u32 row0 = (warp % S::WARPS_M) * 16 * MI, col0 = (warp / S::WARPS_M) * 8 * NJ;
+    const u32 n0 = blockIdx.y * S::BN;
+
+    // This thread's A copies: one 16-byte chunk (4 channels) of A_COPIES rows. Without
+    // STRIP (one tile), offsets are of the tap (0, 0) pixel; a row past the items gets an
+    // origin no tap reaches, so its copies are zero fills; bit tap of inside[i] is set
+    // where that tap of the copy's position is in the image.
+    const u32 chunk = tid & 3;
+    constexpr u32 OWN = S::STRIP ? 1 : S::A_COPIES;
+    int origin[OWN];
+    u32 inside[OWN];
+    if constexpr (!S::STRIP) {
+#pragma unroll
+        for (u32 i = 0; i < OWN; ++i) {
+            const u32 m = tile0 * CONV_BM + tid / 4 + i * (S::THREADS / 4);
+            const u32 item = m / S::POS, p = m % S::POS;
+            const int h = int(p / S::WOUT) * int(S::STRIDE) - int(S::PAD);
+            const int v = int(p % S::WOUT) * int(S::STRIDE) - int(S::PAD);
+            inside[i] = 0;
+#pragma unroll
+            for (u32 tap = 0; tap < S::KS * S::KS; ++tap) {
+                const bool in =
+                    (u32(h + int(tap / S::KS)) < S::HIN) & (u32(v + int(tap % S::KS)) < S::WIN);
+                inside[i] |= u32(in & (m < rows)) << tap;
+            }
+            origin[i] = ((int(item) * int(S::HIN) + h) * int(S::WIN) + v) * int(S::CIN) + int(chunk) * 4;
+        }
+    }
+
+    auto load_stage = [&](u32 j) {  // the block's stage j: tile tile0 + j / KSTAGES
+        const saddr a_base = base + (j % S::STAGES) * S::STAGE_WORDS * 4;
+        const saddr b_base = a_base + S::A_ROWS * S::A_STRIDE * 4;
+        const u32 ks = j % S::KSTAGES, cb = ks % S::CBLOCKS;
+        if constexpr (S::STRIP) {
+            // strip row r: the flat input pixel m0 + r + (dy - 1) WIN - 1, or zeros past
+            // either end of the items' pixels (as many as their output positions)
+            const int first = int((tile0 + j / S::KSTAGES) * CONV_BM) +
+                              (int(ks / S::CBLOCKS) - 1) * int(S::WIN) - 1;
+#pragma unroll
+            for (u32 i = 0; i < S::A_COPIES; ++i) {
+                const u32 r = tid / 4 + i * (S::THREADS / 4);
+                if (r < S::A_ROWS) {
+                    const int q = first + int(r);
+                    const bool in = (q >= 0) & (q < int(rows));
+                    const float* source = in ? x + (q * int(S::CIN) + int(cb * CONV_BK + chunk * 4)) : x;
+                    cp_async16_fill(a_base + (r * S::A_STRIDE + chunk * 4) * 4, source, in ? 16 : 0);
+                }
+            }
+        } else {
+            const u32 tap = ks / S::CBLOCKS;
+            const int dy = int(tap / S::KS), dx = int(tap % S::KS);
+            const int offset = (dy * int(S::WIN) + dx) * int(S::CIN) + int(cb * CONV_BK);
+#pragma unroll
+            for (u32 i = 0; i < S::A_COPIES; ++i) {
+                const u32 r = tid / 4 + i * (S::THREADS / 4);
+                const bool in = (inside[i] >> tap) & 1;
+                const float* source = in ? x + (origin[i] + offset) : x;
+                cp_async16_fill(a_base + (r * S::A_STRIDE + chunk * 4) * 4, source, in ? 16 : 0);
+            }
+        }
+        // B: each step's k block (tap, cb), one 16-byte run per thread (SPLIT) or per
+        // thread of the first half
+#pragma unroll
+        for (u32 step = 0; step < S::STEPS; ++step) {
+            const u32 tap = S::STRIP ? ks / S::CBLOCKS * S::KS + step : ks / S::CBLOCKS;
+            if (SPLIT || tid < S::THREADS / 2) {
+                const float* source = w + (u64(tap * S::CBLOCKS + cb) * S::COUT + n0) * B_WORDS + tid * 4;
+                cp_async16_fill(b_base + (step * S::BN * CONV_BK + tid * 4) * 4, source, 16);
+            }
+        }
+    };
+
+    // The tile in the sums: its first row m0, and the scales of this thread's fragment
+    // rows (row0 + mi * 16 + 8 * half + g): the power of two that puts the row's chunk's
+    // largest input in [2^14, 2^15), 0 past the items. STRIP: bit mi * 2 + half of
+    // `edges` byte 0 (1, 2, 3) is set where the row is in the image's top (bottom) row,
+    // (first, last column), whose taps dy = 0 (2) (dx = 0, 2) fall outside.
+    u32 m0 = 0, edges = 0;
+    float row_scale[MI][2];
+    auto enter_tile = [&](u32 tile) {
+        m0 = tile * CONV_BM;
+        edges = 0;
+#pragma unroll
+        for (u32 mi = 0; mi < MI; ++mi) {
+#pragma unroll
+            for (u32 half = 0; half < 2; ++half) {
+                const u32 m = m0 + row0 + mi * 16 + half * 8 + g;
+                const float largest = m < rows ? __uint_as_float(__ldg(in_max + m / S::POS)) : 0.0f;
+                float inverse;
+                half_scale_of(largest, row_scale[mi][half], inverse);
+                if constexpr (S::STRIP) {
+                    row_scale[mi][half] = m < rows ? row_scale[mi][half] : 0.0f;
+                    const u32 p = m % S::POS, h = p / S::WOUT, v = p % S::WOUT;
+                    const u32 bit = 1u << (mi * 2 + half);
+                    edges |= (h == 0 ? bit : 0) | (h == S::HOUT - 1 ? bit << 8 : 0) |
+                             (v == 0 ? bit << 16 : 0) | (v == S::WOUT - 1 ? bit << 24 : 0);
+                }
+            }
+        }
+    };
+    enter_tile(tile0);
+
+    float acc[MI][NJ][4];
+    zero(acc);
+#pragma unroll
+    for (u32 j = 0; j < S::STAGES - 1; ++j) {
+        if (j < stage_count) {
+            load_stage(j);
+        }
+        cp_async_commit();  // one group per slot, even empty: wait<STAGES-2> stays exact
+    }
+#pragma unroll 1
+    for (u32 j = 0; j < stage_count; ++j) {
+        cp_async_wait<S::STAGES - 2>();
+        __syncthreads();  // stage j landed for all; slot (j - 1) % STAGES is free
+        if (j + S::STAGES - 1 < stage_count) {
+            load_stage(j + S::STAGES - 1);
+        }
+        cp_async_commit();
+        const saddr a_stage = base + (j % S::STAGES) * S::STAGE_WORDS * 4;
+        const u32 ks = j % S::KSTAGES, dy = ks / S::CBLOCKS;
+        const u32 blocked_rows = dy == 0 ? edges : dy == S::KS - 1 ? edges >> 8 : 0;
+#pragma unroll 1
+        for (u32 step = 0; step < S::STEPS; ++step) {
+            // rows whose tap (dy, dx = step) is outside the image (STRIP)
+            const u32 blocked =
+                (blocked_rows | (step == 0 ? edges >> 16 : step == 2 ? edges >> 24 : 0)) & 0xff;
+            const saddr a_base = a_stage + step * S::A_STRIDE * 4;  // strip row r + dx
+            const saddr b_base = a_stage + (S::A_ROWS * S::A_STRIDE + step * S::BN * CONV_BK) * 4;
+            uint4 a_hi[MI], a_lo[SPLIT ? MI : 1];
+#pragma unroll
+            for (u32 mi = 0; mi < MI; ++mi) {
+                // a0..a3: rows g, g + 8, g, g + 8 at k pairs t, t, t + 4, t + 4, which
+                // hold channels 4t, 4t + 1 and 4t + 2, 4t + 3 (the weights' FRAGMENT_ORDER)
+                const saddr at = a_base + ((row0 + mi * 16 + g) * S::A_STRIDE + 4 * t) * 4;
+                const float4 top = lds4(at), bottom = lds4(at + 8 * S::A_STRIDE * 4);
+                const float2 v[4] = {make_float2(top.x, top.y), make_float2(bottom.x, bottom.y),
+                                     make_float2(top.z, top.w), make_float2(bottom.z, bottom.w)};
+                u32 hi[4], lo[4];
+#pragma unroll
+                for (u32 e = 0; e < 4; ++e) {
+                    const bool off = S::STRIP && ((blocked >> (mi * 2 + (e & 1))) & 1);
+                    const float s = off ? 0.0f : row_scale[mi][e & 1];
+                    if constexpr (SPLIT) {
+                        f16_split(v[e].x * s, v[e].y * s, hi[e], lo[e]);
+                    } else {
+                        hi[e] = f16_pair(v[e].x * s, v[e].y * s);
+                    }
+                }
+                a_hi[mi] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+                if constexpr (SPLIT) {
+                    a_lo[mi] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+                }
+            }
+#pragma unroll
+            for (u32 nj = 0; nj < NJ; ++nj) {
+                // column g's b0, b1 (k pairs t, t + 4): high (and low) as one read, 16 g + 4 t
+                // or 8 g + 2 t words: each quarter (half) warp's reads cover the banks
+                const saddr bt = b_base + ((col0 + nj * 8 + g) * B_WORDS + B_WORDS / 4 * t) * 4;
+                const float4 b = SPLIT ? lds4(bt) : make_float4(0, 0, 0, 0);
+                const float2 high = SPLIT ? make_float2(b.x, b.y) : lds2(bt);
+                const u32 h0 = __float_as_uint(high.x), h1 = __float_as_uint(high.y);
+                if constexpr (SPLIT) {
+                    float part[MI][4];  // this step's fresh sums of the column tile
+                    zero(part);
+#pragma unroll
+                    for (u32 mi = 0; mi < MI; ++mi) {
+                        mma_f16(part[mi], a_lo[mi], h0, h1);
+                        mma_f16(part[mi], a_hi[mi], __float_as_uint(b.z), __float_as_uint(b.w));
+                        mma_f16(part[mi], a_hi[mi], h0, h1);
+#pragma unroll
+                        for (u32 e = 0; e < 4; ++e) {
+                            acc[mi][nj][e] += part[mi][e];
+                        }
+                    }
+                } else {
+#pragma unroll
+                    for (u32 mi = 0; mi < MI; ++mi) {
+                        mma_f16(acc[mi][nj], a_hi[mi], h0, h1);
+                    }
+                }
+            }
+        }
+        if (S::TILES > 1 && ks == S::KSTAGES - 1 && j + 1 < stage_count) {
+            store_tile<S>(acc, row_scale, m0, rows, items, row0, col0 + n0, g, t, bias, residual,
+                          residual_len, y, out_max, out_max_len, flags);
+            zero(acc);
+            enter_tile(tile0 + (j + 1) / S::KSTAGES);
+        }
+    }
+    cp_async_wait<0>();
+    store_tile<S>(acc, row_scale, m0, rows, items, row0, col0 + n0, g, t, bias, residual,
+                  residual_len, y, out_max, out_max_len, flags);
 }
 
 }  // namespace spk

@@ -479,6 +479,11 @@ def test_ptxas_resources_and_spills() -> None:
         }
     }
     assert tool.spills(resources) == ["k spills (4 bytes stored, 4 loaded)"]
+    assert tool.spills(resources, "sm_90") == ["k spills (4 bytes stored, 4 loaded)"]
+    # sm_120's allowance is in spill stores: 4 bytes pass, 40 do not
+    assert tool.spills(resources, "sm_120") == []
+    resources["k"]["spill_store_bytes"] = 40
+    assert tool.spills(resources, "sm_120") == ["k spills (40 bytes stored, 4 loaded)"]
 
 
 # -- loading against a fake driver ----------------------------------------------------

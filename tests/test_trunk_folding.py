@@ -33,10 +33,13 @@ def test_the_shape_table_follows_the_model() -> None:
 @pytest.mark.parametrize("site", [s for s in TrunkSite if s is not TrunkSite.STEM], ids=str)
 def test_grids_cover_32_chunks_once(site: TrunkSite) -> None:
     (gx, gy, gz), threads, shared = site.launch()
-    rows = TRUNK_BATCH * site.shape.positions
-    assert (gx - 1) * CONV_BM < rows <= gx * CONV_BM
+    tiles = -(-TRUNK_BATCH * site.shape.positions // CONV_BM)  # of CONV_BM positions
+    per_block = site.shape.tiles_per_block
+    assert (gx - 1) * per_block < tiles <= gx * per_block
+    assert per_block == (4 if site is TrunkSite.LAYER1_CONV else 1)
     assert gy * site.shape.block_channels == site.shape.cout and gz == 1
-    assert threads == 4 * site.shape.block_channels and shared <= 227 * 1024
+    # every block fits the 99 KB of dynamic shared memory sm_86 and sm_89 allow
+    assert threads == 4 * site.shape.block_channels and shared <= 99 * 1024
 
 
 def test_fold_equals_the_convolution_then_batchnorm() -> None:
@@ -60,13 +63,21 @@ def test_fold_equals_the_convolution_then_batchnorm() -> None:
 
 def unpack_halves(packed: np.ndarray, k: int, cout: int) -> tuple[np.ndarray, np.ndarray]:
     """The (high, low) FP16 values `[k][cout]` of a packed convolution weight: per
-    stage of 16 k and column, lane t's words for pairs t and t + 4, high then low."""
-    words = packed.view(np.uint32).reshape(k // 16, cout, 4, 2, 2)  # [s][n][t][part][half]
+    stage s of 16 k and column, lane t's words for pairs t and t + 4 (half h = 0, 1),
+    high then low; pair (t, h) holds channels 16 s + 4 t + 2 h and the next."""
+    words = packed.view(np.uint32).reshape(k // 16, cout, 4, 2, 2)  # [s][n][t][part][h]
+    stage, column, lane, half = np.meshgrid(
+        np.arange(k // 16), np.arange(cout), np.arange(4), np.arange(2), indexing="ij"
+    )
+    channel = 16 * stage + 4 * lane + 2 * half
 
     def values(part: int) -> np.ndarray:
-        pairs = words[..., part, :].transpose(0, 3, 2, 1).reshape(k // 2, cout)  # p = 8s+4h+t
-        halves = np.stack([pairs & 0xFFFF, pairs >> 16], axis=1).astype(np.uint16)
-        return halves.reshape(k, cout).view(np.float16).astype(np.float64)
+        pairs = words[..., part, :]
+        out = np.empty((k, cout))
+        for offset, bits in enumerate((pairs & 0xFFFF, pairs >> 16)):
+            halves = bits.astype(np.uint16).view(np.float16).astype(np.float64)
+            out[channel + offset, column] = halves
+        return out
 
     return values(0), values(1)
 

@@ -4,6 +4,9 @@ graph replays bit for bit, and the sm75 tier's refusal."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -256,28 +259,66 @@ with CudaRuntime(0) as runtime:
         print(math, "done", flush=True)
 """
 
+# One site's kernels (both maths) on a ConvPlan, which first runs spk_trunk_chunk_max:
+# argv site, items.
+_SANITIZED_SITE = """
+import sys
+import numpy as np
+from pyspk.candidate.trunk import TrunkSite, TrunkWeights, plan_conv
+from pyspk.candidate.trunk.plan import FBANK_ITEM
+from pyspk.cuda import CudaMath
+from pyspk.cuda.runtime import CudaRuntime
 
-@pytest.mark.parametrize("tool", ["memcheck", "racecheck"])
-def test_compute_sanitizer_finds_nothing_in_the_trunk(tool: str) -> None:
-    """Every entry a trunk plan launches (the whole trunk in both maths, a partial batch
-    of 2 chunks): all but `spk_trunk_chunk_max`, which only a `ConvPlan` runs."""
-    import subprocess
-    import sys
+site, items = TrunkSite(sys.argv[1]), int(sys.argv[2])
+conv = next(c for c in TrunkWeights.random(5).convs() if c.site is site)
+stem = site is TrunkSite.STEM
+rng = np.random.default_rng(0)
+with CudaRuntime(0) as runtime:
+    x_len = items * (FBANK_ITEM if stem else site.shape.x_item)
+    x = runtime.upload(np.abs(rng.normal(size=x_len)).astype(np.float32))
+    y = runtime.alloc_zeros(items * site.shape.y_item)
+    residual = None if stem else runtime.alloc_zeros(items * site.shape.y_item)
+    for math in {site.kernel(m): m for m in CudaMath}.values():
+        with plan_conv(runtime, math, conv) as plan:
+            plan.enqueue(x, y, residual, items=items)
+            runtime.synchronize()
+        print(site.kernel(math), "done", flush=True)
+"""
 
+
+def _sanitized(tool: str, *script: str) -> subprocess.Popen[str]:
     from tests.gpu.test_sanitizer_gpu import _compute_sanitizer
 
     command = [_compute_sanitizer(), "--tool", tool, "--error-exitcode", "9"]
     if tool == "racecheck":
         command += ["--racecheck-report", "all"]
-    result = subprocess.run(
-        [*command, sys.executable, "-c", _SANITIZED_TRUNK],
-        capture_output=True,
+    return subprocess.Popen(
+        [*command, sys.executable, "-c", *script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
-        timeout=900,
-        check=False,
     )
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-4000:]
-    assert output.count(" done\n") == 2, output[-4000:]
+
+
+def _clean(tool: str, run: subprocess.Popen[str], done: int) -> None:
+    output, _ = run.communicate(timeout=900)
     summary = "ERROR SUMMARY: 0 errors" if tool == "memcheck" else "RACECHECK SUMMARY: 0 hazards"
+    assert run.returncode == 0, output[-4000:]
+    assert output.count(" done\n") == done, output[-4000:]
     assert summary in output, output[-4000:]
+
+
+def test_memcheck_finds_nothing_in_the_trunk() -> None:
+    """Every entry a trunk plan launches: the whole trunk in both maths, a partial batch
+    of 2 chunks; then, on a ConvPlan, the layer3 convolution and the chunk maxima."""
+    _clean("memcheck", _sanitized("memcheck", _SANITIZED_TRUNK), 2)
+    _clean("memcheck", _sanitized("memcheck", _SANITIZED_SITE, "layer3_conv", "2"), 2)
+
+
+def test_racecheck_finds_nothing_in_any_trunk_entry() -> None:
+    """Every trunk entry on one chunk, one ConvPlan per site (after its chunk maxima),
+    the sites' sanitizers side by side: each process stays small (racecheck slows a
+    kernel by the number of its shared accesses), and every entry is covered."""
+    runs = {site: _sanitized("racecheck", _SANITIZED_SITE, site.value, "1") for site in TrunkSite}
+    for site, run in runs.items():
+        _clean("racecheck", run, len({site.kernel(math) for math in CudaMath}))

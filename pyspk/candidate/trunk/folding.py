@@ -44,6 +44,18 @@ class BatchNorm:
         return scale, np.asarray(self.beta, np.float64) - np.asarray(self.mean, np.float64) * scale
 
 
+# The reduction order within a stage of 16 k (input channels) that the kernels' mma
+# steps take: pair p = t of lane t's b fragment holds channels 4 t, 4 t + 1 and pair
+# t + 4 channels 4 t + 2, 4 t + 3, so a lane's a fragment of one row is its four
+# consecutive channels, one 16-byte shared memory read.
+FRAGMENT_ORDER = np.array([0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15])
+
+
+def _fragment_order(k: int) -> np.ndarray:
+    """Row indices that put each stage of 16 of k rows in FRAGMENT_ORDER."""
+    return (np.arange(k).reshape(-1, 16)[:, FRAGMENT_ORDER]).reshape(-1)
+
+
 @attrs.frozen
 class FoldedConv:
     """A convolution with its BatchNorm folded in: float64 weight `[cout, cin, ks, ks]`
@@ -94,11 +106,13 @@ class FoldedConv:
     def packed(self, split: bool = True) -> np.ndarray:
         """The weight as the kernels read it, flat: the stem's FP32 `[tap][32]`; the
         others' FP16 pair words `[k / 16][cout][t][high(t), high(t + 4), low(t),
-        low(t + 4)]` (without `split`, the high words only), as float32 bits."""
+        low(t + 4)]` (without `split`, the high words only), as float32 bits, with the
+        16 k of a stage in `FRAGMENT_ORDER`."""
         taps = self.weight.transpose(2, 3, 1, 0)  # [ky][kx][cin][cout], tap = ky * ks + kx
         if self.site is TrunkSite.STEM:
             return np.ascontiguousarray(taps.astype(np.float32)).reshape(-1)
         scaled = taps.reshape(-1, taps.shape[-1]) * np.exp2(self.column_shifts())
+        scaled = scaled[_fragment_order(scaled.shape[0])]
         high = scaled.astype(np.float16)
         low = (scaled - high.astype(np.float64)).astype(np.float16)
 

@@ -24,6 +24,8 @@ CONV_STAGES = 3
 CONV_RELU = 1  # epilogue flags
 CONV_NCHW = 2
 STEM_THREADS = 256
+STEM_TILE_BINS = 8  # a stem block's tile of positions
+STEM_TILE_FRAMES = 32
 MAXIMA_THREADS = 256  # the clear and chunk-max kernels' block
 KERNEL_PREFIX = "spk_trunk_"
 CLEAR_KERNEL = KERNEL_PREFIX + "clear"
@@ -86,21 +88,36 @@ class ConvShape:
         return 4 * self.block_channels
 
     @property
+    def strip(self) -> bool:
+        """A stride-1 3x3: a pipeline stage is one kernel row of 16 input channels, its
+        three taps read from one run of CONV_BM + 2 input pixels."""
+        return self.stride == 1 and self.ks == 3
+
+    @property
     def shared(self) -> int:
-        """Bytes of the cp.async ring: per stage, the FP32 activation rows (stride
-        CONV_BK + 8 words) and the weights' FP16 pair words (CONV_BK per column)."""
-        stage = CONV_BM * (CONV_BK + 8) + self.block_channels * CONV_BK
+        """Bytes of the cp.async ring: per stage, the FP32 activation rows (CONV_BK
+        words) and, per step of CONV_BK, the weights' FP16 pair words (CONV_BK per
+        column)."""
+        rows, steps = (CONV_BM + 2, 3) if self.strip else (CONV_BM, 1)
+        stage = (rows + steps * self.block_channels) * CONV_BK
         return self.stages * stage * 4
 
     @property
     def stages(self) -> int:
-        """Depth of the copy ring: two in the 32-wide layer, so four blocks fit an SM."""
-        return 2 if self.block_channels == 32 else CONV_STAGES
+        """Depth of the copy ring: two where a stage is three steps, or in the 32-wide
+        layer (so four blocks fit an SM); every block stays within sm_86's 99 KB."""
+        return 2 if self.strip or self.block_channels == 32 else CONV_STAGES
+
+    @property
+    def tiles_per_block(self) -> int:
+        """Output tiles of CONV_BM positions a block takes in turn, its copy ring running
+        on from one to the next: four in the 32-wide layer, whose sums are short."""
+        return 4 if self.strip and self.block_channels == 32 else 1
 
     @property
     def grid(self) -> tuple[int, int, int]:
-        rows = TRUNK_BATCH * self.positions
-        return (-(-rows // CONV_BM), self.cout // self.block_channels, 1)
+        tiles = -(-TRUNK_BATCH * self.positions // CONV_BM)
+        return (-(-tiles // self.tiles_per_block), self.cout // self.block_channels, 1)
 
     def macs(self) -> int:
         """Multiply-adds per chunk."""
@@ -150,8 +167,8 @@ class TrunkSite(enum.Enum):
     def launch(self) -> tuple[tuple[int, int, int], int, int]:
         """(grid, block threads, dynamic shared bytes)."""
         if self is TrunkSite.STEM:
-            rows = TRUNK_BATCH * TRUNK_BINS * TRUNK_FRAMES
-            return (-(-rows // STEM_THREADS), 1, 1), STEM_THREADS, 0
+            tiles = TRUNK_BINS // STEM_TILE_BINS * -(-TRUNK_FRAMES // STEM_TILE_FRAMES)
+            return (tiles, TRUNK_BATCH, 1), STEM_THREADS, 0
         return self.shape.grid, self.shape.threads, self.shape.shared
 
     @classmethod
