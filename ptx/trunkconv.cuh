@@ -17,7 +17,7 @@
 // stride-2 64-wide one), 64 x 32 elsewhere, each a grid of 16 m16n8k16 tiles. Steps of
 // 16 reduction elements flow through a cp.async ring (ConvShape::STAGES deep, STEPS per
 // stage); padding and positions past the batch's items are zero-filled copies that read
-// nothing, or (STRIP) rows whose scale is zero for that tap.
+// nothing, or (STRIP) a row of zeros read in place of the strip row.
 //
 // Maths, on FP16 products (twice TF32's mma.sync rate: 620 against 310 TFLOPS measured):
 // every operand is scaled by a power of two into FP16's range, so the scaling itself is
@@ -33,13 +33,14 @@
 // below 2^-17 of it, fall into FP16's subnormals and keep fewer bits: their absolute
 // error stays below 2^-39 of the largest.
 //
-// Sums (SPLIT): each stage's products go to a fresh accumulator that is then added to
+// Sums (SPLIT): each step's products go to a fresh accumulator that is then added to
 // the running sum in FP32 (round to nearest). The tensor cores align an mma's products to
 // its largest term, the accumulator included, and drop the bits below: adding straight
 // into a running sum that has grown over K = 288..2304 terms measured 9-13x cuDNN
 // FP32's error per layer with 3xTF32 (docs/performance.md). Plain adds straight into
 // the running sum: there the operands' rounding dominates. Every sum runs in a fixed
-// order (k ascending; then scales, + bias, + residual), so a run's bits repeat.
+// order (the steps in the ring's order, k ascending within a step; then scales, + bias,
+// + residual), so a run's bits repeat.
 //
 // Epilogue: the sum times the row's and the column's inverse scales (exact), + bias,
 // + residual (NHWC, the block's shortcut), ReLU where flags bit 0 is set; flags bit 1
@@ -58,7 +59,7 @@ constexpr u32 TRUNK_BATCH = 32;
 constexpr u32 TRUNK_BINS = 80;      // fbank mel bins: the trunk's height
 constexpr u32 TRUNK_FRAMES = 998;   // fbank frames of a 10 s chunk: the trunk's width
 constexpr u32 CONV_BM = 256;        // output positions per block
-constexpr u32 CONV_BK = 16;         // reduction elements per stage
+constexpr u32 CONV_BK = 16;         // reduction elements per step
 constexpr u32 CONV_STAGES = 3;
 constexpr u32 CONV_RELU = 1;  // epilogue flags
 constexpr u32 CONV_NCHW = 2;
@@ -72,7 +73,7 @@ struct ConvShape {
     static constexpr u32 POS = HOUT * WOUT;  // output positions per item
     static constexpr u32 K = KS * KS * CIN;
     static constexpr u32 KTILES = K / CONV_BK;
-    static constexpr u32 CBLOCKS = CIN / CONV_BK;  // stages per tap
+    static constexpr u32 CBLOCKS = CIN / CONV_BK;  // steps per tap
     static constexpr u32 BN = COUT < 128 ? COUT : 128;
     // Warp tiles of MI x NJ m16n8k16 tiles (16 accumulator tiles): 32 x 64 in the 3x3
     // layers 128 wide, and 64 wide at stride 1, so a warp converts half the rows it would
@@ -90,15 +91,16 @@ struct ConvShape {
     // = 0, 1, 2 read one run of A_ROWS = 258 consecutive input pixels (NHWC, flat), row r
     // at r + dx, as the flat input index of an output position is its own + (dy - 1)
     // WIN + dx - 1. So the activations cross L2 once per kernel row, not per tap, and a
-    // ring stage holds STEPS = 3 steps of 16. Taps that leave the image read a
-    // neighbouring row's pixel there, which the row's scale, zero for that tap, drops.
+    // ring stage holds STEPS = 3 steps of 16. A tap that leaves the image reads the
+    // stage's row of zeros instead (ZERO_ROW).
     static constexpr bool STRIP = STRIDE == 1 && KS == 3;
     static constexpr u32 STEPS = STRIP ? KS : 1;  // steps of CONV_BK per stage
     static constexpr u32 A_ROWS = STRIP ? CONV_BM + 2 : CONV_BM;
     static constexpr u32 KSTAGES = K / (STEPS * CONV_BK);
-    // Two stages where a stage is three steps, or in the 32-wide layer (so four blocks
-    // fit an SM): every block stays within the 99 KB of sm_86 and sm_89.
-    static constexpr u32 STAGES = STRIP || BN == 32 ? 2 : CONV_STAGES;
+    // Two stages where a stage is three steps (STRIP), three otherwise: every block stays
+    // within the 99 KB of sm_86 and sm_89 (the 32-wide layer, a strip, fits four blocks
+    // an SM).
+    static constexpr u32 STAGES = STRIP ? 2 : CONV_STAGES;
     // A row stride in words. The A fragment reads are 16 bytes (a lane's four channels
     // of one row), served per quarter warp: rows g, g + 1 at 16 g + 4 t cover the banks,
     // as do the B reads, 16 bytes (8 with one product) at 16 g + 4 t (8 g + 2 t) words.
@@ -106,7 +108,12 @@ struct ConvShape {
     // in FP32 math with the rest as now: the wider rows kept three blocks an SM in the
     // 32-wide layer.)
     static constexpr u32 A_STRIDE = CONV_BK;
-    static constexpr u32 STAGE_WORDS = A_ROWS * A_STRIDE + STEPS * BN * CONV_BK;
+    // (STRIP) after the strip, a row of zeros that a tap outside the image reads
+    // instead: there its strip row holds another position's pixel (of this chunk, or at
+    // a chunk's first and last position of the next), which must not reach the sums even
+    // if not finite, as a zero scale would let it (0 x NaN). Never a copy's target.
+    static constexpr u32 ZERO_ROW = A_ROWS, A_SLOT_ROWS = STRIP ? A_ROWS + 1 : A_ROWS;
+    static constexpr u32 STAGE_WORDS = A_SLOT_ROWS * A_STRIDE + STEPS * BN * CONV_BK;
     static constexpr u32 SHARED = STAGES * STAGE_WORDS * 4;
     // 16-byte A copies per thread and stage (the last round of a strip's partly)
     static constexpr u32 A_COPIES = (A_ROWS * 4 + THREADS - 1) / THREADS;
@@ -126,7 +133,7 @@ struct ConvShape {
 
 // Raises maxima[item] and maxima[item + 1] to the largest of the block's `first` and
 // `second` (magnitudes, as float bits: their order is the unsigned one), with at most one
-// atomic per chunk and block: the same-address atomics of every warp measured 422 us in
+// atomic per chunk and tile: the same-address atomics of every warp measured 422 us in
 // the stem at batch 32. A zero is skipped (the cleared maximum is already at least that);
 // an item at or past `items` is left alone. Every thread of the block calls it.
 template <u32 WARPS>
@@ -246,7 +253,7 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
                                            u32* __restrict__ out_max, u64 out_max_len, u32 items,
                                            u32 flags) {
     constexpr u32 MI = S::MI, NJ = S::NJ;
-    // words per column per stage: the four b words of each t (high pairs, then low),
+    // words per column per step: the four b words of each t (high pairs, then low),
     // or without SPLIT the two high ones
     constexpr u32 B_WORDS = SPLIT ? CONV_BK : CONV_BK / 2;
     const bool valid = launch_is(S::GRID_X, S::GRID_Y, 1, S::THREADS) & (items >= 1) &
@@ -299,7 +306,7 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
 
     auto load_stage = [&](u32 j) {  // the block's stage j: tile tile0 + j / KSTAGES
         const saddr a_base = base + (j % S::STAGES) * S::STAGE_WORDS * 4;
-        const saddr b_base = a_base + S::A_ROWS * S::A_STRIDE * 4;
+        const saddr b_base = a_base + S::A_SLOT_ROWS * S::A_STRIDE * 4;
         const u32 ks = j % S::KSTAGES, cb = ks % S::CBLOCKS;
         if constexpr (S::STRIP) {
             // strip row r: the flat input pixel m0 + r + (dy - 1) WIN - 1, or zeros past
@@ -370,6 +377,11 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
     };
     enter_tile(tile0);
 
+    if constexpr (S::STRIP) {  // the zero rows, before the main loop's first barrier
+        for (u32 i = tid; i < S::STAGES * S::A_STRIDE; i += S::THREADS) {
+            shared[i / S::A_STRIDE * S::STAGE_WORDS + S::ZERO_ROW * S::A_STRIDE + i % S::A_STRIDE] = 0.0f;
+        }
+    }
     float acc[MI][NJ][4];
     zero(acc);
 #pragma unroll
@@ -396,21 +408,25 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
             const u32 blocked =
                 (blocked_rows | (step == 0 ? edges >> 16 : step == 2 ? edges >> 24 : 0)) & 0xff;
             const saddr a_base = a_stage + step * S::A_STRIDE * 4;  // strip row r + dx
-            const saddr b_base = a_stage + (S::A_ROWS * S::A_STRIDE + step * S::BN * CONV_BK) * 4;
+            const saddr b_base = a_stage + (S::A_SLOT_ROWS * S::A_STRIDE + step * S::BN * CONV_BK) * 4;
             uint4 a_hi[MI], a_lo[SPLIT ? MI : 1];
 #pragma unroll
             for (u32 mi = 0; mi < MI; ++mi) {
                 // a0..a3: rows g, g + 8, g, g + 8 at k pairs t, t, t + 4, t + 4, which
                 // hold channels 4t, 4t + 1 and 4t + 2, 4t + 3 (the weights' FRAGMENT_ORDER)
-                const saddr at = a_base + ((row0 + mi * 16 + g) * S::A_STRIDE + 4 * t) * 4;
-                const float4 top = lds4(at), bottom = lds4(at + 8 * S::A_STRIDE * 4);
+                // a blocked row (STRIP) reads the zero row: ZERO_ROW - step from a_base
+                const u32 row = row0 + mi * 16 + g, zero = S::ZERO_ROW - step;
+                const bool top_off = S::STRIP && ((blocked >> (mi * 2)) & 1);
+                const bool bottom_off = S::STRIP && ((blocked >> (mi * 2 + 1)) & 1);
+                const float4 top = lds4(a_base + ((top_off ? zero : row) * S::A_STRIDE + 4 * t) * 4);
+                const float4 bottom =
+                    lds4(a_base + ((bottom_off ? zero : row + 8) * S::A_STRIDE + 4 * t) * 4);
                 const float2 v[4] = {make_float2(top.x, top.y), make_float2(bottom.x, bottom.y),
                                      make_float2(top.z, top.w), make_float2(bottom.z, bottom.w)};
                 u32 hi[4], lo[4];
 #pragma unroll
                 for (u32 e = 0; e < 4; ++e) {
-                    const bool off = S::STRIP && ((blocked >> (mi * 2 + (e & 1))) & 1);
-                    const float s = off ? 0.0f : row_scale[mi][e & 1];
+                    const float s = row_scale[mi][e & 1];
                     if constexpr (SPLIT) {
                         f16_split(v[e].x * s, v[e].y * s, hi[e], lo[e]);
                     } else {

@@ -212,6 +212,29 @@ def test_reruns_partial_batches_and_replays_give_the_same_bits(
     assert torch.equal(full, replayed)
 
 
+@pytest.mark.parametrize("math", list(CudaMath), ids=str)
+def test_a_chunk_that_is_not_finite_leaves_its_neighbours_alone(
+    runtime, torch, weights, math
+) -> None:
+    """An infinite fbank value at a chunk's first (last) position changes no bit of the
+    chunk before (after) it. The stem passes it on (ReLU keeps +inf); a 3x3's taps
+    outside an image, which at a chunk's first and last positions lie on the
+    neighbouring chunk's pixels, must read zeros there, not those pixels times zero."""
+    fbank = torch.randn(4, 998, 80, device="cuda")
+    poisoned = fbank.clone()
+    poisoned[1, 0, 0] = float("inf")  # frame 0, bin 0: chunk 1's first position
+    poisoned[2, 997, 79] = float("inf")  # chunk 2's last position
+    clean = torch.empty((4, 256, 10, 125), device="cuda")
+    dirty = torch.empty_like(clean)
+    stream = torch.cuda.current_stream().cuda_stream
+    with plan_trunk(runtime, math, weights) as plan:
+        plan.enqueue(fbank, clean, items=4, stream=stream)
+        plan.enqueue(poisoned, dirty, items=4, stream=stream)
+        torch.cuda.synchronize()
+    assert torch.isfinite(clean).all()
+    assert torch.equal(clean[0], dirty[0]) and torch.equal(clean[3], dirty[3])
+
+
 def test_sm75_tier_refuses_the_trunk(torch) -> None:
     with (
         CudaRuntime(0, ptx_tier=PtxTier.SM75) as sm75,
@@ -259,13 +282,16 @@ with CudaRuntime(0) as runtime:
         print(math, "done", flush=True)
 """
 
-# One site's kernels (both maths) on a ConvPlan, which first runs spk_trunk_chunk_max:
-# argv site, items.
+# One site's kernels (both maths) at `items` chunks: a ConvPlan (spk_trunk_chunk_max,
+# then the convolution), then the same kernel launched as a trunk plan launches it,
+# raising its output's chunk maxima (the plan's prepared launch, with out_max set).
+# argv: site, items.
 _SANITIZED_SITE = """
 import sys
 import numpy as np
 from pyspk.candidate.trunk import TrunkSite, TrunkWeights, plan_conv
 from pyspk.candidate.trunk.plan import FBANK_ITEM
+from pyspk.candidate.trunk.shapes import CONV_RELU
 from pyspk.cuda import CudaMath
 from pyspk.cuda.runtime import CudaRuntime
 
@@ -274,13 +300,19 @@ conv = next(c for c in TrunkWeights.random(5).convs() if c.site is site)
 stem = site is TrunkSite.STEM
 rng = np.random.default_rng(0)
 with CudaRuntime(0) as runtime:
-    x_len = items * (FBANK_ITEM if stem else site.shape.x_item)
+    x_len, y_len = items * (FBANK_ITEM if stem else site.shape.x_item), items * site.shape.y_item
     x = runtime.upload(np.abs(rng.normal(size=x_len)).astype(np.float32))
-    y = runtime.alloc_zeros(items * site.shape.y_item)
-    residual = None if stem else runtime.alloc_zeros(items * site.shape.y_item)
+    y = runtime.alloc_zeros(y_len)
+    residual = None if stem else runtime.alloc_zeros(y_len)
+    out_max = runtime.alloc_zeros(32)
     for math in {site.kernel(m): m for m in CudaMath}.values():
         with plan_conv(runtime, math, conv) as plan:
             plan.enqueue(x, y, residual, items=items)
+            own = {"out_max": (out_max.ptr, 32), "items": items}
+            if not stem:
+                own.update(in_max=(plan._maxima.ptr, 32), residual=(residual.ptr, y_len),
+                           flags=CONV_RELU)
+            plan._conv.launch((x.ptr, x_len), (y.ptr, y_len), **own).enqueue(runtime.stream)
             runtime.synchronize()
         print(site.kernel(math), "done", flush=True)
 """
@@ -300,25 +332,46 @@ def _sanitized(tool: str, *script: str) -> subprocess.Popen[str]:
     )
 
 
-def _clean(tool: str, run: subprocess.Popen[str], done: int) -> None:
-    output, _ = run.communicate(timeout=900)
+def _all_clean(tool: str, runs: list[tuple[subprocess.Popen[str], int]]) -> None:
+    """Each run exits 0 with its `done` lines and the tool's clean summary; a run left
+    when one fails is killed."""
     summary = "ERROR SUMMARY: 0 errors" if tool == "memcheck" else "RACECHECK SUMMARY: 0 hazards"
-    assert run.returncode == 0, output[-4000:]
-    assert output.count(" done\n") == done, output[-4000:]
-    assert summary in output, output[-4000:]
+    try:
+        for run, done in runs:
+            output, _ = run.communicate(timeout=900)
+            assert run.returncode == 0, output[-4000:]
+            assert output.count(" done\n") == done, output[-4000:]
+            assert summary in output, output[-4000:]
+    finally:
+        for run, _ in runs:
+            if run.poll() is None:
+                run.kill()
+                run.communicate()
+
+
+def _site_kernels(site: TrunkSite) -> int:
+    return len({site.kernel(math) for math in CudaMath})
 
 
 def test_memcheck_finds_nothing_in_the_trunk() -> None:
-    """Every entry a trunk plan launches: the whole trunk in both maths, a partial batch
-    of 2 chunks; then, on a ConvPlan, the layer3 convolution and the chunk maxima."""
-    _clean("memcheck", _sanitized("memcheck", _SANITIZED_TRUNK), 2)
-    _clean("memcheck", _sanitized("memcheck", _SANITIZED_SITE, "layer3_conv", "2"), 2)
+    """Every entry a trunk plan launches: the whole trunk in both maths on 2 chunks; and
+    layer1's convolution on 11 chunks, where the last block has three tiles of its four
+    and two tiles that span two chunks come before their block's last."""
+    _all_clean(
+        "memcheck",
+        [
+            (_sanitized("memcheck", _SANITIZED_TRUNK), 2),
+            (_sanitized("memcheck", _SANITIZED_SITE, "layer1_conv", "11"), 2),
+        ],
+    )
 
 
 def test_racecheck_finds_nothing_in_any_trunk_entry() -> None:
-    """Every trunk entry on one chunk, one ConvPlan per site (after its chunk maxima),
-    the sites' sanitizers side by side: each process stays small (racecheck slows a
-    kernel by the number of its shared accesses), and every entry is covered."""
-    runs = {site: _sanitized("racecheck", _SANITIZED_SITE, site.value, "1") for site in TrunkSite}
-    for site, run in runs.items():
-        _clean("racecheck", run, len({site.kernel(math) for math in CudaMath}))
+    """Every trunk entry on one chunk (spk_trunk_chunk_max, then each kernel with and
+    without its output's chunk maxima), one process per site, side by side: each process
+    stays small (racecheck slows a kernel by the number of its shared accesses)."""
+    runs = [
+        (_sanitized("racecheck", _SANITIZED_SITE, site.value, "1"), _site_kernels(site))
+        for site in TrunkSite
+    ]
+    _all_clean("racecheck", runs)

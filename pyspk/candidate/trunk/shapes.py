@@ -19,7 +19,7 @@ TRUNK_FRAMES = 998  # fbank frames of a 10 s chunk at 16 kHz: the image width
 TRUNK_BLOCKS = (3, 4, 6, 3)  # BasicBlocks per layer (ResNet34)
 TRUNK_CHANNELS = (32, 64, 128, 256)
 CONV_BM = 256  # output positions per block
-CONV_BK = 16  # reduction elements per pipeline stage
+CONV_BK = 16  # reduction elements per step (a stage holds one, or a strip's three)
 CONV_STAGES = 3
 CONV_RELU = 1  # epilogue flags
 CONV_NCHW = 2
@@ -96,17 +96,17 @@ class ConvShape:
     @property
     def shared(self) -> int:
         """Bytes of the cp.async ring: per stage, the FP32 activation rows (CONV_BK
-        words) and, per step of CONV_BK, the weights' FP16 pair words (CONV_BK per
-        column)."""
-        rows, steps = (CONV_BM + 2, 3) if self.strip else (CONV_BM, 1)
+        words; a strip's 258 and a row of zeros) and, per step of CONV_BK, the weights'
+        FP16 pair words (CONV_BK per column)."""
+        rows, steps = (CONV_BM + 3, 3) if self.strip else (CONV_BM, 1)
         stage = (rows + steps * self.block_channels) * CONV_BK
         return self.stages * stage * 4
 
     @property
     def stages(self) -> int:
-        """Depth of the copy ring: two where a stage is three steps, or in the 32-wide
-        layer (so four blocks fit an SM); every block stays within sm_86's 99 KB."""
-        return 2 if self.strip or self.block_channels == 32 else CONV_STAGES
+        """Depth of the copy ring: two where a stage is three steps (a strip), three
+        otherwise; every block stays within sm_86's 99 KB."""
+        return 2 if self.strip else CONV_STAGES
 
     @property
     def tiles_per_block(self) -> int:
