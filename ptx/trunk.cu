@@ -27,8 +27,8 @@
 constexpr u32 STEM_THREADS = 256;
 constexpr u32 STEM_TILE_BINS = 8;
 constexpr u32 STEM_TILE_FRAMES = 32;
-constexpr u32 STEM_TILES = spk::TRUNK_BINS / STEM_TILE_BINS *
-                           ((spk::TRUNK_FRAMES + STEM_TILE_FRAMES - 1) / STEM_TILE_FRAMES);
+constexpr u32 STEM_FRAME_TILES = (spk::TRUNK_FRAMES + STEM_TILE_FRAMES - 1) / STEM_TILE_FRAMES;
+constexpr u32 STEM_TILES = spk::TRUNK_BINS / STEM_TILE_BINS * STEM_FRAME_TILES;
 constexpr u32 STEM_POS = spk::TRUNK_BINS * spk::TRUNK_FRAMES;
 
 extern "C" __global__ void __launch_bounds__(STEM_THREADS)
@@ -47,9 +47,8 @@ spk_trunk_stem(const float* __restrict__ x, u64 x_len, const float* __restrict__
     if (!valid | (item >= items)) {
         return;  // uniform over the block
     }
-    constexpr u32 FRAME_TILES = (spk::TRUNK_FRAMES + STEM_TILE_FRAMES - 1) / STEM_TILE_FRAMES;
-    const int bin0 = int(blockIdx.x / FRAME_TILES * STEM_TILE_BINS);
-    const int frame0 = int(blockIdx.x % FRAME_TILES * STEM_TILE_FRAMES);
+    const int bin0 = int(blockIdx.x / STEM_FRAME_TILES * STEM_TILE_BINS);
+    const int frame0 = int(blockIdx.x % STEM_FRAME_TILES * STEM_TILE_FRAMES);
     for (u32 i = threadIdx.x; i < 9 * 32 + 32; i += STEM_THREADS) {
         weights[i] = i < 9 * 32 ? w[i] : bias[i - 9 * 32];
     }
