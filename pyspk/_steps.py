@@ -382,10 +382,38 @@ def _linkage(y: np.ndarray, method: str = "single", metric: str = "euclidean", *
     return linkage(y, method=method, metric=metric, **kwargs)
 
 
+def filter_embeddings(
+    embeddings: np.ndarray, segmentations: Any = None, min_active_ratio: float = 0.2
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """pyannote's `BaseClustering.filter_embeddings` to the bit where every
+    segmentation value is 0 or 1 (the engine's powerset outputs): the embeddings
+    without NaN of the (chunk, speaker) pairs whose speaker is the only one active in at
+    least `min_active_ratio` of the chunk's frames, and their chunk and speaker indices.
+    It counts booleans where pyannote sums float products (exact either way for 0 and
+    1): 0.024 against 0.12 s for an hour's 3591 chunks on a two-core machine. None for
+    other segmentations, which take pyannote's own code."""
+    data = segmentations.data
+    _, num_frames, num_speakers = data.shape
+    active = data != 0
+    if not np.array_equal(data, active):
+        return None
+    speakers = active[..., 0].astype(np.uint8)
+    for speaker in range(1, num_speakers):
+        speakers += active[..., speaker]
+    alone = speakers == 1
+    clean = np.stack(
+        [np.count_nonzero(active[..., s] & alone, axis=1) for s in range(num_speakers)], axis=1
+    )
+    kept = (clean >= min_active_ratio * num_frames) & ~np.any(np.isnan(embeddings), axis=2)
+    chunk_idx, speaker_idx = np.where(kept)
+    return embeddings[chunk_idx, speaker_idx], chunk_idx, speaker_idx
+
+
 def cluster(clustering: Any, **arguments: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`clustering(**arguments)` (a pipeline's clustering step): for pyannote's
-    `AgglomerativeClustering`, its own code run with `_linkage` in place of scipy's; any
-    other clustering as it is."""
+    `AgglomerativeClustering`, its own code run with `_linkage` in place of scipy's and,
+    for binary segmentations, `filter_embeddings` in place of its own; any other
+    clustering as it is."""
     from pyannote.audio.pipelines import clustering as module
 
     if type(clustering) is not module.AgglomerativeClustering:
@@ -400,8 +428,19 @@ def cluster(clustering: Any, **arguments: Any) -> tuple[np.ndarray, np.ndarray, 
         stock.__defaults__,
         stock.__closure__,
     )
-    # a shallow copy whose own `cluster` shadows the class's: the caller's object is
-    # left as it was, and the copy reads the same hyper-parameters
+    # a shallow copy whose own `cluster` (and `filter_embeddings`) shadow the class's:
+    # the caller's object is left as it was, and the copy reads the same
+    # hyper-parameters
     twin = copy.copy(clustering)
     twin.__dict__["cluster"] = types.MethodType(fast, twin)
+    stock_filter = module.BaseClustering.filter_embeddings
+    if type(clustering).filter_embeddings is stock_filter:
+
+        def filtered(self: Any, embeddings: np.ndarray, segmentations: Any = None, **rest: Any):
+            kept = filter_embeddings(embeddings, segmentations, **rest)
+            if kept is None:
+                return stock_filter(self, embeddings, segmentations, **rest)
+            return kept
+
+        twin.__dict__["filter_embeddings"] = types.MethodType(filtered, twin)
     return twin(**arguments)

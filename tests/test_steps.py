@@ -139,10 +139,34 @@ def test_pdist_on_threads_is_scipys():
     assert np.array_equal(_steps.pdist_euclidean(points, threads=4), pdist(points, "euclidean"))
 
 
+def test_filter_embeddings_is_pyannotes_on_binary_segmentations():
+    from pyannote.audio.pipelines.clustering import AgglomerativeClustering, BaseClustering
+
+    rng = np.random.default_rng(8)
+    chunks = 700
+    data = (rng.random((chunks, 589, 3)) < rng.random((chunks, 1, 3))).astype(np.float32)
+    data[3, :, 0] = -0.0  # inactive, as in pyannote's sums
+    data[5, ::2, 1] = -0.0
+    embeddings = rng.standard_normal((chunks, 3, 256)).astype(np.float32)
+    embeddings[rng.random((chunks, 3)) < 0.1, 5] = np.nan
+    segmentations = SlidingWindowFeature(data, CHUNKS)
+    clustering = AgglomerativeClustering()
+    for ratio in (0.2, 0.05):
+        stock = BaseClustering.filter_embeddings(
+            clustering, embeddings, segmentations=segmentations, min_active_ratio=ratio
+        )
+        ours = _steps.filter_embeddings(embeddings, segmentations, min_active_ratio=ratio)
+        assert len(stock[1]) > chunks // 2
+        for mine, theirs in zip(ours, stock, strict=True):
+            assert np.array_equal(mine, theirs, equal_nan=True)
+    data[0, 0, 0] = 0.5  # not binary: pyannote's own code decides
+    assert _steps.filter_embeddings(embeddings, segmentations) is None
+
+
 @pytest.mark.parametrize(
     "constraints", [{}, {"num_clusters": 3}, {"min_clusters": 6}, {"max_clusters": 2}]
 )
-def test_agglomerative_clustering_is_pyannotes(constraints):
+def test_agglomerative_clustering_is_pyannotes(constraints, monkeypatch):
     import pyspk.pyannote as pa
 
     pipeline = pa.offline_pipeline(pa.segmentation_3_0(seed=0), pa.wespeaker_resnet34(seed=1))
@@ -158,6 +182,11 @@ def test_agglomerative_clustering_is_pyannotes(constraints):
     speaking = rng.integers(0, 3, (chunks, 59))
     data = np.repeat(np.eye(3, dtype=np.float32)[speaking], 10, axis=1)[:, :589]
     segmentations = SlidingWindowFeature(data, CHUNKS)
+    filtered = []
+    counting = _steps.filter_embeddings
+    monkeypatch.setattr(
+        _steps, "filter_embeddings", lambda *a, **k: filtered.append(1) or counting(*a, **k)
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "found only N clusters"
         theirs = pipeline.clustering(
@@ -171,4 +200,6 @@ def test_agglomerative_clustering_is_pyannotes(constraints):
         )
     for mine, stock in zip(ours, theirs, strict=True):
         assert np.array_equal(mine, stock, equal_nan=True)
+    assert filtered == [1]  # the binary segmentations took pyspk's filter
     assert "cluster" not in pipeline.clustering.__dict__
+    assert "filter_embeddings" not in pipeline.clustering.__dict__
