@@ -401,26 +401,42 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
         cp_async_commit();
         const saddr a_stage = base + (j % S::STAGES) * S::STAGE_WORDS * 4;
         const u32 ks = j % S::KSTAGES, dy = ks / S::CBLOCKS;
+        if (S::STRIP && (residual_len != 0) & (ks == S::KSTAGES - 1)) {
+            // the tile's shortcut rows into L2 a stage before its epilogue reads them:
+            // there each read waits on the L2 instead of on device memory (only the
+            // stride-1 3x3s, the blocks' second convolutions, take a residual)
+            constexpr u32 LINES = S::BN / 32;  // 128-byte lines per row
+#pragma unroll
+            for (u32 i = tid; i < CONV_BM * LINES; i += S::THREADS) {
+                const u32 m = m0 + i / LINES;
+                if (m < rows) {
+                    prefetch_l2(residual + (u64(m) * S::COUT + n0 + i % LINES * 32));
+                }
+            }
+        }
         const u32 blocked_rows = dy == 0 ? edges : dy == S::KS - 1 ? edges >> 8 : 0;
 #pragma unroll 1
         for (u32 step = 0; step < S::STEPS; ++step) {
             // rows whose tap (dy, dx = step) is outside the image (STRIP)
             const u32 blocked =
                 (blocked_rows | (step == 0 ? edges >> 16 : step == 2 ? edges >> 24 : 0)) & 0xff;
-            const saddr a_base = a_stage + step * S::A_STRIDE * 4;  // strip row r + dx
+            // this lane's first fragment row (strip row r + dx), and the zero row, as
+            // byte addresses: each fragment row is a constant offset from the first, so
+            // its read takes one select (blocked or not) and an immediate offset
+            const saddr a_rows = a_stage + ((row0 + g + step) * S::A_STRIDE + 4 * t) * 4;
+            const saddr a_zero = a_stage + (S::ZERO_ROW * S::A_STRIDE + 4 * t) * 4;
             const saddr b_base = a_stage + (S::A_SLOT_ROWS * S::A_STRIDE + step * S::BN * CONV_BK) * 4;
             uint4 a_hi[MI], a_lo[SPLIT ? MI : 1];
 #pragma unroll
             for (u32 mi = 0; mi < MI; ++mi) {
                 // a0..a3: rows g, g + 8, g, g + 8 at k pairs t, t, t + 4, t + 4, which
                 // hold channels 4t, 4t + 1 and 4t + 2, 4t + 3 (the weights' FRAGMENT_ORDER)
-                // a blocked row (STRIP) reads the zero row: ZERO_ROW - step from a_base
-                const u32 row = row0 + mi * 16 + g, zero = S::ZERO_ROW - step;
+                // a blocked row (STRIP) reads the zero row
+                const u32 top_at = mi * 16 * S::A_STRIDE * 4, bottom_at = top_at + 8 * S::A_STRIDE * 4;
                 const bool top_off = S::STRIP && ((blocked >> (mi * 2)) & 1);
                 const bool bottom_off = S::STRIP && ((blocked >> (mi * 2 + 1)) & 1);
-                const float4 top = lds4(a_base + ((top_off ? zero : row) * S::A_STRIDE + 4 * t) * 4);
-                const float4 bottom =
-                    lds4(a_base + ((bottom_off ? zero : row + 8) * S::A_STRIDE + 4 * t) * 4);
+                const float4 top = lds4(top_off ? a_zero : a_rows + top_at);
+                const float4 bottom = lds4(bottom_off ? a_zero : a_rows + bottom_at);
                 const float2 v[4] = {make_float2(top.x, top.y), make_float2(bottom.x, bottom.y),
                                      make_float2(top.z, top.w), make_float2(bottom.z, bottom.w)};
                 u32 hi[4], lo[4];

@@ -254,26 +254,13 @@ def parse_resources(log: str) -> dict[str, dict[str, int]]:
     return resources
 
 
-# Spill stores (bytes, ptxas's count: each spilled register once) that an entry may
-# show on an architecture. At the 128 registers its four blocks an SM need, the
-# allocators of sm_86, sm_89 and sm_120 spill 4 bytes in the 32-wide trunk layer's
-# three-product kernel, where sm_80 and sm_90 fit; any other spill fails.
-SPILL_ALLOWANCE = {
-    (arch, "spk_trunk_layer1_conv_f16x3"): 4 for arch in ("sm_86", "sm_89", "sm_120")
-}
-
-
-def spills(resources: Mapping[str, Mapping[str, int]], arch: str = "") -> list[str]:
-    def allowed(entry: str, usage: Mapping[str, int]) -> bool:
-        limit = SPILL_ALLOWANCE.get((arch, entry), 0)
-        stored, loaded = usage.get("spill_store_bytes", 0), usage.get("spill_load_bytes", 0)
-        return stored <= limit and (limit > 0 or loaded == 0)
-
+def spills(resources: Mapping[str, Mapping[str, int]]) -> list[str]:
+    """The entries that spill registers to local memory: every cubin must fit without."""
     return [
         f"{entry} spills ({usage.get('spill_store_bytes', 0)} bytes stored, "
         f"{usage.get('spill_load_bytes', 0)} loaded)"
         for entry, usage in sorted(resources.items())
-        if not allowed(entry, usage)
+        if usage.get("spill_store_bytes", 0) or usage.get("spill_load_bytes", 0)
     ]
 
 
@@ -350,7 +337,7 @@ def _build_into(source_dir: Path, staging: Path, say: Callable[[str], None]) -> 
                 resources = futures[(tier.name, arch)].result()
                 file = cubin_name(module, tier, arch)
                 say(f"ptxas    {ptx_name(module, tier)} -> {file}")
-                problems = spills(resources, arch)
+                problems = spills(resources)
                 if problems:
                     raise ToolError(f"{file}: " + "; ".join(problems))
                 tiers[tier.name]["cubins"][arch] = {
@@ -771,9 +758,7 @@ def verify_artifacts(ptx_dir: Path = PTX_DIR) -> list[str]:
                     )
                     continue
                 check_file(cubin["file"], cubin.get("sha256"))
-                problems.extend(
-                    f"{cubin['file']}: {p}" for p in spills(cubin.get("resources", {}), arch)
-                )
+                problems.extend(f"{cubin['file']}: {p}" for p in spills(cubin.get("resources", {})))
         problems.extend(_entry_differences(module, parsed))
 
     known = set(_artifact_files(manifest))
