@@ -2,9 +2,12 @@
 
 `trunk_weights(resnet)` folds the trunk's BatchNorms (running statistics, read once)
 into its convolutions in float64. `PlannedTrunk(resnet, math)` is a `forward_frames`
-for that module: fbank `(B, 998, 80)` float32 on the plan's device runs in pieces of 32
-chunks (a last piece of fewer on the same plan) on PyTorch's current stream, so it can
-be captured in a CUDA graph; any other input takes the module's own `forward_frames`.
+for that module: fbank `(B, 998, 80)` float32 on the plan's device runs in pieces of 16
+chunks that alternate between two trunk plans, the first on PyTorch's current stream,
+the second on a side stream that forks from it and joins it again, so one plan's kernels
+fill the last partial wave of the other's and the call can be captured in a CUDA graph
+(`streams=1`: pieces of 32 on one plan). Each chunk's output has the same bits either
+way. Any other input takes the module's own `forward_frames`.
 Like `pyspk.torch`'s wrappers it is inference-only (`InferenceOnlyError` while autograd
 records) and refuses a call after the parameters changed (`WeightsChangedError`)."""
 
@@ -100,9 +103,14 @@ def trunk_weights(resnet: nn.Module) -> TrunkWeights:
 
 
 class PlannedTrunk:
-    """`forward_frames` of `resnet` on a trunk plan; `close()` frees the plan."""
+    """`forward_frames` of `resnet` on `streams` (1 or 2) trunk plans; `close()` frees
+    them."""
 
-    def __init__(self, resnet: nn.Module, math: CudaMath | str = CudaMath.FP32) -> None:
+    def __init__(
+        self, resnet: nn.Module, math: CudaMath | str = CudaMath.FP32, streams: int = 2
+    ) -> None:
+        if streams not in (1, 2):
+            raise InvalidArgument(f"{CONTEXT}: streams must be 1 or 2, not {streams!r}")
         self.resnet = resnet
         self.math = CudaMath.parse(math)
         self._library: Callable[[torch.Tensor], torch.Tensor] = type(resnet).forward_frames.__get__(
@@ -114,14 +122,23 @@ class PlannedTrunk:
         self._ordinal = device.index if device.index is not None else torch.cuda.current_device()
         weights = trunk_weights(resnet)
         self._planned_state = self._state()
-        self.plan: TrunkPlan = plan_trunk(shared_runtime(self._ordinal), self.math, weights)
+        runtime = shared_runtime(self._ordinal)
+        self.plans: list[TrunkPlan] = []
+        try:
+            for _ in range(streams):
+                self.plans.append(plan_trunk(runtime, self.math, weights))
+        except BaseException:
+            self.close()
+            raise
+        self.plan = self.plans[0]
+        self._side = torch.cuda.Stream(self._ordinal) if streams > 1 else None
 
     def _state(self) -> tuple[int, ...]:
         return tensor_state([*self.resnet.parameters(), *self.resnet.buffers()])
 
     def __call__(self, fbank: torch.Tensor) -> torch.Tensor:
         if (
-            self.plan.closed
+            self.closed
             or fbank.dim() != 3
             or tuple(fbank.shape[1:]) != (TRUNK_FRAMES, TRUNK_BINS)
             or fbank.dtype is not torch.float32
@@ -144,19 +161,37 @@ class PlannedTrunk:
         fbank = fbank.contiguous()
         chunks = fbank.shape[0]
         output = torch.empty((chunks, *OUTPUT_SHAPE), device=fbank.device, dtype=torch.float32)
-        stream = torch.cuda.current_stream(self._ordinal).cuda_stream
-        for start in range(0, chunks, TRUNK_BATCH):
-            stop = min(start + TRUNK_BATCH, chunks)
-            self.plan.enqueue(
-                fbank[start:stop], output[start:stop], items=stop - start, stream=stream
+        # pieces alternate between the plans, the first on this stream, the second on
+        # the side stream; the join orders the caller's later work (and the allocator's
+        # reuse of fbank and output) after both
+        main = torch.cuda.current_stream(self._ordinal)
+        streams = [main] if self._side is None else [main, self._side]
+        piece = TRUNK_BATCH // len(streams)
+        if self._side is not None:
+            self._side.wait_stream(main)
+        for index, start in enumerate(range(0, chunks, piece)):
+            stop = min(start + piece, chunks)
+            which = index % len(streams)
+            self.plans[which].enqueue(
+                fbank[start:stop],
+                output[start:stop],
+                items=stop - start,
+                stream=streams[which].cuda_stream,
             )
+        if self._side is not None:
+            main.wait_stream(self._side)
         return output
 
+    @property
+    def closed(self) -> bool:
+        return not self.plans or any(plan.closed for plan in self.plans)
+
     def close(self) -> None:
-        self.plan.close()
+        for plan in self.plans:
+            plan.close()
 
     def entries(self) -> str:
         return f"trunk {self.math}"
 
     def __repr__(self) -> str:
-        return f"PlannedTrunk({self.math}, closed={self.plan.closed})"
+        return f"PlannedTrunk({self.math}, streams={len(self.plans)}, closed={self.closed})"
