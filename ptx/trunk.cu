@@ -150,23 +150,24 @@ spk_trunk_chunk_max(const float* __restrict__ x, u64 x_len, u32 item_len,
 #else
 #define SPK_TRUNK_BODY(SHAPE, SPLIT) SPK_TIER_STUB()
 #endif
-#define SPK_TRUNK_CONV(NAME, SHAPE, SPLIT, MIN_BLOCKS)                                      \
-    extern "C" __global__ void __launch_bounds__(SHAPE::THREADS, MIN_BLOCKS) NAME(           \
+#define SPK_TRUNK_CONV(NAME, SHAPE, SPLIT)                                                  \
+    extern "C" __global__ void __launch_bounds__(SHAPE::THREADS, SHAPE::MIN_BLOCKS) NAME(    \
         const float* __restrict__ x, u64 x_len, const float* __restrict__ w, u64 w_len,      \
         const float* __restrict__ bias, u64 bias_len, const float* __restrict__ residual,    \
         u64 residual_len, float* __restrict__ y, u64 y_len, const u32* __restrict__ in_max, \
         u64 in_max_len, u32* __restrict__ out_max, u64 out_max_len, u32 items, u32 flags) { \
         SPK_TRUNK_BODY(SHAPE, SPLIT);                                                        \
     }
-#define SPK_TRUNK_SHAPE(SITE, SHAPE)                                    \
-    SPK_TRUNK_CONV(spk_trunk_##SITE##_f16, SHAPE, false, SHAPE::MIN_BLOCKS) \
-    SPK_TRUNK_CONV(spk_trunk_##SITE##_f16x3, SHAPE, true, SHAPE::MIN_BLOCKS)
+#define SPK_TRUNK_SPLIT(SITE, SHAPE) SPK_TRUNK_CONV(spk_trunk_##SITE##_f16x3, SHAPE, true)
+#define SPK_TRUNK_SHAPE(SITE, SHAPE)                      \
+    SPK_TRUNK_CONV(spk_trunk_##SITE##_f16, SHAPE, false) \
+    SPK_TRUNK_SPLIT(SITE, SHAPE)
 
 // Shapes: (CIN, COUT, HIN, WIN, STRIDE, KS), one per distinct convolution of the trunk.
 // The 1x1 shortcuts run the three products in both maths: 0.5% of the trunk's work, and
 // cuDNN's TF32 math keeps at least one of them in FP32 (measured: 1.1e-7 where TF32
-// gives 2.9e-4). Their launch bound is their shape's blocks an SM, as for the others:
-// with a bound of one, ptxas gave layer 2's 180 registers, one block of 8 warps an SM.
+// gives 2.9e-4). Every entry's launch bound is its shape's blocks an SM: with a bound
+// of one, ptxas gave layer 2's shortcut 180 registers, one block of 8 warps an SM.
 typedef spk::ConvShape<32, 32, 80, 998, 1, 3> Layer1Conv;
 typedef spk::ConvShape<32, 64, 80, 998, 2, 3> Layer2Down;
 typedef spk::ConvShape<32, 64, 80, 998, 2, 1> Layer2Shortcut;
@@ -180,11 +181,11 @@ typedef spk::ConvShape<256, 256, 10, 125, 1, 3> Layer4Conv;
 
 SPK_TRUNK_SHAPE(layer1_conv, Layer1Conv)
 SPK_TRUNK_SHAPE(layer2_down, Layer2Down)
-SPK_TRUNK_CONV(spk_trunk_layer2_shortcut_f16x3, Layer2Shortcut, true, Layer2Shortcut::MIN_BLOCKS)
+SPK_TRUNK_SPLIT(layer2_shortcut, Layer2Shortcut)
 SPK_TRUNK_SHAPE(layer2_conv, Layer2Conv)
 SPK_TRUNK_SHAPE(layer3_down, Layer3Down)
-SPK_TRUNK_CONV(spk_trunk_layer3_shortcut_f16x3, Layer3Shortcut, true, Layer3Shortcut::MIN_BLOCKS)
+SPK_TRUNK_SPLIT(layer3_shortcut, Layer3Shortcut)
 SPK_TRUNK_SHAPE(layer3_conv, Layer3Conv)
 SPK_TRUNK_SHAPE(layer4_down, Layer4Down)
-SPK_TRUNK_CONV(spk_trunk_layer4_shortcut_f16x3, Layer4Shortcut, true, Layer4Shortcut::MIN_BLOCKS)
+SPK_TRUNK_SPLIT(layer4_shortcut, Layer4Shortcut)
 SPK_TRUNK_SHAPE(layer4_conv, Layer4Conv)
