@@ -60,7 +60,7 @@ DEFAULT_CUDA_HOMES = ("/usr/local/cuda",)
 # the tier table and the artifact names: one source, shared with the loader
 Tier = TierBuild
 TIERS = tuple(TIER_BUILDS.values())
-MODULES = ("segdense", "trunk")
+MODULES = ("segdense", "trunk", "cluster")
 # Explicit IEEE FP32 behaviour, whatever the nvcc defaults or profile say: the kernels'
 # fixed summation orders are only reproducible without fast-math rewrites.
 NVCC_FLAGS = (
@@ -434,6 +434,17 @@ TRUNK_CONSTANTS = {
     "MAXIMA_THREADS": "trunk.cu",
 }
 
+# The cluster module's constants, each `pyspk.linkage.<name>`, all in cluster.cu
+LINKAGE_CONSTANTS = (
+    "LINKAGE_THREADS",
+    "NEIGHBOUR_THREADS",
+    "NEIGHBOUR_ROWS",
+    "STATE_BYTES_PER_CLUSTER",
+    "LINKAGE_DONE",
+    "LINKAGE_STOPPED",
+    "LINKAGE_UNRUN",
+)
+
 # Constants the CUDA sources share with pyspk: name -> (the source that defines it, the
 # pattern whose group 1 is its literal value). A `constexpr` one must be defined exactly
 # once in all the sources, in that file.
@@ -452,6 +463,7 @@ CUDA_CONSTANTS: dict[str, tuple[str, re.Pattern[str]]] = {
         re.compile(r"\bstatic_assert\(\s*SHARED_BYTES\s*==\s*([^,]+?)\s*,"),
     ),
     **{name: (home, _constexpr(name)) for name, home in TRUNK_CONSTANTS.items()},
+    **{name: ("cluster.cu", _constexpr(name)) for name in LINKAGE_CONSTANTS},
 }
 
 
@@ -521,7 +533,7 @@ def cuda_constants(ptx_dir: Path = PTX_DIR) -> tuple[dict[str, tuple[str, int | 
 
 def python_constants() -> dict[str, list[tuple[str, int | float]]]:
     """pyspk's value of each of CUDA_CONSTANTS, read now: `{name: [(where, value), ...]}`."""
-    from pyspk import reference
+    from pyspk import linkage, reference
     from pyspk.candidate.framework import DenseSite
     from pyspk.candidate.segdense import shapes
     from pyspk.candidate.trunk import shapes as trunk_shapes
@@ -550,6 +562,7 @@ def python_constants() -> dict[str, list[tuple[str, int | float]]]:
             name: [(f"trunk.shapes.{name}", getattr(trunk_shapes, name))]
             for name in TRUNK_CONSTANTS
         },
+        **{name: [(f"pyspk.linkage.{name}", getattr(linkage, name))] for name in LINKAGE_CONSTANTS},
     }
 
 
@@ -573,7 +586,8 @@ def python_kernels() -> dict[str, dict[str, str]]:
     }
     trunk[trunk_shapes.CLEAR_KERNEL] = "shapes.CLEAR_KERNEL"
     trunk[trunk_shapes.CHUNK_MAX_KERNEL] = "shapes.CHUNK_MAX_KERNEL"
-    return {"segdense": segdense, "trunk": trunk}
+    cluster = {name: "pyspk.linkage" for name in ("spk_linkage_neighbours", "spk_linkage_merge")}
+    return {"segdense": segdense, "trunk": trunk, "cluster": cluster}
 
 
 def _same(cuda: int | float, python: Any) -> bool:

@@ -47,6 +47,7 @@ class KernelModule(enum.Enum):
 
     SEGDENSE = "segdense"
     TRUNK = "trunk"
+    CLUSTER = "cluster"
 
     def __str__(self) -> str:
         return self.value

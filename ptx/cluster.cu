@@ -1,0 +1,418 @@
+// The cluster module: scipy's `fast_linkage` (Müllner's generic algorithm, which
+// `scipy.cluster.hierarchy.linkage` runs for the centroid and median methods) on one
+// block, step for step, so that its dendrogram is scipy's to the bit.
+//
+// Exactness rests on three rules:
+// - Every distance update is scipy's expression in its order of operations, each
+//   operation rounded on its own (`__dmul_rn` and kin: the build contracts a*b+c into
+//   FMAs elsewhere, which would change the bits).
+// - Every scan for a nearest neighbour keeps scipy's choice among equal distances (the
+//   lowest index) and its treatment of NaN (never chosen).
+// - The binary heap of lower bounds is scipy's heap, operated by one thread in scipy's
+//   order of calls: equal keys then leave the heap in scipy's arrangement.
+// Where scipy would go on from a state it does not expect (no neighbour for a cluster,
+// or a search for the closest pair that runs out of tries), the kernel stops and writes
+// LINKAGE_STOPPED: the caller then runs scipy itself, which does whatever scipy does.
+//
+// Calling convention as in the other modules: every buffer is a pointer followed by its
+// element count, scalars are 32-bit unsigned, and an entry whose lengths or launch shape
+// differ from what its scalars imply returns before writing anything.
+
+#include "common.cuh"
+
+// One block of this many threads runs the merges: the per-merge update is one pass over
+// the clusters, this many at a time.
+constexpr u32 LINKAGE_THREADS = 1024;
+constexpr u32 LINKAGE_WARPS = LINKAGE_THREADS / 32;
+// The first scan: one warp per cluster, this many clusters per block.
+constexpr u32 NEIGHBOUR_THREADS = 256;
+constexpr u32 NEIGHBOUR_ROWS = 8;
+static_assert(NEIGHBOUR_ROWS * 32 == NEIGHBOUR_THREADS, "one warp a row");
+// Status words (the caller starts the status at LINKAGE_UNRUN).
+constexpr u32 LINKAGE_DONE = 0;
+constexpr u32 LINKAGE_STOPPED = 1;
+constexpr u32 LINKAGE_UNRUN = 2;
+static_assert(LINKAGE_UNRUN != LINKAGE_DONE & LINKAGE_UNRUN != LINKAGE_STOPPED, "distinct");
+// Methods, as scipy's `_hierarchy_distance_update.pxi` computes them.
+constexpr u32 METHOD_CENTROID = 0;
+constexpr u32 METHOD_MEDIAN = 1;
+static_assert(METHOD_CENTROID + 1 == METHOD_MEDIAN, "the entry refuses method > METHOD_MEDIAN");
+constexpr u32 NO_CLUSTER = 0xffffffffu;
+
+namespace spk {
+namespace linkage {
+
+// The state arrays, n entries each: the heap's values (scipy's Heap.values), the lower
+// bound of each cluster's nearest distance (min_dist), then the heap's key and index
+// maps, cluster sizes, nearest-neighbour candidates and cluster ids. 36 bytes a cluster,
+// in dynamic shared memory where it fits, else in the global workspace.
+constexpr u32 STATE_BYTES_PER_CLUSTER = 36;
+
+struct State {
+    double* heap_value;
+    double* bound;
+    u32* key_at;
+    u32* index_of;
+    u32* size;
+    u32* neighbour;
+    u32* id;
+
+    __device__ State(void* base, u32 n) {
+        heap_value = static_cast<double*>(base);
+        bound = heap_value + n;
+        key_at = reinterpret_cast<u32*>(bound + n);
+        index_of = key_at + n;
+        size = index_of + n;
+        neighbour = size + n;
+        id = neighbour + n;
+    }
+};
+
+// Index of the pair (i, j), i < j, in the condensed matrix of n points.
+__device__ __forceinline__ u64 pair_index(u64 n, u64 i, u64 j) {
+    return n * i - i * (i + 1) / 2 + (j - i - 1);
+}
+
+// The distance from a new cluster (x merged into y, nx and ny points) to cluster i, from
+// d(x, i), d(y, i) and d(x, y).
+__device__ __forceinline__ double merged_distance(u32 method, double d_xi, double d_yi,
+                                                  double d_xy, u32 nx, u32 ny) {
+    if (method == METHOD_MEDIAN) {
+        double sum = __dadd_rn(__dmul_rn(d_xi, d_xi), __dmul_rn(d_yi, d_yi));
+        return __dsqrt_rn(__dsub_rn(__dmul_rn(0.5, sum), __dmul_rn(__dmul_rn(0.25, d_xy), d_xy)));
+    }
+    // sizes are C ints in scipy: size_x * size_y is an int product, then a double
+    const double fx = static_cast<double>(static_cast<int>(nx));
+    const double fy = static_cast<double>(static_cast<int>(ny));
+    const double fxy = static_cast<double>(static_cast<int>(nx) * static_cast<int>(ny));
+    const double total = static_cast<double>(static_cast<int>(nx + ny));
+    const double kept = __dadd_rn(__dmul_rn(__dmul_rn(fx, d_xi), d_xi),
+                                  __dmul_rn(__dmul_rn(fy, d_yi), d_yi));
+    const double shared = __ddiv_rn(__dmul_rn(__dmul_rn(fxy, d_xy), d_xy), total);
+    return __dsqrt_rn(__ddiv_rn(__dsub_rn(kept, shared), total));
+}
+
+// A nearest-neighbour candidate; `better` is scipy's scan order made associative: the
+// smaller distance, the lower index among equals, NaN never.
+struct Nearest {
+    double distance;
+    u32 index;
+};
+
+__device__ __forceinline__ Nearest nearest_none() {
+    return {__longlong_as_double(0x7ff0000000000000ll), NO_CLUSTER};
+}
+
+__device__ __forceinline__ Nearest better(Nearest a, Nearest b) {
+    const bool take = b.distance < a.distance | (b.distance == a.distance & b.index < a.index);
+    return take ? b : a;
+}
+
+__device__ __forceinline__ Nearest warp_nearest(Nearest mine) {
+    for (u32 offset = 16; offset > 0; offset >>= 1) {
+        Nearest other;
+        other.distance = __shfl_down_sync(0xffffffffu, mine.distance, offset);
+        other.index = __shfl_down_sync(0xffffffffu, mine.index, offset);
+        mine = better(mine, other);
+    }
+    return mine;
+}
+
+// scipy's Heap, run by one thread.
+struct Heap {
+    State s;
+    u32 count;
+
+    __device__ void swap(u32 i, u32 j) {
+        const double value = s.heap_value[i];
+        s.heap_value[i] = s.heap_value[j];
+        s.heap_value[j] = value;
+        const u32 key_i = s.key_at[i];
+        const u32 key_j = s.key_at[j];
+        s.key_at[i] = key_j;
+        s.key_at[j] = key_i;
+        s.index_of[key_i] = j;
+        s.index_of[key_j] = i;
+    }
+    __device__ void sift_up(u32 index) {
+        while (index > 0) {
+            const u32 parent = (index - 1) >> 1;
+            if (!(s.heap_value[parent] > s.heap_value[index])) {
+                break;
+            }
+            swap(index, parent);
+            index = parent;
+        }
+    }
+    __device__ void sift_down(u32 index) {
+        for (u32 child = 2 * index + 1; child < count; child = 2 * index + 1) {
+            if (child + 1 < count && s.heap_value[child + 1] < s.heap_value[child]) {
+                ++child;
+            }
+            if (!(s.heap_value[index] > s.heap_value[child])) {
+                break;
+            }
+            swap(index, child);
+            index = child;
+        }
+    }
+    __device__ void change(u32 key, double value) {
+        const u32 index = s.index_of[key];
+        const double old = s.heap_value[index];
+        s.heap_value[index] = value;
+        if (value < old) {
+            sift_up(index);
+        } else {
+            sift_down(index);
+        }
+    }
+    __device__ void remove_min() {
+        swap(0, count - 1);
+        --count;
+        sift_down(0);
+    }
+};
+
+// What thread 0 tells the block after looking at the heap's top.
+enum Command : u32 { MERGE, RESCAN, STOP };
+
+struct Broadcast {
+    u32 command;
+    u32 x;  // merged away (MERGE) or rescanned (RESCAN)
+    u32 y;  // kept, now the merged cluster
+    u32 nx;
+    u32 ny;
+    double distance;
+    Nearest warp_best[LINKAGE_WARPS];
+};
+
+// Cluster `row`'s nearest live cluster of a higher index (scipy's find_min_dist), over
+// the whole block: each warp's candidate lands in warp_best.
+__device__ void scan_row(const double* d, const State& s, u32 n, u32 row, Broadcast& b) {
+    Nearest best = nearest_none();
+    const u64 start = pair_index(n, row, row + 1) - (row + 1);
+    for (u32 i = row + 1 + threadIdx.x; i < n; i += LINKAGE_THREADS) {
+        if (s.size[i] != 0) {
+            best = better(best, {d[start + i], i});
+        }
+    }
+    best = warp_nearest(best);
+    if ((threadIdx.x & 31) == 0) {
+        b.warp_best[threadIdx.x >> 5] = best;
+    }
+}
+
+// Warp 0: the block's candidate from warp_best (all lanes get it).
+__device__ __forceinline__ Nearest block_nearest(const Broadcast& b) {
+    return warp_nearest(b.warp_best[threadIdx.x & 31]);
+}
+
+}  // namespace linkage
+}  // namespace spk
+
+using namespace spk::linkage;
+
+// neighbour[x], bound[x] = the nearest cluster above x and its distance, every cluster a
+// single point (scipy's first pass). Launch: one warp per x < n - 1, NEIGHBOUR_ROWS a
+// block, grid ceil((n - 1) / NEIGHBOUR_ROWS) of NEIGHBOUR_THREADS. The arrays are the
+// global workspace's, laid out as State.
+extern "C" __global__ void __launch_bounds__(NEIGHBOUR_THREADS)
+spk_linkage_neighbours(const double* __restrict__ d, u64 d_len, u32* __restrict__ work,
+                       u64 work_len, u32 n) {
+    const u64 pairs = static_cast<u64>(n) * (n - 1) / 2;
+    const u32 rows = (n - 1 + NEIGHBOUR_ROWS - 1) / NEIGHBOUR_ROWS;
+    if (!spk::launch_is(rows, 1, 1, NEIGHBOUR_THREADS) | n < 2 | d_len != pairs |
+        work_len != static_cast<u64>(n) * STATE_BYTES_PER_CLUSTER / 4) {
+        return;
+    }
+    const State s(work, n);
+    const u32 row = blockIdx.x * NEIGHBOUR_ROWS + (threadIdx.x >> 5);
+    if (row >= n - 1) {
+        return;
+    }
+    const u64 start = pair_index(n, row, row + 1) - (row + 1);
+    Nearest best = nearest_none();
+    for (u32 i = row + 1 + (threadIdx.x & 31); i < n; i += 32) {
+        best = better(best, {__ldg(d + start + i), i});
+    }
+    best = warp_nearest(best);
+    if ((threadIdx.x & 31) == 0) {
+        s.neighbour[row] = best.index;
+        s.bound[row] = best.distance;
+    }
+}
+
+// The merges, after spk_linkage_neighbours: z[k] = (the lower id, the higher id, their
+// distance, the merged size) for k < n - 1, as scipy's linkage matrix; d is overwritten.
+// status[0] = LINKAGE_DONE, or LINKAGE_STOPPED where scipy must take over. Launch: one
+// block of LINKAGE_THREADS; dynamic shared memory n * STATE_BYTES_PER_CLUSTER bytes to
+// keep the state there (`in_shared` 1), else none (`in_shared` 0, the state stays in
+// `work`).
+extern "C" __global__ void __launch_bounds__(LINKAGE_THREADS, 1)
+spk_linkage_merge(double* d, u64 d_len, u32* work, u64 work_len, double* __restrict__ z,
+                  u64 z_len, u32* __restrict__ status, u64 status_len, u32 n, u32 method,
+                  u32 in_shared) {
+    extern __shared__ double dynamic[];
+    __shared__ Broadcast b;
+    __shared__ u32 flagged[LINKAGE_THREADS];  // ballots of lowered bounds, by 32 clusters
+    const u64 pairs = static_cast<u64>(n) * (n - 1) / 2;
+    const u64 state_words = static_cast<u64>(n) * STATE_BYTES_PER_CLUSTER / 4;
+    u32 shared_bytes;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(shared_bytes));
+    const u32 wanted = in_shared ? n * STATE_BYTES_PER_CLUSTER : 0;
+    if (!spk::launch_is(1, 1, 1, LINKAGE_THREADS) | n < 2 |
+        n > LINKAGE_THREADS * LINKAGE_WARPS | method > METHOD_MEDIAN | in_shared > 1 |
+        d_len != pairs | work_len != state_words | z_len != 4ull * (n - 1) | status_len != 1 |
+        shared_bytes != wanted) {
+        return;
+    }
+    const u32 t = threadIdx.x;
+    const u32 lane = t & 31;
+    const State global_state(work, n);
+    const State s(in_shared ? static_cast<void*>(dynamic) : static_cast<void*>(work), n);
+    for (u32 i = t; i < n; i += LINKAGE_THREADS) {
+        const double bound = i < n - 1 ? global_state.bound[i] : 0.0;
+        const u32 neighbour = i < n - 1 ? global_state.neighbour[i] : NO_CLUSTER;
+        s.bound[i] = bound;
+        s.neighbour[i] = neighbour;
+        s.heap_value[i] = bound;
+        s.key_at[i] = i;
+        s.index_of[i] = i;
+        s.size[i] = 1;
+        s.id[i] = i;
+    }
+    __syncthreads();
+    Heap heap{s, n - 1};  // used by thread 0 only
+    bool stop = false;    // thread 0: a scan found no neighbour (NaN distances)
+    if (t == 0) {
+        for (u32 i = (n - 1) / 2; i-- > 0;) {
+            heap.sift_down(i);
+        }
+    }
+    const u32 passes = (n + LINKAGE_THREADS - 1) / LINKAGE_THREADS;
+    for (u32 k = 0; k < n - 1; ++k) {
+        // the closest pair: the heap's top once its bound is exact
+        for (u32 tries = 0;; ++tries) {
+            if (t == 0) {
+                const u32 x = s.key_at[0];
+                const double distance = s.heap_value[0];
+                const u32 y = s.neighbour[x];
+                b.x = x;
+                if (stop | tries == n - k) {
+                    b.command = STOP;
+                } else if (distance == d[pair_index(n, x, y)]) {
+                    heap.remove_min();
+                    const u32 nx = s.size[x];
+                    const u32 ny = s.size[y];
+                    const u32 id_x = s.id[x];
+                    const u32 id_y = s.id[y];
+                    double* row = z + 4ull * k;
+                    row[0] = static_cast<double>(min(id_x, id_y));
+                    row[1] = static_cast<double>(max(id_x, id_y));
+                    row[2] = distance;
+                    row[3] = static_cast<double>(nx + ny);
+                    s.size[x] = 0;
+                    s.size[y] = nx + ny;
+                    s.id[y] = n + k;
+                    b.command = MERGE;
+                    b.y = y;
+                    b.nx = nx;
+                    b.ny = ny;
+                    b.distance = distance;
+                } else {
+                    b.command = RESCAN;
+                }
+            }
+            __syncthreads();
+            const u32 command = b.command;
+            if (command == STOP) {
+                if (t == 0) {
+                    *status = LINKAGE_STOPPED;
+                }
+                return;
+            }
+            if (command == MERGE) {
+                break;
+            }
+            const u32 x = b.x;
+            scan_row(d, s, n, x, b);
+            __syncthreads();
+            if (t < 32) {
+                const Nearest best = block_nearest(b);
+                if (t == 0) {
+                    stop = best.index == NO_CLUSTER;
+                    s.neighbour[x] = best.index;
+                    s.bound[x] = best.distance;
+                    heap.change(x, best.distance);
+                }
+            }
+        }
+        // the merged cluster's distances, the candidates that pointed at x, the bounds it
+        // lowers (flagged for the heap), and its own nearest cluster above it
+        const u32 x = b.x;
+        const u32 y = b.y;
+        const u32 nx = b.nx;
+        const u32 ny = b.ny;
+        const double d_xy = b.distance;
+        Nearest best = nearest_none();
+        for (u32 pass = 0; pass < passes; ++pass) {
+            const u32 i = pass * LINKAGE_THREADS + t;
+            bool lowered = false;
+            if (i < n && i != y && s.size[i] != 0) {
+                const u64 at_y = i < y ? pair_index(n, i, y) : pair_index(n, y, i);
+                const u64 at_x = i < x ? pair_index(n, i, x) : pair_index(n, x, i);
+                const double merged = merged_distance(method, d[at_x], d[at_y], d_xy, nx, ny);
+                d[at_y] = merged;
+                if (i < x && s.neighbour[i] == x) {
+                    s.neighbour[i] = y;
+                }
+                if (i < y && merged < s.bound[i]) {
+                    s.neighbour[i] = y;
+                    s.bound[i] = merged;
+                    lowered = true;
+                }
+                if (i > y) {
+                    best = better(best, {merged, i});
+                }
+            }
+            const u32 ballot = __ballot_sync(0xffffffffu, lowered);
+            if (lane == 0) {
+                flagged[pass * LINKAGE_WARPS + (t >> 5)] = ballot;
+            }
+        }
+        best = warp_nearest(best);
+        if (lane == 0) {
+            b.warp_best[t >> 5] = best;
+        }
+        __syncthreads();
+        if (t < 32) {
+            // the lowered bounds into the heap in scipy's order (ascending cluster), then
+            // y's nearest cluster
+            for (u32 group = 0; group < passes * LINKAGE_WARPS; group += 32) {
+                const u32 mine = flagged[group + lane];
+                u32 groups = __ballot_sync(0xffffffffu, mine != 0);
+                while (groups != 0) {
+                    const u32 g = __ffs(groups) - 1;
+                    groups &= groups - 1;
+                    u32 bits = __shfl_sync(0xffffffffu, mine, g);
+                    if (t == 0) {
+                        for (; bits != 0; bits &= bits - 1) {
+                            const u32 i = (group + g) * 32 + __ffs(bits) - 1;
+                            heap.change(i, s.bound[i]);
+                        }
+                    }
+                }
+            }
+            const Nearest nearest = block_nearest(b);
+            if (t == 0 && y < n - 1) {
+                stop = nearest.index == NO_CLUSTER;
+                s.neighbour[y] = nearest.index;
+                s.bound[y] = nearest.distance;
+                heap.change(y, nearest.distance);
+            }
+        }
+    }
+    if (t == 0) {
+        *status = LINKAGE_DONE;
+    }
+}
