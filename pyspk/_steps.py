@@ -17,6 +17,7 @@ import copy
 import itertools
 import os
 import types
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -372,14 +373,42 @@ def pdist_euclidean(points: np.ndarray, threads: int | None = None) -> np.ndarra
     return condensed
 
 
-def _linkage(y: np.ndarray, method: str = "single", metric: str = "euclidean", **kwargs):
-    """`scipy.cluster.hierarchy.linkage` with the Euclidean distances of observations
-    from `pdist_euclidean`: the same condensed matrix, so the same dendrogram."""
-    from scipy.cluster.hierarchy import linkage
+# below this many embeddings scipy's linkage takes about as long as the device's launches
+# and copies
+DEVICE_LINKAGE_MIN_POINTS = 512
 
-    if metric == "euclidean" and np.ndim(y) == 2 and not kwargs:
-        return linkage(pdist_euclidean(y), method=method)
-    return linkage(y, method=method, metric=metric, **kwargs)
+
+def linkage_on(device: Any = None) -> Callable[..., np.ndarray]:
+    """`scipy.cluster.hierarchy.linkage` with the Euclidean distances of observations
+    from `pdist_euclidean` (the same condensed matrix, so the same dendrogram), and the
+    centroid and median methods run by `pyspk.linkage` on the CUDA `device` where one is
+    given and there are enough observations (scipy's matrix to the bit either way)."""
+
+    def linkage(y: np.ndarray, method: str = "single", metric: str = "euclidean", **kwargs: Any):
+        from scipy.cluster.hierarchy import linkage as scipy_linkage
+
+        if metric != "euclidean" or np.ndim(y) != 2 or kwargs:
+            return scipy_linkage(y, method=method, metric=metric, **kwargs)
+        distances = pdist_euclidean(y)
+        if device is not None and _on_device(method, len(y), distances):
+            from pyspk.linkage import device_linkage
+
+            dendrogram = device_linkage(distances, method, device)
+            if dendrogram is not None:
+                return dendrogram
+        return scipy_linkage(distances, method=method)
+
+    return linkage
+
+
+def _on_device(method: str, count: int, distances: np.ndarray) -> bool:
+    from pyspk.linkage import MAX_POINTS, METHODS
+
+    return (
+        method in METHODS
+        and DEVICE_LINKAGE_MIN_POINTS <= count <= MAX_POINTS
+        and bool(np.isfinite(distances).all())  # scipy raises its own error for others
+    )
 
 
 def filter_embeddings(
@@ -409,9 +438,12 @@ def filter_embeddings(
     return embeddings[chunk_idx, speaker_idx], chunk_idx, speaker_idx
 
 
-def cluster(clustering: Any, **arguments: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def cluster(
+    clustering: Any, linkage_device: Any = None, **arguments: Any
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`clustering(**arguments)` (a pipeline's clustering step): for pyannote's
-    `AgglomerativeClustering`, its own code run with `_linkage` in place of scipy's and,
+    `AgglomerativeClustering`, its own code run with `linkage_on(linkage_device)` in place
+    of scipy's linkage and,
     for binary segmentations, `filter_embeddings` in place of its own; any other
     clustering as it is."""
     from pyannote.audio.pipelines import clustering as module
@@ -423,7 +455,7 @@ def cluster(clustering: Any, **arguments: Any) -> tuple[np.ndarray, np.ndarray, 
         return clustering(**arguments)
     fast = types.FunctionType(
         stock.__code__,
-        {**stock.__globals__, "linkage": _linkage},
+        {**stock.__globals__, "linkage": linkage_on(linkage_device)},
         stock.__name__,
         stock.__defaults__,
         stock.__closure__,

@@ -470,6 +470,7 @@ class Engine:
         clustering = time.perf_counter()
         hard_clusters, _, centroids = _steps.cluster(
             pipeline.clustering,
+            linkage_device=self.device,
             embeddings=embeddings,
             segmentations=binarized_segmentations,
             num_clusters=num_speakers,

@@ -1,0 +1,148 @@
+"""The cluster module on the GPU: `device_linkage` gives scipy's linkage matrix bit for
+bit (random embeddings, ties, both places of its state, distances on the device), steps
+aside where scipy meets NaN, and is clean under compute-sanitizer."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from pyspk.linkage import STATE_BYTES_PER_CLUSTER, device_linkage
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def scipy(torch) -> SimpleNamespace:
+    """scipy's `linkage` and `pdist`, the truth here: skipped without scipy (the `gpu`
+    extra installs it), failed instead when PYSPK_REQUIRE_GPU=1."""
+    try:
+        from scipy.cluster.hierarchy import linkage
+        from scipy.spatial.distance import pdist
+    except ImportError as error:
+        if os.environ.get("PYSPK_REQUIRE_GPU") == "1":
+            pytest.fail(f"PYSPK_REQUIRE_GPU=1 but {error}; install pyspk[gpu]", pytrace=False)
+        pytest.skip(f"scipy is missing ({error})")
+    return SimpleNamespace(linkage=linkage, pdist=pdist)
+
+
+def unit_rows(count: int, dims: int, seed: int) -> np.ndarray:
+    """Unit vectors, as pyannote normalizes embeddings before a centroid linkage."""
+    points = np.random.default_rng(seed).standard_normal((count, dims))
+    return points / np.linalg.norm(points, axis=1, keepdims=True)
+
+
+def same_as_scipy(scipy: SimpleNamespace, distances: np.ndarray, method: str) -> None:
+    got = device_linkage(distances, method)
+    assert got is not None
+    expected = scipy.linkage(distances, method)
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    assert np.array_equal(got, expected)
+
+
+@pytest.mark.parametrize(
+    ("count", "dims", "method"),
+    [
+        (2, 3, "centroid"),
+        (3, 3, "centroid"),
+        (40, 8, "centroid"),
+        (1100, 256, "centroid"),  # more points than the block's threads
+        (3558, 256, "centroid"),  # a diarized hour's embeddings
+        (700, 16, "median"),
+    ],
+)
+def test_device_linkage_is_scipys(scipy, count: int, dims: int, method: str) -> None:
+    same_as_scipy(scipy, scipy.pdist(unit_rows(count, dims, seed=count)), method)
+
+
+def test_ties_are_broken_as_scipy_breaks_them(scipy) -> None:
+    """Repeated points (zero distances) and points on a small integer grid (many equal
+    distances, equal bounds in the heap)."""
+    repeated = np.repeat(unit_rows(300, 4, seed=1), 3, axis=0)
+    grid = np.random.default_rng(2).integers(0, 4, size=(1500, 3)).astype(np.float64)
+    for points in (repeated, grid):
+        for method in ("centroid", "median"):
+            same_as_scipy(scipy, scipy.pdist(points), method)
+
+
+def test_state_in_global_memory_when_shared_memory_is_too_small(torch, scipy) -> None:
+    """Past the device's opt-in shared memory the kernel keeps its state in global
+    memory: the same matrix."""
+    props = torch.cuda.get_device_properties(0)
+    optin = getattr(props, "shared_memory_per_block_optin", 232448)
+    count = optin // STATE_BYTES_PER_CLUSTER + 50
+    same_as_scipy(scipy, scipy.pdist(unit_rows(count, 32, seed=3)), "centroid")
+
+
+def test_distances_already_on_the_device(torch, scipy) -> None:
+    distances = scipy.pdist(unit_rows(900, 64, seed=4))
+    got = device_linkage(torch.from_numpy(distances).cuda(), "centroid")
+    assert np.array_equal(got, scipy.linkage(distances, "centroid"))
+
+
+def test_nan_distances_leave_the_work_to_scipy(scipy) -> None:
+    """Distances that no points have (uniform noise) send the centroid formula below
+    zero, and its square root to NaN: the kernel either follows scipy to the same matrix
+    or stops, and `linkage_on` then gives scipy's own answer."""
+    distances = np.random.default_rng(5).uniform(0.0, 1.0, 999 * 998 // 2)
+    got = device_linkage(distances, "centroid")
+    try:
+        expected = scipy.linkage(distances, "centroid")
+    except ValueError:
+        assert got is None
+        return
+    assert got is None or np.array_equal(got, expected, equal_nan=True)
+
+
+def test_the_engines_linkage_is_scipys(torch, scipy) -> None:
+    """`_steps.linkage_on(device)` as pyannote calls it: observations in, the matrix of
+    scipy's linkage out, through the device above DEVICE_LINKAGE_MIN_POINTS."""
+    pytest.importorskip("pyannote.core", reason="pyspk._steps needs pyannote.core")
+    from pyspk import _steps
+
+    points = unit_rows(_steps.DEVICE_LINKAGE_MIN_POINTS + 100, 256, seed=6)
+    got = _steps.linkage_on(torch.device("cuda", 0))(points, method="centroid", metric="euclidean")
+    assert np.array_equal(got, scipy.linkage(points, method="centroid", metric="euclidean"))
+
+
+_SANITIZED = """
+import sys
+import numpy as np
+from scipy.spatial.distance import pdist
+from pyspk.linkage import device_linkage
+for count in map(int, sys.argv[1:]):
+    points = np.random.default_rng(count).standard_normal((count, 16))
+    assert device_linkage(pdist(points), "centroid") is not None
+    print(count, "done", flush=True)
+"""
+
+
+@pytest.mark.parametrize(
+    ("tool", "counts"), [("memcheck", ["700", "7000"]), ("racecheck", ["300"])]
+)
+def test_compute_sanitizer_finds_nothing_in_the_linkage(scipy, tool: str, counts: list) -> None:
+    """Both entries, the state in shared memory and (7000 points, past any device's
+    opt-in shared memory) in global memory."""
+    from tests.gpu.test_sanitizer_gpu import _compute_sanitizer
+
+    # PyTorch initializes CUDA before cuda-bindings loads, and the bindings' loader then
+    # probes for entry points with cuGetProcAddress, which fails 34 times: API errors
+    # that are no kernel's; memory errors are still reported
+    command = [_compute_sanitizer(), "--tool", tool, "--error-exitcode", "9"]
+    command += ["--report-api-errors", "no"] if tool == "memcheck" else []
+    run = subprocess.run(
+        [*command, sys.executable, "-c", _SANITIZED, *counts],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-4000:]
+    assert output.count(" done\n") == len(counts), output[-4000:]
+    summary = "ERROR SUMMARY: 0 errors" if tool == "memcheck" else "RACECHECK SUMMARY: 0 hazards"
+    assert summary in output, output[-4000:]
