@@ -86,11 +86,13 @@ def device_linkage(
         work = torch.empty(n * STATE_BYTES_PER_CLUSTER // 4, dtype=torch.int32, device=device)
         z = torch.empty((n - 1, 4), dtype=torch.float64, device=device)
         status = torch.full((1,), LINKAGE_UNRUN, dtype=torch.int32, device=device)
-        state_bytes = n * STATE_BYTES_PER_CLUSTER
-        static = merge.attribute("SHARED_SIZE_BYTES")
-        in_shared = int(static + state_bytes <= runtime.device.shared_optin_bytes)
-        shared = state_bytes if in_shared else 0
-        merge.set_max_dynamic_shared(shared)
+        # the kernel's limit is set to all the shared memory the device allows, the same
+        # on every call: a limit fitted to one call's size could be lowered by another
+        # thread's call between this one's setting and its launch
+        room = runtime.device.shared_optin_bytes - merge.attribute("SHARED_SIZE_BYTES")
+        merge.set_max_dynamic_shared(room)
+        in_shared = int(n * STATE_BYTES_PER_CLUSTER <= room)
+        shared = n * STATE_BYTES_PER_CLUSTER if in_shared else 0
         stream = torch.cuda.current_stream(device).cuda_stream
         neighbours.launch(
             -(-(n - 1) // NEIGHBOUR_ROWS),

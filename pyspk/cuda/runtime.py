@@ -129,6 +129,7 @@ class CudaRuntime:
         # the live graphs by token; a collected graph's finalizer removes its own entry
         self._graphs: dict[int, weakref.finalize] = {}
         self._kernels: dict[Any, Any] = {}
+        self._kernels_lock = threading.Lock()  # one load per module, whatever the threads
         self._constants: dict[Hashable, DeviceBuffer] = {}
         self._constants_lock = threading.Lock()
         self._capturing = 0
@@ -293,14 +294,15 @@ class CudaRuntime:
         """The kernels of `module` for this device and tier, loaded once per runtime."""
         if self._closed:
             raise ClosedError("this CudaRuntime is closed")
-        loaded = self._kernels.get(module)
-        if loaded is None:
-            from pyspk.cuda.kernels import load_kernels
+        with self._kernels_lock:
+            loaded = self._kernels.get(module)
+            if loaded is None:
+                from pyspk.cuda.kernels import load_kernels
 
-            self._make_current()
-            loaded = load_kernels(module, self._device.capability, self._ptx_tier)
-            self._kernels[module] = loaded
-        return loaded
+                self._make_current()
+                loaded = load_kernels(module, self._device.capability, self._ptx_tier)
+                self._kernels[module] = loaded
+            return loaded
 
     def capture(self, fn: Callable[[], None]) -> Graph:
         """Record what `fn` enqueues on the runtime's stream into an instantiated graph.

@@ -110,6 +110,24 @@ def test_the_engines_linkage_is_scipys(torch, scipy) -> None:
     assert np.array_equal(got, scipy.linkage(points, method="centroid", metric="euclidean"))
 
 
+def test_threads_at_once_each_get_scipys_matrix(scipy) -> None:
+    """Calls of several sizes from four threads at once (the state in shared memory and in
+    global memory among them): each its own matrix, scipy's."""
+    from tests.concurrency import run_together
+
+    sizes = [600, 2500, 7000, 1200]
+    inputs = [scipy.pdist(unit_rows(count, 16, seed=count)) for count in sizes]
+    got: dict[int, list] = {}
+
+    def work(index: int) -> None:
+        got[index] = [device_linkage(inputs[index], "centroid") for _ in range(3)]
+
+    run_together(work, [(index,) for index in range(len(sizes))])
+    for index, distances in enumerate(inputs):
+        expected = scipy.linkage(distances, "centroid")
+        assert all(np.array_equal(matrix, expected) for matrix in got[index])
+
+
 _SANITIZED = """
 import sys
 import numpy as np
