@@ -73,6 +73,12 @@ __device__ __forceinline__ u64 pair_index(u64 n, u64 i, u64 j) {
     return n * i - i * (i + 1) / 2 + (j - i - 1);
 }
 
+// Where row `row` of the condensed matrix would start: pair (row, i), i > row, is at
+// this index plus i.
+__device__ __forceinline__ u64 row_origin(u64 n, u64 row) {
+    return pair_index(n, row, row + 1) - (row + 1);
+}
+
 // The distance from a new cluster (x merged into y, nx and ny points) to cluster i, from
 // d(x, i), d(y, i) and d(x, y).
 __device__ __forceinline__ double merged_distance(u32 method, double d_xi, double d_yi,
@@ -190,7 +196,7 @@ struct Broadcast {
 // the whole block: each warp's candidate lands in warp_best.
 __device__ void scan_row(const double* d, const State& s, u32 n, u32 row, Broadcast& b) {
     Nearest best = nearest_none();
-    const u64 start = pair_index(n, row, row + 1) - (row + 1);
+    const u64 start = row_origin(n, row);
     for (u32 i = row + 1 + threadIdx.x; i < n; i += LINKAGE_THREADS) {
         if (s.size[i] != 0) {
             best = better(best, {d[start + i], i});
@@ -230,7 +236,7 @@ spk_linkage_neighbours(const double* __restrict__ d, u64 d_len, u32* __restrict_
     if (row >= n - 1) {
         return;
     }
-    const u64 start = pair_index(n, row, row + 1) - (row + 1);
+    const u64 start = row_origin(n, row);
     Nearest best = nearest_none();
     for (u32 i = row + 1 + (threadIdx.x & 31); i < n; i += 32) {
         best = better(best, {__ldg(d + start + i), i});

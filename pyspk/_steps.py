@@ -382,7 +382,8 @@ def linkage_on(device: Any = None) -> Callable[..., np.ndarray]:
     """`scipy.cluster.hierarchy.linkage` with the Euclidean distances of observations
     from `pdist_euclidean` (the same condensed matrix, so the same dendrogram), and the
     centroid and median methods run by `pyspk.linkage` on the CUDA `device` where one is
-    given and there are enough observations (scipy's matrix to the bit either way)."""
+    given and there are enough observations (scipy's matrix to the bit, or scipy's own
+    error, either way)."""
 
     def linkage(y: np.ndarray, method: str = "single", metric: str = "euclidean", **kwargs: Any):
         from scipy.cluster.hierarchy import linkage as scipy_linkage
@@ -390,9 +391,10 @@ def linkage_on(device: Any = None) -> Callable[..., np.ndarray]:
         if metric != "euclidean" or np.ndim(y) != 2 or kwargs:
             return scipy_linkage(y, method=method, metric=metric, **kwargs)
         distances = pdist_euclidean(y)
-        if device is not None and _on_device(method, len(y), distances):
+        if device is not None and _on_device(method, len(y)):
             from pyspk.linkage import device_linkage
 
+            # None for distances scipy refuses, or NaN where the kernel steps aside
             dendrogram = device_linkage(distances, method, device)
             if dendrogram is not None:
                 return dendrogram
@@ -401,14 +403,10 @@ def linkage_on(device: Any = None) -> Callable[..., np.ndarray]:
     return linkage
 
 
-def _on_device(method: str, count: int, distances: np.ndarray) -> bool:
+def _on_device(method: str, count: int) -> bool:
     from pyspk.linkage import MAX_POINTS, METHODS
 
-    return (
-        method in METHODS
-        and DEVICE_LINKAGE_MIN_POINTS <= count <= MAX_POINTS
-        and bool(np.isfinite(distances).all())  # scipy raises its own error for others
-    )
+    return method in METHODS and DEVICE_LINKAGE_MIN_POINTS <= count <= MAX_POINTS
 
 
 def filter_embeddings(

@@ -8,7 +8,8 @@ distance updates rounded as scipy rounds them, the same choice among equal dista
 and scipy's heap operated in scipy's order, so the merges, their order and the linkage
 matrix are scipy's. Where scipy would go on from a state the kernel does not follow
 (NaN distances), the kernel stops and `device_linkage` returns None for the caller to
-run scipy. Needs PyTorch (buffers and streams) and a CUDA device.
+run scipy, as it does for distances scipy refuses. Needs PyTorch (buffers and streams)
+and a CUDA device.
 """
 
 from __future__ import annotations
@@ -59,10 +60,11 @@ def device_linkage(
     distances: np.ndarray | torch.Tensor, method: str, device: torch.device | int | None = None
 ) -> np.ndarray | None:
     """scipy's `linkage(distances, method)` computed on a CUDA device: the (n - 1, 4)
-    float64 linkage matrix, equal to scipy's bit for bit, or None where scipy must run
-    (the kernel stopped at NaN distances). `distances` is a condensed distance matrix of
-    2 to MAX_POINTS points, finite (scipy refuses others), on the host or on `device`;
-    the work is ordered on PyTorch's current stream there and waited for."""
+    float64 linkage matrix, equal to scipy's bit for bit, or None where scipy must run:
+    distances that are not all finite (scipy refuses them with its own error), or NaN
+    distances the merges made, where the kernel stopped. `distances` is a condensed
+    distance matrix of 2 to MAX_POINTS points, on the host or on `device`; the work is
+    ordered on PyTorch's current stream there and waited for."""
     if method not in METHODS:
         raise InvalidArgument(f"device_linkage runs the methods {sorted(METHODS)}, not {method!r}")
     n = points_of(distances)
@@ -78,7 +80,7 @@ def device_linkage(
         d = torch.empty(len(distances), dtype=torch.float64, device=device)
         d.copy_(torch.as_tensor(distances))
         if not bool(torch.isfinite(d).all()):
-            raise InvalidArgument("device_linkage: the distances must be finite, as scipy's")
+            return None
         runtime = shared_runtime(device)
         kernels = runtime.load_kernels(KernelModule.CLUSTER)
         neighbours = kernels.function("spk_linkage_neighbours")

@@ -70,12 +70,12 @@ def test_ties_are_broken_as_scipy_breaks_them(scipy) -> None:
             same_as_scipy(scipy, scipy.pdist(points), method)
 
 
-def test_state_in_global_memory_when_shared_memory_is_too_small(torch, scipy) -> None:
+def test_state_in_global_memory_when_shared_memory_is_too_small(scipy) -> None:
     """Past the device's opt-in shared memory the kernel keeps its state in global
     memory: the same matrix."""
-    props = torch.cuda.get_device_properties(0)
-    optin = getattr(props, "shared_memory_per_block_optin", 232448)
-    count = optin // STATE_BYTES_PER_CLUSTER + 50
+    from pyspk.torch import shared_runtime
+
+    count = shared_runtime(0).device.shared_optin_bytes // STATE_BYTES_PER_CLUSTER + 50
     same_as_scipy(scipy, scipy.pdist(unit_rows(count, 32, seed=3)), "centroid")
 
 
@@ -88,8 +88,12 @@ def test_distances_already_on_the_device(torch, scipy) -> None:
 def test_nan_distances_leave_the_work_to_scipy(scipy) -> None:
     """Distances that no points have (uniform noise) send the centroid formula below
     zero, and its square root to NaN: the kernel either follows scipy to the same matrix
-    or stops, and `linkage_on` then gives scipy's own answer."""
+    or stops, and `linkage_on` then gives scipy's own answer. Distances that are not
+    finite go to scipy without a launch."""
     distances = np.random.default_rng(5).uniform(0.0, 1.0, 999 * 998 // 2)
+    infinite = distances.copy()
+    infinite[17] = np.inf
+    assert device_linkage(infinite, "centroid") is None  # scipy refuses it itself
     got = device_linkage(distances, "centroid")
     try:
         expected = scipy.linkage(distances, "centroid")
