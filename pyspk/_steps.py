@@ -13,13 +13,6 @@ Needs numpy and pyannote.core; no torch.
 
 from __future__ import annotations
 
-import copy
-import itertools
-import os
-import types
-from collections.abc import Callable
-from typing import Any
-
 import numpy as np
 from pyannote.core import Annotation, Segment, SlidingWindow, SlidingWindowFeature
 from pyannote.core import segment as core_segment
@@ -28,9 +21,7 @@ from pyannote.core.utils.generators import string_generator
 __all__ = [
     "aggregate",
     "binarize",
-    "cluster",
     "frame_middles",
-    "pdist_euclidean",
     "reconstruct",
     "reconstruct_each",
     "speaker_count",
@@ -199,7 +190,10 @@ def reconstruct_each(
     """`reconstruct` for each of `counts` (the pipeline's count and its exclusive
     count), merging the clusters and summing their activations once for all."""
     num_chunks, num_frames, local_num_speakers = segmentations.data.shape
-    num_clusters = np.max(hard_clusters) + 1
+    # the clusterings return int8 or int64 labels: sizes and row numbers are reckoned in
+    # int64 whatever the labels' type (int8 arithmetic overflows past 127 chunks)
+    hard_clusters = np.asarray(hard_clusters, dtype=np.int64)
+    num_clusters = int(np.max(hard_clusters)) + 1
     # (chunk, cluster) rows of frames; float32 holds the float32 scores exactly, as
     # pyannote's float64 array does, and NaN marks a cluster absent from a chunk
     rows = np.full((num_chunks * num_clusters, num_frames), np.nan, dtype=np.float32)
@@ -339,138 +333,3 @@ def to_annotation(
         min_duration_on=min_duration_on,
         min_duration_off=min_duration_off,
     )
-
-
-# -- clustering -------------------------------------------------------------------------
-
-
-def pdist_euclidean(points: np.ndarray, threads: int | None = None) -> np.ndarray:
-    """`scipy.spatial.distance.pdist(points, "euclidean")` to the bit, its rows computed
-    by `cdist` (which gives each pair pdist's value) on several threads: scipy's own
-    loop runs on one core, and it is half of a centroid linkage of thousands of
-    embeddings."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from scipy.spatial.distance import cdist, pdist
-
-    points = np.asarray(points, dtype=np.float64)  # as pdist converts them
-    count = len(points)
-    threads = threads or min(16, len(os.sched_getaffinity(0)))
-    if count < 1024 or threads < 2:
-        return pdist(points, "euclidean")
-    condensed = np.empty(count * (count - 1) // 2)
-    bounds = np.unique(np.linspace(0, count - 1, 8 * threads + 1).astype(np.int64))
-
-    def rows(first: int, last: int) -> None:
-        # rows first..last-1 against the points after the first of them
-        block = cdist(points[first:last], points[first + 1 :], "euclidean")
-        for row in range(first, last):
-            start = count * row - row * (row + 1) // 2
-            condensed[start : start + count - row - 1] = block[row - first, row - first :]
-
-    with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(lambda span: rows(*span), itertools.pairwise(bounds)))
-    return condensed
-
-
-# below this many embeddings scipy's linkage takes about as long as the device's launches
-# and copies
-DEVICE_LINKAGE_MIN_POINTS = 512
-
-
-def linkage_on(device: Any = None) -> Callable[..., np.ndarray]:
-    """`scipy.cluster.hierarchy.linkage` with the Euclidean distances of observations
-    from `pdist_euclidean` (the same condensed matrix, so the same dendrogram), and the
-    centroid and median methods run by `pyspk.linkage` on the CUDA `device` where one is
-    given and there are enough observations (scipy's matrix to the bit, or scipy's own
-    error, either way)."""
-
-    def linkage(y: np.ndarray, method: str = "single", metric: str = "euclidean", **kwargs: Any):
-        from scipy.cluster.hierarchy import linkage as scipy_linkage
-
-        if metric != "euclidean" or np.ndim(y) != 2 or kwargs:
-            return scipy_linkage(y, method=method, metric=metric, **kwargs)
-        distances = pdist_euclidean(y)
-        if device is not None and _on_device(method, len(y)):
-            from pyspk.linkage import device_linkage
-
-            # None for distances scipy refuses, or NaN where the kernel steps aside
-            dendrogram = device_linkage(distances, method, device)
-            if dendrogram is not None:
-                return dendrogram
-        return scipy_linkage(distances, method=method)
-
-    return linkage
-
-
-def _on_device(method: str, count: int) -> bool:
-    from pyspk.linkage import MAX_POINTS, METHODS
-
-    return method in METHODS and DEVICE_LINKAGE_MIN_POINTS <= count <= MAX_POINTS
-
-
-def filter_embeddings(
-    embeddings: np.ndarray, segmentations: Any = None, min_active_ratio: float = 0.2
-) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """pyannote's `BaseClustering.filter_embeddings` to the bit where every
-    segmentation value is 0 or 1 (the engine's powerset outputs): the embeddings
-    without NaN of the (chunk, speaker) pairs whose speaker is the only one active in at
-    least `min_active_ratio` of the chunk's frames, and their chunk and speaker indices.
-    It counts booleans where pyannote sums float products (exact either way for 0 and
-    1): 0.024 against 0.12 s for an hour's 3591 chunks on a two-core machine. None for
-    other segmentations, which take pyannote's own code."""
-    data = segmentations.data
-    _, num_frames, num_speakers = data.shape
-    active = data != 0
-    if not np.array_equal(data, active):
-        return None
-    speakers = active[..., 0].astype(np.uint8)
-    for speaker in range(1, num_speakers):
-        speakers += active[..., speaker]
-    alone = speakers == 1
-    clean = np.stack(
-        [np.count_nonzero(active[..., s] & alone, axis=1) for s in range(num_speakers)], axis=1
-    )
-    kept = (clean >= min_active_ratio * num_frames) & ~np.any(np.isnan(embeddings), axis=2)
-    chunk_idx, speaker_idx = np.where(kept)
-    return embeddings[chunk_idx, speaker_idx], chunk_idx, speaker_idx
-
-
-def cluster(
-    clustering: Any, linkage_device: Any = None, **arguments: Any
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`clustering(**arguments)` (a pipeline's clustering step): for pyannote's
-    `AgglomerativeClustering`, its own code run with `linkage_on(linkage_device)` in place
-    of scipy's linkage and,
-    for binary segmentations, `filter_embeddings` in place of its own; any other
-    clustering as it is."""
-    from pyannote.audio.pipelines import clustering as module
-
-    if type(clustering) is not module.AgglomerativeClustering:
-        return clustering(**arguments)
-    stock = module.AgglomerativeClustering.cluster
-    if "linkage" not in stock.__code__.co_names:  # another pyannote.audio: its own code
-        return clustering(**arguments)
-    fast = types.FunctionType(
-        stock.__code__,
-        {**stock.__globals__, "linkage": linkage_on(linkage_device)},
-        stock.__name__,
-        stock.__defaults__,
-        stock.__closure__,
-    )
-    # a shallow copy whose own `cluster` (and `filter_embeddings`) shadow the class's:
-    # the caller's object is left as it was, and the copy reads the same
-    # hyper-parameters
-    twin = copy.copy(clustering)
-    twin.__dict__["cluster"] = types.MethodType(fast, twin)
-    stock_filter = module.BaseClustering.filter_embeddings
-    if type(clustering).filter_embeddings is stock_filter:
-
-        def filtered(self: Any, embeddings: np.ndarray, segmentations: Any = None, **rest: Any):
-            kept = filter_embeddings(embeddings, segmentations, **rest)
-            if kept is None:
-                return stock_filter(self, embeddings, segmentations, **rest)
-            return kept
-
-        twin.__dict__["filter_embeddings"] = types.MethodType(filtered, twin)
-    return twin(**arguments)

@@ -10,12 +10,28 @@ from typing import Any
 
 from pyspk.cuda.errors import InvalidArgument
 
-__all__ = ["PATHS", "RUN_FIELDS", "STEPS", "check_runs", "plot", "render_markdown"]
+__all__ = [
+    "CLUSTERINGS",
+    "CLUSTERING_STEPS",
+    "PATHS",
+    "RUN_FIELDS",
+    "STEPS",
+    "check_runs",
+    "plot",
+    "render_markdown",
+]
 
 STEPS = ("segmentation", "speaker_counting", "embeddings", "clustering", "reconstruction")
 """The steps of a `SpeakerDiarization.apply`, in the order the stock path runs them."""
 
 PATHS = ("stock", "accelerated")
+
+CLUSTERINGS = ("agglomerative", "vbx")
+"""The pipelines' shapes: agglomerative clustering, or community-1's VBx."""
+
+CLUSTERING_STEPS = ("filter", "linkage", "plda", "vbx", "assignment")
+"""The parts of the clustering step an accelerated run times (`pyspk.engine.RunReport`);
+the agglomerative shape has no "plda" or "vbx"."""
 
 RUN_FIELDS: dict[str, type | tuple[type, ...]] = {
     "audio_seconds": (int, float),
@@ -30,6 +46,11 @@ RUN_FIELDS: dict[str, type | tuple[type, ...]] = {
     "der_vs_stock": float,
     "max_abs_score_diff": float,
     "max_abs_embedding_diff": float,
+    "clustering": str,
+    "embeddings_clustered": int,
+    "speakers": int,
+    "speakers_in_recording": int,
+    "host_after_embeddings_seconds": float,
 }
 """Every run's fields (more may follow) and their types, as deployment scripts read them."""
 
@@ -49,6 +70,10 @@ def check_runs(runs: Sequence[Mapping[str, Any]]) -> None:
             raise InvalidArgument(f"run {index}: path {run['path']!r} is not one of {PATHS}")
         if run["math"] not in ("fp32", "tf32"):
             raise InvalidArgument(f"run {index}: math {run['math']!r} is not fp32 or tf32")
+        if run["clustering"] not in CLUSTERINGS:
+            raise InvalidArgument(
+                f"run {index}: clustering {run['clustering']!r} is not one of {CLUSTERINGS}"
+            )
         missing = [step for step in STEPS if step not in run["steps"]]
         if missing:
             raise InvalidArgument(f"run {index} has no time for the steps {missing}")
@@ -84,8 +109,10 @@ def render_markdown(meta: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) 
         "A step in brackets ran while the GPU was still busy with the embeddings, off the "
         "critical path; the others add up to about the wall time.",
         "",
-        "| audio | math | path | seconds | x real time | " + " | ".join(STEPS) + " | peak GPU GB |",
-        "|---|---|---|---|---|" + "---|" * len(STEPS) + "---|",
+        "| audio | clustering | math | path | seconds | x real time | "
+        + " | ".join(STEPS)
+        + " | peak GPU GB |",
+        "|---|---|---|---|---|---|" + "---|" * len(STEPS) + "---|",
     ]
     for run in runs:
         steps = []
@@ -93,23 +120,47 @@ def render_markdown(meta: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) 
             value = f"{float(run['steps'][step]):.3f}"
             steps.append(f"[{value}]" if step in run.get("overlapped_steps", ()) else value)
         lines.append(
-            f"| {_length(run['audio_seconds'])} | {run['math']} | {run['path']} | "
-            f"{run['seconds']:.2f} | {run['rtfx']:.0f} | " + " | ".join(steps) + " | "
-            f"{run['peak_gpu_bytes'] / 1e9:.2f} |"
+            f"| {_length(run['audio_seconds'])} | {run['clustering']} | {run['math']} | "
+            f"{run['path']} | {run['seconds']:.2f} | {run['rtfx']:.0f} | "
+            + " | ".join(steps)
+            + f" | {run['peak_gpu_bytes'] / 1e9:.2f} |"
+        )
+    lines += [
+        "",
+        "## What was clustered, and the host's time after the embeddings (seconds)",
+        "",
+        "The clustering's parts as an accelerated run times them; the rest of the step "
+        "(distances to the centroids, the AHC's cut, the centroids) is its remainder.",
+        "",
+        "| audio | clustering | math | path | embeddings clustered | speakers found "
+        "(in the recording) | host after embeddings | "
+        + " | ".join(CLUSTERING_STEPS)
+        + " | reconstruction |",
+        "|---|---|---|---|---|---|---|" + "---|" * len(CLUSTERING_STEPS) + "---|",
+    ]
+    for run in runs:
+        parts = run.get("clustering_steps", {})
+        lines.append(
+            f"| {_length(run['audio_seconds'])} | {run['clustering']} | {run['math']} | "
+            f"{run['path']} | {run['embeddings_clustered']} | {run['speakers']} "
+            f"({run['speakers_in_recording']}) | {run['host_after_embeddings_seconds']:.3f} | "
+            + " | ".join(f"{parts[s]:.3f}" if s in parts else "-" for s in CLUSTERING_STEPS)
+            + f" | {float(run['steps']['reconstruction']):.3f} |"
         )
     lines += [
         "",
         "## Agreement with stock (same audio, same math)",
         "",
-        "| audio | math | identical annotation | DER vs stock | max abs score diff | "
-        "max abs embedding diff | speakers | DER vs the recording's turns |",
-        "|---|---|---|---|---|---|---|---|",
+        "| audio | clustering | math | identical annotation | DER vs stock | "
+        "max abs score diff | max abs embedding diff | speakers | "
+        "DER vs the recording's turns |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
         if run["path"] != "accelerated":
             continue
         lines.append(
-            f"| {_length(run['audio_seconds'])} | {run['math']} | "
+            f"| {_length(run['audio_seconds'])} | {run['clustering']} | {run['math']} | "
             f"{'yes' if run['identical_to_stock'] else 'no'} | {run['der_vs_stock']:.6f} | "
             f"{run['max_abs_score_diff']:.2e} | {run['max_abs_embedding_diff']:.2e} | "
             f"{run.get('speakers', '-')} (stock {run.get('stock_speakers', '-')}) | "
@@ -129,16 +180,20 @@ def plot(runs: Sequence[Mapping[str, Any]], path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    lengths = sorted({run["audio_seconds"] for run in runs})
+    panels = sorted({(run["audio_seconds"], run["clustering"]) for run in runs})
     figure, axes = plt.subplots(
-        len(lengths),
+        len(panels),
         1,
-        figsize=(10, 1.2 + 1.4 * len(runs) / max(len(lengths), 1)),
+        figsize=(10, 1.2 + 1.4 * len(runs) / max(len(panels), 1)),
         squeeze=False,
     )
     colors = dict(zip(STEPS, ("#4c72b0", "#8172b3", "#dd8452", "#55a868", "#c44e52"), strict=True))
-    for axis, length in zip(axes[:, 0], lengths, strict=True):
-        chosen = [run for run in runs if run["audio_seconds"] == length]
+    for axis, (length, clustering) in zip(axes[:, 0], panels, strict=True):
+        chosen = [
+            run
+            for run in runs
+            if run["audio_seconds"] == length and run["clustering"] == clustering
+        ]
         labels = []
         for row, run in enumerate(chosen):
             left = 0.0
@@ -151,7 +206,7 @@ def plot(runs: Sequence[Mapping[str, Any]], path: Path, title: str) -> None:
             labels.append(f"{run['path']} {run['math']}")
         axis.set_yticks(range(len(chosen)), labels)
         axis.invert_yaxis()
-        axis.set_title(f"{_length(length)} of audio")
+        axis.set_title(f"{_length(length)} of audio, {clustering} clustering")
         axis.set_xlabel("seconds")
         axis.set_xlim(0, max(run["seconds"] for run in chosen) * 1.3)
     handles, names = axes[0, 0].get_legend_handles_labels()

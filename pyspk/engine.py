@@ -19,7 +19,10 @@ result:
   WeSpeaker's fbank is replaced by `Fbank`, the same operations with its constants
   made once on the device, which a graph can hold.
 - The host counts speakers while the GPU still embeds, and the steps after the models
-  run as whole-array numpy (`pyspk._steps`), with pyannote's results to the bit.
+  run as whole-array numpy (`pyspk._steps`), with pyannote's results to the bit. The
+  clustering, agglomerative or VBx (community-1's), runs pyannote's own code with
+  pyspk's parts (`pyspk._clustering`): the centroid linkage on the GPU, the embedding
+  filter and the constrained assignment of all chunks at once.
 - In TF32 math the library's own convolutions, LSTM and matrix products run in TF32
   too, within the engine's calls only (pyannote.audio switches TF32 off globally for
   every pipeline); FP32 math keeps them FP32. The caller's switches are restored.
@@ -46,7 +49,7 @@ from pyannote.audio.pipelines.speaker_diarization import DiarizeOutput
 from pyannote.audio.pipelines.utils.diarization import set_num_speakers
 from pyannote.core import Annotation, SlidingWindow, SlidingWindowFeature
 
-from pyspk import _steps
+from pyspk import _clustering, _steps
 from pyspk.cuda import CudaMath
 from pyspk.cuda.errors import InvalidArgument
 from pyspk.fbank import Fbank
@@ -140,6 +143,11 @@ class RunReport:
     """(chunks, frames, powerset classes) log-probabilities of the segmentation model."""
     embeddings: np.ndarray | None = None
     """(chunks, local speakers, dimension) embeddings, as `get_embeddings` returns."""
+    clustering: dict[str, float] = field(default_factory=dict)
+    """Seconds of the clustering's parts that pyspk serves ("filter", "linkage",
+    "assignment", and with VBx "plda" and "vbx"), and "embeddings_clustered"."""
+    speakers: int = 0
+    """Clusters the clustering found (its largest label plus one)."""
 
 
 class Engine:
@@ -468,9 +476,10 @@ class Engine:
         pipeline = self.pipeline
         binarized_segmentations = segmentations  # powerset outputs are binary already
         clustering = time.perf_counter()
-        hard_clusters, _, centroids = _steps.cluster(
+        hard_clusters, _, centroids = _clustering.cluster(
             pipeline.clustering,
             linkage_device=self.device,
+            timings=report.clustering,
             embeddings=embeddings,
             segmentations=binarized_segmentations,
             num_clusters=num_speakers,
@@ -481,7 +490,8 @@ class Engine:
         )
         reconstruction = time.perf_counter()
         report.steps["clustering"] = reconstruction - clustering
-        num_different_speakers = np.max(hard_clusters) + 1
+        num_different_speakers = int(np.max(hard_clusters)) + 1
+        report.speakers = num_different_speakers
         if num_different_speakers < min_speakers or num_different_speakers > max_speakers:
             warnings.warn(  # the stock warning
                 f"The detected number of speakers ({num_different_speakers}) for "

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from einops import rearrange
-from pyannote.audio.models.embedding.wespeaker import BaseWeSpeakerResNet, WeSpeakerResNet34
+from pyannote.audio.models.embedding.wespeaker import BaseWeSpeakerResNet
 from pyannote.audio.models.segmentation import PyanNet
 from pyannote.core import SlidingWindowFeature
 from torch import nn
@@ -42,23 +42,37 @@ from pyspk.candidate import DenseSite, SegConvSite
 from pyspk.cuda import CudaMath
 from pyspk.cuda.errors import InvalidArgument
 from pyspk.errors import PlanError
+from pyspk.offline import (  # the offline models, also under this module's name
+    COMMUNITY_1_PARAMETERS,
+    community_1_pipeline,
+    fit_community_plda,
+    offline_pipeline,
+    segmentation_3_0,
+    speaker_embeddings,
+    wespeaker_resnet34,
+    write_pipeline,
+)
 from pyspk.resnet import PlannedTrunk
-from pyspk.synthetic import Recording
 from pyspk.torch import PlannedConv1d, PlannedDense, planned_modules
 
 __all__ = [
     "CHUNK_BATCH",
+    "COMMUNITY_1_PARAMETERS",
     "SEGMENTATION_BATCH",
     "Acceleration",
     "ChunkEmbeddings",
     "PipelineAcceleration",
     "accelerate",
     "accelerate_pipeline",
+    "community_1_pipeline",
     "embed_chunks",
     "embed_once_per_chunk",
+    "fit_community_plda",
     "offline_pipeline",
     "segmentation_3_0",
+    "speaker_embeddings",
     "wespeaker_resnet34",
+    "write_pipeline",
 ]
 
 CHUNK_BATCH = 32
@@ -437,123 +451,3 @@ def accelerate_pipeline(
     return PipelineAcceleration(
         pipeline, math, batch_size, segmentation_batch, graphs, overlap, segmentation_plans
     )
-
-
-# -- models and a pipeline without a download (random weights) ----------------------
-
-
-def segmentation_3_0(
-    seed: int | None = None,
-    fit_to: Recording | None = None,
-    device: torch.device | str | None = None,
-) -> PyanNet:
-    """A PyanNet with segmentation-3.0's architecture (SincNet stride 10, four BiLSTM
-    layers, three speakers in powerset classes) and random weights, built offline (and
-    moved to `device`).
-
-    A random PyanNet gives every frame the same class: its linear layers shrink what
-    varies over time to a few thousandths of their output. With `fit_to` (a synthetic
-    `Recording`) the model is instead calibrated on that recording (10 s chunks every
-    3 s): each unit of `linear[0]` and `linear[1]` rescaled to zero mean and unit
-    variance over the recording's frames (a data-dependent initialisation), then the
-    classifier fitted by ridge regression of one-hot powerset targets on the features it
-    receives. Its output then follows the voices, as a trained model's does, with a
-    classifier of modest gain, and every step after it has speech turns, silences and
-    overlaps to work on."""
-    from pyannote.audio.core.task import Problem, Resolution, Specifications
-
-    if seed is not None:
-        torch.manual_seed(seed)
-    model = PyanNet(sincnet={"stride": 10}, lstm={"num_layers": 4, "dropout": 0.5})
-    model.specifications = Specifications(
-        problem=Problem.MONO_LABEL_CLASSIFICATION,
-        resolution=Resolution.FRAME,
-        duration=10.0,
-        classes=["speaker#1", "speaker#2", "speaker#3"],
-        powerset_max_classes=2,
-        permutation_invariant=True,
-    )
-    model.setup()  # the classifier (128 -> 7) and its LogSoftmax
-    model.eval()
-    if device is not None:
-        model.to(device)
-    if fit_to is not None:
-        _calibrate(model, fit_to)
-    return model
-
-
-def _calibrate(model: PyanNet, recording: Recording, ridge: float = 1e-3) -> None:
-    """`segmentation_3_0`'s calibration on `recording`, in float64, in place."""
-    rate = recording.sample_rate
-    duration = model.specifications.duration
-    window = round(duration * rate)
-    starts = np.arange(0, recording.seconds - duration + 1e-9, 3.0)
-    chunks = torch.stack(
-        [torch.from_numpy(recording.waveform[round(s * rate) :][:window]) for s in starts]
-    )[:, None]
-    device = next(model.parameters()).device
-
-    def inputs_of(module: nn.Module) -> torch.Tensor:
-        captured: list[torch.Tensor] = []
-        handle = module.register_forward_pre_hook(lambda _m, a: captured.append(a[0]))
-        try:
-            with torch.inference_mode():
-                for batch in chunks.split(32):
-                    model(batch.to(device))
-        finally:
-            handle.remove()
-        return torch.cat(captured).reshape(-1, captured[0].shape[-1]).double().cpu()
-
-    with torch.no_grad():
-        for linear in model.linear:
-            x = inputs_of(linear)
-            weight, bias = linear.weight.double().cpu(), linear.bias.double().cpu()
-            before = x @ weight.T + bias
-            mean, scale = before.mean(0), before.std(0) + 1e-12
-            linear.weight.copy_(weight / scale[:, None])
-            linear.bias.copy_((bias - mean) / scale)
-        features = inputs_of(model.classifier)
-        frames = model.num_frames(window)
-        targets = recording.powerset_targets(starts, frames, duration)
-        one_hot = F.one_hot(torch.from_numpy(targets.reshape(-1)), model.classifier.out_features)
-        one_hot = one_hot.double()
-        mean, prior = features.mean(0), one_hot.mean(0)
-        centred = features - mean
-        gram = centred.T @ centred
-        gram += ridge * len(features) * torch.eye(len(gram), dtype=torch.float64)
-        solution = torch.linalg.solve(gram, centred.T @ (one_hot - prior))
-        model.classifier.weight.copy_(solution.T)
-        model.classifier.bias.copy_(prior - mean @ solution)
-
-
-def wespeaker_resnet34(seed: int | None = None) -> WeSpeakerResNet34:
-    """A WeSpeaker ResNet34 with random weights, built offline."""
-    if seed is not None:
-        torch.manual_seed(seed)
-    return WeSpeakerResNet34().eval()
-
-
-def offline_pipeline(
-    segmentation: PyanNet, embedding: BaseWeSpeakerResNet, batch_size: int = 32
-) -> Any:
-    """A `SpeakerDiarization` pipeline over these models with agglomerative clustering,
-    instantiated with its default segmentation parameters: no download (its PLDA, which
-    only VBx clustering reads, is left unloaded)."""
-    from pyannote.audio.core.plda import PLDA
-    from pyannote.audio.pipelines import SpeakerDiarization
-
-    pipeline = SpeakerDiarization(
-        segmentation=segmentation,
-        embedding=embedding,
-        plda=PLDA.__new__(PLDA),
-        clustering="AgglomerativeClustering",
-        embedding_batch_size=batch_size,
-        segmentation_batch_size=batch_size,
-    )
-    pipeline.instantiate(
-        {
-            "segmentation": {"min_duration_off": 0.0},
-            "clustering": {"method": "centroid", "min_cluster_size": 12, "threshold": 0.7},
-        }
-    )
-    return pipeline

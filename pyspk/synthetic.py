@@ -51,19 +51,16 @@ class Recording:
             active[round(turn.start * 100) : round(turn.end * 100)] += 1
         return float(np.count_nonzero(active >= 2)) / 100
 
-    def powerset_targets(
+    def local_activity(
         self, starts: np.ndarray, frames: int, duration: float, local_speakers: int = 3
-    ) -> np.ndarray:
-        """(chunks, frames) powerset classes of the chunks of `duration` seconds at
-        `starts`, as segmentation-3.0 numbers them (0: nobody, then each local speaker
-        alone, then each pair): a chunk's voices become its local speakers in the order
-        they first speak in it, at most `local_speakers` of them, and frame f is the
+    ) -> tuple[np.ndarray, list[list[str]]]:
+        """Who speaks in each frame of the chunks of `duration` seconds at `starts`:
+        (chunks, frames, local_speakers) booleans and each chunk's voices, in the order
+        they first speak in it (at most `local_speakers` of them); frame f is the
         instant (f + 0.5) * duration / frames."""
-        singles = [(i,) for i in range(local_speakers)]
-        pairs = [(i, j) for i in range(local_speakers) for j in range(i + 1, local_speakers)]
-        classes = [(), *singles, *pairs]
         times = (np.arange(frames) + 0.5) * duration / frames
-        targets = np.zeros((len(starts), frames), dtype=np.int64)
+        activity = np.zeros((len(starts), frames, local_speakers), dtype=bool)
+        voices = []
         for row, start in enumerate(starts):
             active: dict[str, np.ndarray] = {}
             for turn in self.turns:
@@ -71,13 +68,26 @@ class Recording:
                 if speaking.any():
                     active[turn.speaker] = active.get(turn.speaker, False) | speaking
             order = sorted(active, key=lambda voice: int(np.argmax(active[voice])))
-            local = np.zeros((frames, local_speakers), dtype=bool)
-            for slot, voice in enumerate(order[:local_speakers]):
-                local[:, slot] = active[voice]
-            for index, members in enumerate(classes):
-                wanted = np.zeros(local_speakers, dtype=bool)
-                wanted[list(members)] = True
-                targets[row, (local == wanted).all(axis=1)] = index
+            voices.append(order[:local_speakers])
+            for slot, voice in enumerate(voices[-1]):
+                activity[row, :, slot] = active[voice]
+        return activity, voices
+
+    def powerset_targets(
+        self, starts: np.ndarray, frames: int, duration: float, local_speakers: int = 3
+    ) -> np.ndarray:
+        """(chunks, frames) powerset classes of the chunks of `duration` seconds at
+        `starts`, as segmentation-3.0 numbers them (0: nobody, then each local speaker
+        alone, then each pair), over `local_activity`'s local speakers."""
+        singles = [(i,) for i in range(local_speakers)]
+        pairs = [(i, j) for i in range(local_speakers) for j in range(i + 1, local_speakers)]
+        classes = [(), *singles, *pairs]
+        activity, _ = self.local_activity(starts, frames, duration, local_speakers)
+        targets = np.zeros(activity.shape[:2], dtype=np.int64)
+        for index, members in enumerate(classes):
+            wanted = np.zeros(local_speakers, dtype=bool)
+            wanted[list(members)] = True
+            targets[(activity == wanted).all(axis=2)] = index
         return targets
 
     def silence_seconds(self) -> float:

@@ -25,6 +25,12 @@ def _run(path: str = "accelerated", **changes):
         "der_vs_stock": 0.0,
         "max_abs_score_diff": 1e-6,
         "max_abs_embedding_diff": 1e-8,
+        "clustering": "vbx",
+        "embeddings_clustered": 3558,
+        "speakers": 3,
+        "speakers_in_recording": 4,
+        "host_after_embeddings_seconds": 0.4,
+        "clustering_steps": {"filter": 0.02, "linkage": 0.1, "vbx": 0.03},
     }
     run.update(changes)
     return run
@@ -56,6 +62,8 @@ def test_good_runs_pass_the_check():
         ({"identical_to_stock": 1}, "identical_to_stock"),
         ({"der_vs_stock": True}, "der_vs_stock"),
         ({"steps": {"segmentation": 1.0}}, "steps"),
+        ({"clustering": "kmeans"}, "clustering"),
+        ({"embeddings_clustered": 3.0}, "embeddings_clustered"),
     ],
 )
 def test_bad_runs_are_named(changes, text):
@@ -73,14 +81,16 @@ def test_a_missing_field_is_named():
 def test_markdown_has_a_row_per_run_and_brackets_overlapped_steps():
     runs = [_run("stock", seconds=24.0, rtfx=150.0), _run()]
     text = report.render_markdown(META, runs)
-    assert "| 1 h | fp32 | stock | 24.00 | 150 |" in text
-    assert "| 1 h | fp32 | accelerated | 6.00 | 600 | 0.500 | [0.500] |" in text
-    assert "| 1 h | fp32 | yes | 0.000000 | 1.00e-06 | 1.00e-08 |" in text
+    assert "| 1 h | vbx | fp32 | stock | 24.00 | 150 |" in text
+    assert "| 1 h | vbx | fp32 | accelerated | 6.00 | 600 | 0.500 | [0.500] |" in text
+    assert "| 1 h | vbx | fp32 | yes | 0.000000 | 1.00e-06 | 1.00e-08 |" in text
+    # what was clustered, so that a degenerate clustering shows
+    assert "| 1 h | vbx | fp32 | accelerated | 3558 | 3 (4) | 0.400 | 0.020 | 0.100 | - |" in text
 
 
 def test_the_chart_is_written(tmp_path):
     pytest.importorskip("matplotlib")
-    runs = [_run("stock"), _run(), _run(audio_seconds=600), _run("stock", audio_seconds=600)]
+    runs = [_run("stock"), _run(), _run(audio_seconds=600), _run(clustering="agglomerative")]
     path = tmp_path / "chart.png"
     report.plot(copy.deepcopy(runs), path, "title")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,20 +1,30 @@
 """The diarization benchmark: the stock pyannote.audio pipeline against pyspk's
 accelerated pipeline on synthetic conversations, in one process on one GPU, in FP32
-and in TF32 math.
+and in TF32 math, for both pipeline shapes users run.
 
     PYTHONPATH=. python3 tools/diarize_bench.py [--out benchmarks] [--lengths 600 3600]
-        [--math fp32 tf32] [--seed 0]
+        [--math fp32 tf32] [--shapes agglomerative community-1] [--seed 0]
 
 The models are pyannote.audio 4's segmentation-3.0 PyanNet and WeSpeaker ResNet34 with
-random weights, built offline (`pyspk.pyannote.offline_pipeline`), the PyanNet's
-classifier fitted to another synthetic recording so that its output follows the voices.
-For each length and math it runs the stock pipeline (its own code and defaults: batch
-32, which switches TF32 off whatever the caller chose) and then the same pipeline under
-`accelerate_pipeline` (plans, the engine, graphs captured before the timed runs), after
-one untimed warm-up of each on 60 s of audio. Steps are timed through the pipeline's
-hooks (stock) or the engine's report (accelerated). Agreement is taken against the
-stock run of the same audio and math: the raw segmentation log-probabilities, the
-embeddings, the annotation (tracks and labels, also the exclusive one) and its DER.
+random weights, built offline (`pyspk.offline`), the PyanNet's classifier fitted to one
+synthetic recording. The shapes:
+- agglomerative: `offline_pipeline` (centroid linkage, threshold 0.7, min cluster 12);
+- community-1: VBx clustering over a PLDA fitted to the embeddings of 16 other voices,
+  constrained assignment, community-1's hyper-parameters; written as a pipeline folder
+  and loaded through `Pipeline.from_pretrained(folder)`, as a downloaded one is.
+The test audio's voices are heard by neither calibration: each recording draws its
+voices from its own seed, and the three seeds must differ.
+
+For each shape, length and math it runs the stock pipeline (its own code and defaults:
+batch 32, which switches TF32 off whatever the caller chose) and then the same pipeline
+under `accelerate_pipeline` (plans, the engine, graphs captured before the timed runs),
+after one untimed warm-up of each on 60 s of audio. Steps are timed through the
+pipeline's hooks (stock) or the engine's report (accelerated), the accelerated
+clustering also in its parts. Each run records how many embeddings were clustered and
+how many speakers were found, so that a degenerate clustering shows. Agreement is taken
+against the stock run of the same audio and math: the raw segmentation
+log-probabilities, the embeddings, the annotation (tracks and labels, also the exclusive
+one) and its DER.
 
 Writes <device>-diarization.md, .json and .png into --out.
 """
@@ -26,6 +36,7 @@ import datetime
 import json
 import os
 import platform
+import tempfile
 import time
 import warnings
 from collections.abc import Sequence
@@ -35,6 +46,7 @@ from typing import Any
 os.environ.setdefault("PYANNOTE_METRICS_ENABLED", "false")
 
 ROOT = Path(__file__).resolve().parents[1]
+SHAPES = {"agglomerative": "agglomerative", "community-1": "vbx"}
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -42,9 +54,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks")
     parser.add_argument("--lengths", type=float, nargs="+", default=[600, 3600])
     parser.add_argument("--math", nargs="+", default=["fp32", "tf32"])
-    parser.add_argument("--seed", type=int, default=0, help="the recordings' seed")
+    parser.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=list(SHAPES))
+    parser.add_argument("--seed", type=int, default=0, help="the test recordings' seed")
+    parser.add_argument("--fit-seed", type=int, default=11, help="the PyanNet's calibration")
+    parser.add_argument("--plda-seed", type=int, default=12, help="the PLDA's 16 voices")
     parser.add_argument("--segmentation-batch", type=int, default=128)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if len({args.seed, args.fit_seed, args.plda_seed}) < 3:
+        parser.error("--seed, --fit-seed and --plda-seed must differ: held-out voices")
+    return args
 
 
 class StockSteps:
@@ -53,14 +71,13 @@ class StockSteps:
     def __init__(self, pipeline: Any) -> None:
         self.pipeline = pipeline
         self.marks: dict[str, float] = {}
-        self.embeddings = None
+        self.artefacts: dict[str, Any] = {}
 
     def hook(self, step: str, artefact: Any, file: Any = None, **progress: Any) -> None:
         if progress:  # a progress call inside a step
             return
         self.marks[step] = time.perf_counter()
-        if step == "embeddings":
-            self.embeddings = artefact
+        self.artefacts[step] = artefact
 
     def run(self, file: dict) -> tuple[Any, dict[str, float], float]:
         import torch
@@ -91,8 +108,15 @@ class StockSteps:
         }
         return output, steps, ended - started
 
+    def embeddings_clustered(self) -> int:
+        """How many embeddings the last run's clustering kept (pyannote's own filter)."""
+        embeddings = self.artefacts["embeddings"]
+        segmentations = self.artefacts["segmentation"]
+        kept, _, _ = self.pipeline.clustering.filter_embeddings(embeddings, segmentations)
+        return len(kept)
 
-def _scores_of(torch: Any, model: Any) -> tuple[list, Any]:
+
+def _scores_of(model: Any) -> tuple[list, Any]:
     """Collects a segmentation model's raw outputs (log-probabilities) per forward."""
     collected: list = []
     handle = model.register_forward_hook(lambda _m, _a, out: collected.append(out.cpu()))
@@ -121,6 +145,30 @@ def _truth(recording: Any, uri: str) -> Any:
     return truth
 
 
+def _pipelines(args: argparse.Namespace, folder: Path, device: Any) -> dict[str, Any]:
+    """Each shape's pipeline on `device`, community-1's written into `folder` and loaded
+    from there."""
+    from pyannote.audio import Pipeline
+
+    from pyspk import offline
+    from pyspk.synthetic import recording
+
+    fit = recording(400, seed=args.fit_seed)
+    segmentation = offline.segmentation_3_0(seed=0, fit_to=fit, device=device)
+    embedding = offline.wespeaker_resnet34(seed=1)
+    pipelines = {}
+    if "agglomerative" in args.shapes:
+        pipelines["agglomerative"] = offline.offline_pipeline(segmentation, embedding).to(device)
+    if "community-1" in args.shapes:
+        voices = recording(1200, seed=args.plda_seed, speakers=16)
+        made = time.perf_counter()
+        plda = offline.fit_community_plda(embedding.to(device), voices, folder / "fitted-plda")
+        print(f"PLDA fitted in {time.perf_counter() - made:.1f} s", flush=True)
+        written = offline.write_pipeline(folder / "community-1", segmentation, embedding, plda)
+        pipelines["community-1"] = Pipeline.from_pretrained(written).to(device)
+    return pipelines
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     started_all = time.perf_counter()
@@ -140,10 +188,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pyspk.torch import library_math
 
     device = torch.device("cuda")
-    fit = recording(400, seed=11)
-    segmentation = pa.segmentation_3_0(seed=0, fit_to=fit, device=device)
-    pipeline = pa.offline_pipeline(segmentation, pa.wespeaker_resnet34(seed=1))
-    pipeline.to(device)
+    workspace = tempfile.TemporaryDirectory()
+    pipelines = _pipelines(args, Path(workspace.name), device)
     print("models ready", flush=True)
 
     recordings = {}
@@ -159,116 +205,138 @@ def main(argv: Sequence[str] | None = None) -> int:
             "uri": uri,
         }
 
-    warm = as_file(recording(60, seed=args.seed + 1), "warm-up")
-    stock_steps = StockSteps(pipeline)
-    scores, handle = _scores_of(torch, segmentation)
+    warm = as_file(recording(60, seed=args.seed + 100), "warm-up")
     der = DiarizationErrorRate()
     runs: list[dict] = []
     prepare: dict[str, float] = {}
     engines: dict[str, dict] = {}
-    for name in args.math:
-        math = CudaMath.parse(name)
-        with library_math(math):  # the caller's choice; pyannote's own apply resets it
-            stock_steps.run(warm)
-            stock_results = {}
-            for length, rec in recordings.items():
-                file = as_file(rec, f"synthetic-{length:g}s")
-                scores.clear()
-                torch.cuda.reset_peak_memory_stats()
-                output, steps, seconds = stock_steps.run(file)
-                truth_der = float(der(_truth(rec, file["uri"]), output.speaker_diarization))
-                stock_results[length] = {
-                    "output": output,
-                    "scores": torch.cat(scores).numpy(),
-                    "embeddings": stock_steps.embeddings,
-                    "der_vs_truth": truth_der,
-                }
-                runs.append(
-                    {
-                        "audio_seconds": length,
-                        "path": "stock",
-                        "math": str(math),
-                        "seconds": seconds,
-                        "rtfx": length / seconds,
-                        "steps": steps,
-                        "overlapped_steps": [],
-                        "peak_gpu_bytes": int(torch.cuda.max_memory_allocated()),
-                        "identical_to_stock": True,
-                        "der_vs_stock": 0.0,
-                        "max_abs_score_diff": 0.0,
-                        "max_abs_embedding_diff": 0.0,
-                        "speakers": len(output.speaker_diarization.labels()),
+    for shape, pipeline in pipelines.items():
+        clustering = SHAPES[shape]
+        segmentation = pipeline._segmentation.model
+        stock_steps = StockSteps(pipeline)
+        for name in args.math:
+            math = CudaMath.parse(name)
+            scores, handle = _scores_of(segmentation)
+            with library_math(math):  # the caller's choice; pyannote's own apply resets it
+                stock_steps.run(warm)
+                stock_results = {}
+                for length, rec in recordings.items():
+                    file = as_file(rec, f"synthetic-{length:g}s")
+                    scores.clear()
+                    torch.cuda.reset_peak_memory_stats()
+                    output, steps, seconds = stock_steps.run(file)
+                    truth_der = float(der(_truth(rec, file["uri"]), output.speaker_diarization))
+                    stock_results[length] = {
+                        "output": output,
+                        "scores": torch.cat(scores).numpy(),
+                        "embeddings": stock_steps.artefacts["embeddings"],
                         "der_vs_truth": truth_der,
                     }
+                    runs.append(
+                        {
+                            "audio_seconds": length,
+                            "path": "stock",
+                            "math": str(math),
+                            "clustering": clustering,
+                            "seconds": seconds,
+                            "rtfx": length / seconds,
+                            "steps": steps,
+                            "overlapped_steps": [],
+                            "peak_gpu_bytes": int(torch.cuda.max_memory_allocated()),
+                            "identical_to_stock": True,
+                            "der_vs_stock": 0.0,
+                            "max_abs_score_diff": 0.0,
+                            "max_abs_embedding_diff": 0.0,
+                            "embeddings_clustered": stock_steps.embeddings_clustered(),
+                            "speakers": len(output.speaker_diarization.labels()),
+                            "speakers_in_recording": len({t.speaker for t in rec.turns}),
+                            "host_after_embeddings_seconds": steps["clustering"]
+                            + steps["reconstruction"],
+                            "der_vs_truth": truth_der,
+                        }
+                    )
+                    print(
+                        f"{shape} {math} {length:g} s stock {seconds:.2f} s "
+                        f"({length / seconds:.0f}x), speakers {runs[-1]['speakers']}",
+                        flush=True,
+                    )
+                handle.remove()
+                prepared = time.perf_counter()
+                acceleration = pa.accelerate_pipeline(
+                    pipeline, math, segmentation_batch=args.segmentation_batch
                 )
-                print(
-                    f"{math} {length:g} s stock {seconds:.2f} s ({length / seconds:.0f}x)",
-                    flush=True,
-                )
-            handle.remove()
-            prepared = time.perf_counter()
-            acceleration = pa.accelerate_pipeline(
-                pipeline, math, segmentation_batch=args.segmentation_batch
-            )
-            prepare[str(math)] = time.perf_counter() - prepared
-            engine = acceleration.engine
-            engines[str(math)] = engine.describe()
-            pipeline(warm)
-            for length, rec in recordings.items():
-                file = as_file(rec, f"synthetic-{length:g}s")
-                torch.cuda.synchronize()
-                torch.cuda.reset_peak_memory_stats()
-                started = time.perf_counter()
-                output = pipeline(file)
-                seconds = time.perf_counter() - started
-                run = engine.last_run
-                stock = stock_results[length]
-                same = _tracks(output.speaker_diarization) == _tracks(
-                    stock["output"].speaker_diarization
-                ) and _tracks(output.exclusive_speaker_diarization) == _tracks(
-                    stock["output"].exclusive_speaker_diarization
-                )
-                runs.append(
-                    {
-                        "audio_seconds": length,
-                        "path": "accelerated",
-                        "math": str(math),
-                        "seconds": seconds,
-                        "rtfx": length / seconds,
-                        "steps": dict(run.steps),
-                        "overlapped_steps": list(run.overlapped),
-                        "peak_gpu_bytes": int(torch.cuda.max_memory_allocated()),
-                        "identical_to_stock": bool(same),
-                        "der_vs_stock": float(
-                            der(stock["output"].speaker_diarization, output.speaker_diarization)
-                        ),
-                        "max_abs_score_diff": _max_abs(np, run.scores, stock["scores"]),
-                        "max_abs_embedding_diff": _max_abs(np, run.embeddings, stock["embeddings"]),
-                        "masks_identical": bool(
-                            np.array_equal(run.scores.argmax(-1), stock["scores"].argmax(-1))
-                        ),
-                        "speakers": len(output.speaker_diarization.labels()),
-                        "stock_speakers": len(stock["output"].speaker_diarization.labels()),
-                        "der_vs_truth": float(
-                            der(_truth(rec, file["uri"]), output.speaker_diarization)
-                        ),
-                        "stock_der_vs_truth": stock["der_vs_truth"],
-                        "embedding_scale": float(np.nanmax(np.abs(stock["embeddings"]))),
-                        "setup_seconds": run.setup,
-                        "gpu_seconds": run.gpu,
-                        "segmentation_plans": acceleration.segmentation is not None,
-                        "segmentation_batch": args.segmentation_batch,
-                    }
-                )
-                print(
-                    f"{math} {length:g} s accelerated {seconds:.2f} s ({length / seconds:.0f}x) "
-                    f"identical {same} setup {run.setup:.3f} gpu {run.gpu:.3f} steps "
-                    + ", ".join(f"{k} {v:.3f}" for k, v in run.steps.items()),
-                    flush=True,
-                )
-            acceleration.undo()
-            scores, handle = _scores_of(torch, segmentation)
-    handle.remove()
+                prepare[f"{shape} {math}"] = time.perf_counter() - prepared
+                engine = acceleration.engine
+                engines[f"{shape} {math}"] = engine.describe()
+                pipeline(warm)
+                for length, rec in recordings.items():
+                    file = as_file(rec, f"synthetic-{length:g}s")
+                    torch.cuda.synchronize()
+                    torch.cuda.reset_peak_memory_stats()
+                    started = time.perf_counter()
+                    output = pipeline(file)
+                    seconds = time.perf_counter() - started
+                    run = engine.last_run
+                    stock = stock_results[length]
+                    same = _tracks(output.speaker_diarization) == _tracks(
+                        stock["output"].speaker_diarization
+                    ) and _tracks(output.exclusive_speaker_diarization) == _tracks(
+                        stock["output"].exclusive_speaker_diarization
+                    )
+                    parts = dict(run.clustering)
+                    clustered = int(parts.pop("embeddings_clustered", 0))
+                    runs.append(
+                        {
+                            "audio_seconds": length,
+                            "path": "accelerated",
+                            "math": str(math),
+                            "clustering": clustering,
+                            "seconds": seconds,
+                            "rtfx": length / seconds,
+                            "steps": dict(run.steps),
+                            "overlapped_steps": list(run.overlapped),
+                            "peak_gpu_bytes": int(torch.cuda.max_memory_allocated()),
+                            "identical_to_stock": bool(same),
+                            "der_vs_stock": float(
+                                der(stock["output"].speaker_diarization, output.speaker_diarization)
+                            ),
+                            "max_abs_score_diff": _max_abs(np, run.scores, stock["scores"]),
+                            "max_abs_embedding_diff": _max_abs(
+                                np, run.embeddings, stock["embeddings"]
+                            ),
+                            "masks_identical": bool(
+                                np.array_equal(run.scores.argmax(-1), stock["scores"].argmax(-1))
+                            ),
+                            "embeddings_clustered": clustered,
+                            "clustering_steps": parts,
+                            "speakers": len(output.speaker_diarization.labels()),
+                            "stock_speakers": len(stock["output"].speaker_diarization.labels()),
+                            "speakers_in_recording": len({t.speaker for t in rec.turns}),
+                            "host_after_embeddings_seconds": run.steps["clustering"]
+                            + run.steps["reconstruction"],
+                            "der_vs_truth": float(
+                                der(_truth(rec, file["uri"]), output.speaker_diarization)
+                            ),
+                            "stock_der_vs_truth": stock["der_vs_truth"],
+                            "embedding_scale": float(np.nanmax(np.abs(stock["embeddings"]))),
+                            "setup_seconds": run.setup,
+                            "gpu_seconds": run.gpu,
+                            "segmentation_plans": acceleration.segmentation is not None,
+                            "segmentation_batch": args.segmentation_batch,
+                        }
+                    )
+                    print(
+                        f"{shape} {math} {length:g} s accelerated {seconds:.2f} s "
+                        f"({length / seconds:.0f}x) identical {same} speakers "
+                        f"{runs[-1]['speakers']} from {clustered} embeddings; gpu "
+                        f"{run.gpu:.3f}; steps "
+                        + ", ".join(f"{k} {v:.3f}" for k, v in run.steps.items())
+                        + "; clustering "
+                        + ", ".join(f"{k} {v:.3f}" for k, v in parts.items()),
+                        flush=True,
+                    )
+                acceleration.undo()
+    workspace.cleanup()
 
     report.check_runs(runs)
     name = torch.cuda.get_device_name()
@@ -281,10 +349,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{np.__version__}; Python {platform.python_version()}"
         ),
         "models": "random-weight segmentation-3.0 PyanNet (seed 0, classifier fitted to "
-        "`pyspk.synthetic.recording(400, seed=11)`) and WeSpeaker ResNet34 (seed 1), "
-        "built offline; agglomerative clustering (centroid, threshold 0.7, min cluster "
-        "size 12)",
-        "audio": f"`pyspk.synthetic.recording(seconds, seed={args.seed})`, 16 kHz mono, in memory",
+        f"`pyspk.synthetic.recording(400, seed={args.fit_seed})`) and WeSpeaker ResNet34 "
+        "(seed 1), built offline. Shapes: agglomerative (centroid, threshold 0.7, min "
+        "cluster size 12); community-1 (VBx, threshold 0.6, Fa 0.07, Fb 0.8, constrained "
+        "assignment, overlap left out of the embeddings; its PLDA fitted to the embeddings "
+        f"of `recording(1200, seed={args.plda_seed}, speakers=16)`, written as a pipeline "
+        "folder and loaded with `Pipeline.from_pretrained`)",
+        "audio": f"`pyspk.synthetic.recording(seconds, seed={args.seed})`, 16 kHz mono, in "
+        "memory: 4 voices heard by neither calibration",
         "stock": "pyannote.audio's `SpeakerDiarization` as it is (batch 32 for both "
         "models; it switches TF32 off for every run, so its TF32 runs are FP32 runs)",
         "accelerated": f"`accelerate_pipeline(pipeline, math, segmentation_batch="

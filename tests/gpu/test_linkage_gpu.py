@@ -104,13 +104,14 @@ def test_nan_distances_leave_the_work_to_scipy(scipy) -> None:
 
 
 def test_the_engines_linkage_is_scipys(torch, scipy) -> None:
-    """`_steps.linkage_on(device)` as pyannote calls it: observations in, the matrix of
+    """`_clustering.linkage_on(device)` as pyannote calls it: observations in, the matrix of
     scipy's linkage out, through the device above DEVICE_LINKAGE_MIN_POINTS."""
-    pytest.importorskip("pyannote.core", reason="pyspk._steps needs pyannote.core")
-    from pyspk import _steps
+    pytest.importorskip("pyannote.audio", reason="pyspk._clustering needs pyannote.audio")
+    from pyspk import _clustering
 
-    points = unit_rows(_steps.DEVICE_LINKAGE_MIN_POINTS + 100, 256, seed=6)
-    got = _steps.linkage_on(torch.device("cuda", 0))(points, method="centroid", metric="euclidean")
+    points = unit_rows(_clustering.DEVICE_LINKAGE_MIN_POINTS + 100, 256, seed=6)
+    linkage = _clustering.linkage_on(torch.device("cuda", 0))
+    got = linkage(points, method="centroid", metric="euclidean")
     assert np.array_equal(got, scipy.linkage(points, method="centroid", metric="euclidean"))
 
 
