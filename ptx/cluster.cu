@@ -1,6 +1,7 @@
 // The cluster module: scipy's `fast_linkage` (Müllner's generic algorithm, which
 // `scipy.cluster.hierarchy.linkage` runs for the centroid and median methods) on one
-// block, step for step, so that its dendrogram is scipy's to the bit.
+// block, step for step, so that its dendrogram is scipy's to the bit; and the Euclidean
+// distances it starts from, as scipy's `pdist` computes them.
 //
 // Exactness rests on three rules:
 // - Every distance update is scipy's expression in its order of operations, each
@@ -28,6 +29,12 @@ constexpr u32 LINKAGE_WARPS = LINKAGE_THREADS / 32;
 constexpr u32 NEIGHBOUR_THREADS = 256;
 constexpr u32 NEIGHBOUR_ROWS = 8;
 static_assert(NEIGHBOUR_ROWS * 32 == NEIGHBOUR_THREADS, "one warp a row");
+// The distances: one block per PDIST_TILE x PDIST_TILE pairs, one thread a pair, the
+// tile's points staged PDIST_COLUMNS coordinates at a time.
+constexpr u32 PDIST_TILE = 16;
+constexpr u32 PDIST_THREADS = 256;
+static_assert(PDIST_THREADS == PDIST_TILE * PDIST_TILE, "one thread a pair of the tile");
+constexpr u32 PDIST_COLUMNS = 32;
 // Status words (the caller starts the status at LINKAGE_UNRUN).
 constexpr u32 LINKAGE_DONE = 0;
 constexpr u32 LINKAGE_STOPPED = 1;
@@ -420,5 +427,54 @@ spk_linkage_merge(double* d, u64 d_len, u32* work, u64 work_len, double* __restr
     }
     if (t == 0) {
         *status = LINKAGE_DONE;
+    }
+}
+
+// d[pair (i, j)] = the Euclidean distance of points i < j, rows of the (n, dims) matrix
+// `points`, as scipy's `pdist(points, "euclidean")` computes it: the squared
+// differences summed coordinate after coordinate from zero, each operation rounded on
+// its own (no FMA), then the square root. Launch: grid (tiles, tiles) of PDIST_THREADS,
+// tiles = ceil(n / PDIST_TILE); block (x, y) takes points j of tile x and i of tile y,
+// and the tiles below the diagonal (no pair i < j) return at once.
+extern "C" __global__ void __launch_bounds__(PDIST_THREADS)
+spk_pdist_euclidean(const double* __restrict__ points, u64 points_len, double* __restrict__ d,
+                    u64 d_len, u32 n, u32 dims) {
+    __shared__ double tile_i[PDIST_TILE][PDIST_COLUMNS + 1];  // +1: rows on other banks
+    __shared__ double tile_j[PDIST_TILE][PDIST_COLUMNS + 1];
+    const u32 tiles = (n + PDIST_TILE - 1) / PDIST_TILE;
+    if (!spk::launch_is(tiles, tiles, 1, PDIST_THREADS) | n < 2 | dims < 1 |
+        points_len != static_cast<u64>(n) * dims | d_len != static_cast<u64>(n) * (n - 1) / 2 |
+        blockIdx.x < blockIdx.y) {
+        return;  // the same for the whole block: no barrier is split
+    }
+    const u32 first_i = blockIdx.y * PDIST_TILE;
+    const u32 first_j = blockIdx.x * PDIST_TILE;
+    const u32 tx = threadIdx.x % PDIST_TILE;
+    const u32 ty = threadIdx.x / PDIST_TILE;
+    double sum = 0.0;
+    for (u32 column = 0; column < dims; column += PDIST_COLUMNS) {
+        const u32 width = min(PDIST_COLUMNS, dims - column);
+        for (u32 k = threadIdx.x; k < PDIST_TILE * PDIST_COLUMNS; k += PDIST_THREADS) {
+            const u32 row = k / PDIST_COLUMNS;
+            const u32 c = k % PDIST_COLUMNS;
+            const u32 i = first_i + row;
+            const u32 j = first_j + row;
+            const bool inside = c < width;
+            tile_i[row][c] =
+                inside & i < n ? __ldg(points + static_cast<u64>(i) * dims + column + c) : 0.0;
+            tile_j[row][c] =
+                inside & j < n ? __ldg(points + static_cast<u64>(j) * dims + column + c) : 0.0;
+        }
+        __syncthreads();
+        for (u32 c = 0; c < width; ++c) {
+            const double difference = __dsub_rn(tile_i[ty][c], tile_j[tx][c]);
+            sum = __dadd_rn(sum, __dmul_rn(difference, difference));
+        }
+        __syncthreads();
+    }
+    const u32 i = first_i + ty;
+    const u32 j = first_j + tx;
+    if (i < j & j < n) {
+        d[pair_index(n, i, j)] = __dsqrt_rn(sum);
     }
 }

@@ -1,7 +1,7 @@
 """pyannote.audio's clustering steps with pyspk's parts in them, each with pyannote's
-result to the bit: the pairwise distances on several threads, the centroid linkage on
-the GPU (`pyspk.linkage`), the embedding filter on booleans, and the constrained
-assignment of every chunk solved at once.
+result to the bit: the pairwise distances and the centroid linkage on the GPU
+(`pyspk.linkage`; on the host, the distances on several threads), the embedding filter
+on booleans, and the constrained assignment of every chunk solved at once.
 
 `cluster` runs a pipeline's clustering: for `AgglomerativeClustering` and
 `VBxClustering` their own code (pyannote.audio 4.0) with those parts in place of
@@ -69,26 +69,26 @@ DEVICE_LINKAGE_MIN_POINTS = 512
 
 
 def linkage_on(device: Any = None) -> Callable[..., np.ndarray]:
-    """`scipy.cluster.hierarchy.linkage` with the Euclidean distances of observations
-    from `pdist_euclidean` (the same condensed matrix, so the same dendrogram), and the
-    centroid and median methods run by `pyspk.linkage` on the CUDA `device` where one is
-    given and there are enough observations (scipy's matrix to the bit, or scipy's own
-    error, either way)."""
+    """`scipy.cluster.hierarchy.linkage` of observations with scipy's dendrogram to the
+    bit, or scipy's own error: the centroid and median methods on the CUDA `device`
+    where one is given and there are enough observations (the distances and the merges
+    both there, `pyspk.linkage`), else the Euclidean distances from `pdist_euclidean`
+    (the same condensed matrix) and scipy's linkage of them."""
 
     def linkage(y: np.ndarray, method: str = "single", metric: str = "euclidean", **kwargs: Any):
         from scipy.cluster.hierarchy import linkage as scipy_linkage
 
         if metric != "euclidean" or np.ndim(y) != 2 or kwargs:
             return scipy_linkage(y, method=method, metric=metric, **kwargs)
-        distances = pdist_euclidean(y)
         if device is not None and _on_device(method, len(y)):
-            from pyspk.linkage import device_linkage
+            from pyspk.linkage import device_linkage, device_pdist
 
             # None for distances scipy refuses, or NaN where the kernel steps aside
+            distances = device_pdist(np.asarray(y, dtype=np.float64), device)
             dendrogram = device_linkage(distances, method, device)
             if dendrogram is not None:
                 return dendrogram
-        return scipy_linkage(distances, method=method)
+        return scipy_linkage(pdist_euclidean(y), method=method)
 
     return linkage
 

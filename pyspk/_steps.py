@@ -93,27 +93,24 @@ Sums = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 def _whole_overlap_add(data: np.ndarray, starts: np.ndarray, num_frames: int) -> Sums | None:
     """pyannote's three sums (scores, contributing chunks, whether any contributed) for
-    unit windows, formed pass by pass over chunks that do not overlap; None unless every
-    score is a whole number and every sum stays below 2^24, where each float32 partial
-    sum is exact and the order of the terms cannot matter."""
+    unit windows, each class's terms binned by frame in one pass (`np.bincount`, in
+    float64); None unless every score is a whole number and every sum stays below
+    2^24, where every partial sum is exact in float32 and float64 alike and the order
+    of the terms cannot matter."""
     _, span, num_classes = data.shape
-    output = np.zeros((num_frames, num_classes), dtype=np.float32)
-    overlapping = np.zeros((num_frames, num_classes), dtype=np.float32)
-    offsets = np.arange(span)
-    passes = _passes(starts, span)
-    largest = 0.0
-    for first in range(passes):
-        rows = (starts[first::passes, None] + offsets).reshape(-1)
-        chunks = data[first::passes].reshape(-1, num_classes)
-        unknown = np.isnan(chunks)
-        values = np.where(unknown, 0.0, chunks)  # a copy, in the scores' own dtype
-        if not np.array_equal(values, np.rint(values)):  # whole before any rounding
-            return None
-        largest = max(largest, float(np.abs(values).max(initial=0.0)))
-        output[rows] += values
-        overlapping[rows] += ~unknown
-    if largest * passes >= 2**24:
+    unknown = np.isnan(data)
+    values = np.where(unknown, 0.0, data)  # a copy, in the scores' own dtype
+    if not np.array_equal(values, np.rint(values)):  # whole before any rounding
         return None
+    # no frame is covered by more chunks than the passes of chunks that do not overlap
+    if float(np.abs(values).max(initial=0.0)) * _passes(starts, span) >= 2**24:
+        return None
+    rows = (starts[:, None] + np.arange(span)).reshape(-1)
+    output = np.empty((num_frames, num_classes), dtype=np.float32)
+    overlapping = np.empty((num_frames, num_classes), dtype=np.float32)
+    for k in range(num_classes):
+        output[:, k] = np.bincount(rows, values[..., k].reshape(-1), num_frames)
+        overlapping[:, k] = np.bincount(rows, ~unknown[..., k].reshape(-1), num_frames)
     return output, overlapping, overlapping
 
 

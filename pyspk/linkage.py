@@ -1,5 +1,6 @@
 """`scipy.cluster.hierarchy.linkage` for the centroid and median methods on the GPU, with
-scipy's dendrogram to the bit (the cluster module, `ptx/cluster.cu`).
+scipy's dendrogram to the bit, and the Euclidean distances it starts from with scipy's
+`pdist` to the bit (the cluster module, `ptx/cluster.cu`).
 
 scipy runs these methods through its generic algorithm on one core: for the 3558
 embeddings of a diarized hour that was 0.25 to 0.46 s on the H200's host, most of the
@@ -35,9 +36,13 @@ NEIGHBOUR_THREADS = 256
 NEIGHBOUR_ROWS = 8
 # the kernel's state per cluster: heap value, bound (doubles) and five 32-bit words
 STATE_BYTES_PER_CLUSTER = 36
+# spk_pdist_euclidean: one block per PDIST_TILE x PDIST_TILE pairs, one thread a pair
+PDIST_TILE = 16
+PDIST_THREADS = PDIST_TILE * PDIST_TILE
 # the entries' parameters (pointer and length per buffer, then the scalars)
 NEIGHBOURS_SIGNATURE = ("ptr", "u64", "ptr", "u64", "u32")  # d, work, n
 MERGE_SIGNATURE = ("ptr", "u64") * 4 + ("u32",) * 3  # d, work, z, status, n, method, in_shared
+PDIST_SIGNATURE = ("ptr", "u64", "ptr", "u64", "u32", "u32")  # points, d, n, dims
 # status words
 LINKAGE_DONE = 0
 LINKAGE_STOPPED = 1
@@ -54,6 +59,37 @@ def points_of(distances: np.ndarray) -> int:
     if n * (n - 1) // 2 != count:
         raise InvalidArgument(f"{count} distances are no condensed matrix of any number of points")
     return n
+
+
+def device_pdist(points: np.ndarray | torch.Tensor, device: torch.device | int | None = None):
+    """scipy's `pdist(points, "euclidean")` computed on a CUDA device, bit for bit: the
+    condensed float64 matrix of the (n, dims) `points` (2 to MAX_POINTS of them, taken
+    as float64 as scipy takes them), a tensor on `device`, ordered on PyTorch's current
+    stream there. `device_linkage` takes it as it is."""
+    import torch
+
+    from pyspk.torch import _ordinal, shared_runtime
+
+    shape = tuple(points.shape)
+    if len(shape) != 2 or not 2 <= shape[0] <= MAX_POINTS or shape[1] < 1:
+        raise InvalidArgument(
+            f"device_pdist takes (n, dims) points, 2 <= n <= {MAX_POINTS}, not {shape}"
+        )
+    n, dims = shape
+    device = torch.device("cuda", _ordinal(device))
+    with torch.cuda.device(device):
+        rows = torch.as_tensor(points).to(device=device, dtype=torch.float64).contiguous()
+        d = torch.empty(n * (n - 1) // 2, dtype=torch.float64, device=device)
+        kernels = shared_runtime(device).load_kernels(KernelModule.CLUSTER)
+        tiles = -(-n // PDIST_TILE)
+        kernels.function("spk_pdist_euclidean").launch(
+            (tiles, tiles, 1),
+            PDIST_THREADS,
+            0,
+            PDIST_SIGNATURE,
+            [*_buffer(rows), *_buffer(d), n, dims],
+        ).enqueue(torch.cuda.current_stream(device).cuda_stream)
+    return d
 
 
 def device_linkage(

@@ -3,6 +3,8 @@ cluster module's entries."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -38,6 +40,12 @@ def test_device_linkage_refuses_before_touching_a_device(
         linkage.device_linkage(np.zeros(points * (points - 1) // 2), method)
 
 
+@pytest.mark.parametrize("shape", [(1, 8), (4,), (3, 0), (1 + linkage.MAX_POINTS, 2)])
+def test_device_pdist_refuses_before_touching_a_device(shape: tuple) -> None:
+    with pytest.raises(InvalidArgument, match=re.escape(f"not {shape}")):
+        linkage.device_pdist(np.zeros(shape))
+
+
 @pytest.mark.parametrize("tier", [PtxTier.SM75, PtxTier.SM80], ids=str)
 def test_launch_signatures_are_the_shipped_entries(tier: PtxTier) -> None:
     """Pointers travel as u64; the manifest records each entry's PTX parameter types."""
@@ -46,5 +54,6 @@ def test_launch_signatures_are_the_shipped_entries(tier: PtxTier) -> None:
     for name, signature in [
         ("spk_linkage_neighbours", linkage.NEIGHBOURS_SIGNATURE),
         ("spk_linkage_merge", linkage.MERGE_SIGNATURE),
+        ("spk_pdist_euclidean", linkage.PDIST_SIGNATURE),
     ]:
         assert tuple(entries[name]) == tuple(as_ptx[kind] for kind in signature)

@@ -443,6 +443,8 @@ LINKAGE_CONSTANTS = (
     "LINKAGE_DONE",
     "LINKAGE_STOPPED",
     "LINKAGE_UNRUN",
+    "PDIST_TILE",
+    "PDIST_THREADS",
 )
 
 # Constants the CUDA sources share with pyspk: name -> (the source that defines it, the
@@ -586,7 +588,10 @@ def python_kernels() -> dict[str, dict[str, str]]:
     }
     trunk[trunk_shapes.CLEAR_KERNEL] = "shapes.CLEAR_KERNEL"
     trunk[trunk_shapes.CHUNK_MAX_KERNEL] = "shapes.CHUNK_MAX_KERNEL"
-    cluster = {name: "pyspk.linkage" for name in ("spk_linkage_neighbours", "spk_linkage_merge")}
+    cluster = {
+        name: "pyspk.linkage"
+        for name in ("spk_linkage_neighbours", "spk_linkage_merge", "spk_pdist_euclidean")
+    }
     return {"segdense": segdense, "trunk": trunk, "cluster": cluster}
 
 

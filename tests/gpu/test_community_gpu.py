@@ -4,7 +4,8 @@ constrained assignment, written as a pipeline folder and loaded through
 
 - accelerated in FP32 math, a 300 s recording of 4 other voices (300 chunks: past the
   127 that int8 cluster labels once overflowed) gives the stock annotation, both of
-  them, and the engine reports the clustering's parts;
+  them, centroids within the engine's embedding tolerance, and the engine reports the
+  clustering's parts;
 - in TF32 math it runs through;
 - the clustering with the linkage on the device gives pyannote's labels, scores and
   centroids, on random embeddings and on tied ones;
@@ -65,7 +66,10 @@ def test_accelerated_fp32_annotation_is_stock(pyannote, pipeline, audio):
         ours = pipeline(dict(audio))
         run = acceleration.engine.last_run
     assert _tracks(ours) == _tracks(stock) and _tracks(stock)[0]
-    assert np.array_equal(ours.speaker_embeddings, stock.speaker_embeddings)
+    # the centroids average embeddings that are within 1e-5 of the largest stock one
+    # (tests/gpu/test_engine_gpu.py), not the same bits
+    scale = np.abs(stock.speaker_embeddings).max()
+    assert np.abs(ours.speaker_embeddings - stock.speaker_embeddings).max() <= 1e-5 * scale
     assert run.chunks > 127
     assert {"filter", "linkage", "plda", "vbx", "assignment"} <= set(run.clustering)
     assert run.clustering["embeddings_clustered"] > 100

@@ -1,6 +1,7 @@
 """The cluster module on the GPU: `device_linkage` gives scipy's linkage matrix bit for
 bit (random embeddings, ties, both places of its state, distances on the device), steps
-aside where scipy meets NaN, and is clean under compute-sanitizer."""
+aside where scipy meets NaN, and is clean under compute-sanitizer; `device_pdist` gives
+scipy's `pdist` bit for bit."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from pyspk.linkage import STATE_BYTES_PER_CLUSTER, device_linkage
+from pyspk.linkage import STATE_BYTES_PER_CLUSTER, device_linkage, device_pdist
 
 pytestmark = pytest.mark.gpu
 
@@ -103,6 +104,26 @@ def test_nan_distances_leave_the_work_to_scipy(scipy) -> None:
     assert got is None or np.array_equal(got, expected, equal_nan=True)
 
 
+@pytest.mark.parametrize(
+    ("count", "dims"), [(2, 1), (17, 3), (40, 33), (1100, 256), (3558, 256), (4100, 7)]
+)
+def test_device_pdist_is_scipys(scipy, count: int, dims: int) -> None:
+    """Partial tiles of points and of coordinates, and float32 embeddings taken as
+    float64, as scipy takes them."""
+    points = np.random.default_rng(count).standard_normal((count, dims)).astype(np.float32)
+    got = device_pdist(points).cpu().numpy()
+    assert got.dtype == np.float64 and np.array_equal(got, scipy.pdist(points, "euclidean"))
+
+
+def test_device_pdist_carries_nan_and_infinity_as_scipy(scipy) -> None:
+    points = np.random.default_rng(3).standard_normal((60, 20))
+    points[4, 7] = np.nan
+    points[9, 2] = np.inf
+    points[11, 2] = np.inf  # inf - inf: NaN for that pair
+    got = device_pdist(points).cpu().numpy()
+    assert np.array_equal(got, scipy.pdist(points, "euclidean"), equal_nan=True)
+
+
 def test_the_engines_linkage_is_scipys(torch, scipy) -> None:
     """`_clustering.linkage_on(device)` as pyannote calls it: observations in, the matrix of
     scipy's linkage out, through the device above DEVICE_LINKAGE_MIN_POINTS."""
@@ -136,11 +157,10 @@ def test_threads_at_once_each_get_scipys_matrix(scipy) -> None:
 _SANITIZED = """
 import sys
 import numpy as np
-from scipy.spatial.distance import pdist
-from pyspk.linkage import device_linkage
+from pyspk.linkage import device_linkage, device_pdist
 for count in map(int, sys.argv[1:]):
     points = np.random.default_rng(count).standard_normal((count, 16))
-    assert device_linkage(pdist(points), "centroid") is not None
+    assert device_linkage(device_pdist(points), "centroid") is not None
     print(count, "done", flush=True)
 """
 
@@ -149,8 +169,8 @@ for count in map(int, sys.argv[1:]):
     ("tool", "counts"), [("memcheck", ["700", "7000"]), ("racecheck", ["300"])]
 )
 def test_compute_sanitizer_finds_nothing_in_the_linkage(scipy, tool: str, counts: list) -> None:
-    """Both entries, the state in shared memory and (7000 points, past any device's
-    opt-in shared memory) in global memory."""
+    """Every entry (the distances, then the linkage), the state in shared memory and
+    (7000 points, past any device's opt-in shared memory) in global memory."""
     from tests.gpu.test_sanitizer_gpu import _compute_sanitizer
 
     # PyTorch initializes CUDA before cuda-bindings loads, and the bindings' loader then
