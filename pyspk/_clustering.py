@@ -23,6 +23,7 @@ import numpy as np
 
 __all__ = [
     "DEVICE_LINKAGE_MIN_POINTS",
+    "clean_frames",
     "cluster",
     "constrained_argmax",
     "filter_embeddings",
@@ -99,17 +100,13 @@ def _on_device(method: str, count: int) -> bool:
     return method in METHODS and DEVICE_LINKAGE_MIN_POINTS <= count <= MAX_POINTS
 
 
-def filter_embeddings(
-    embeddings: np.ndarray, segmentations: Any = None, min_active_ratio: float = 0.2
-) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """pyannote's `BaseClustering.filter_embeddings` to the bit where every
-    segmentation value is 0 or 1 (the engine's powerset outputs): the embeddings
-    without NaN of the (chunk, speaker) pairs whose speaker is the only one active in at
-    least `min_active_ratio` of the chunk's frames, and their chunk and speaker indices.
-    It counts booleans where pyannote sums float products (exact either way for 0 and
-    1). None for other segmentations, which take pyannote's own code."""
+def clean_frames(segmentations: Any) -> np.ndarray | None:
+    """(chunks, speakers): the frames in which each local speaker is the only one
+    active, for segmentations whose every value is 0 or 1 (the engine's powerset
+    outputs); None for others. The part of `filter_embeddings` that needs no embedding:
+    the engine counts it while the GPU still embeds."""
     data = segmentations.data
-    _, num_frames, num_speakers = data.shape
+    num_speakers = data.shape[2]
     active = data != 0
     if not np.array_equal(data, active):
         return None
@@ -117,9 +114,29 @@ def filter_embeddings(
     for speaker in range(1, num_speakers):
         speakers += active[..., speaker]
     alone = speakers == 1
-    clean = np.stack(
+    return np.stack(
         [np.count_nonzero(active[..., s] & alone, axis=1) for s in range(num_speakers)], axis=1
     )
+
+
+def filter_embeddings(
+    embeddings: np.ndarray,
+    segmentations: Any = None,
+    min_active_ratio: float = 0.2,
+    clean: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """pyannote's `BaseClustering.filter_embeddings` to the bit where every
+    segmentation value is 0 or 1: the embeddings without NaN of the (chunk, speaker)
+    pairs whose speaker is the only one active in at least `min_active_ratio` of the
+    chunk's frames, and their chunk and speaker indices. It counts booleans where
+    pyannote sums float products (exact either way for 0 and 1), or takes `clean`,
+    `clean_frames` of the same segmentations counted earlier. None for other
+    segmentations, which take pyannote's own code."""
+    if clean is None:
+        clean = clean_frames(segmentations)
+        if clean is None:
+            return None
+    num_frames = segmentations.data.shape[1]
     kept = (clean >= min_active_ratio * num_frames) & ~np.any(np.isnan(embeddings), axis=2)
     chunk_idx, speaker_idx = np.where(kept)
     return embeddings[chunk_idx, speaker_idx], chunk_idx, speaker_idx
@@ -258,6 +275,7 @@ def cluster(
     clustering: Any,
     linkage_device: Any = None,
     timings: Timings | None = None,
+    clean: np.ndarray | None = None,
     **arguments: Any,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`clustering(**arguments)` (a pipeline's clustering step). pyannote's
@@ -267,7 +285,8 @@ def cluster(
     `constrained_argmax`; any other clustering runs as it is. `timings`, when given,
     receives the seconds of the steps pyspk serves ("filter", "linkage",
     "assignment"; with VBx also "plda" and "vbx") and "embeddings_clustered", the
-    number of embeddings the clustering kept."""
+    number of embeddings the clustering kept. `clean`, `clean_frames` of the
+    segmentations when already counted, saves the filter that count."""
     from pyannote.audio.pipelines import clustering as module
 
     kind = type(clustering)
@@ -295,7 +314,7 @@ def cluster(
     if kind.filter_embeddings is stock_filter:
 
         def filtered(self: Any, embeddings: np.ndarray, segmentations: Any = None, **rest: Any):
-            kept = filter_embeddings(embeddings, segmentations, **rest)
+            kept = filter_embeddings(embeddings, segmentations, clean=clean, **rest)
             if kept is None:
                 kept = stock_filter(self, embeddings, segmentations, **rest)
             timings["embeddings_clustered"] = len(kept[0])

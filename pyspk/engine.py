@@ -138,7 +138,8 @@ class RunReport:
     gpu: float = 0.0
     """Seconds of the GPU's work, from its first segmentation to its last embedding."""
     overlapped: tuple[str, ...] = ("speaker_counting",)
-    """Steps run while the GPU works on the embeddings (off the critical path)."""
+    """Steps run while the GPU works on the embeddings (off the critical path); the
+    speaker counting's time includes the clustering filter's frame counts."""
     scores: np.ndarray | None = None
     """(chunks, frames, powerset classes) log-probabilities of the segmentation model."""
     embeddings: np.ndarray | None = None
@@ -290,7 +291,7 @@ class Engine:
                 )
         with torch.inference_mode(), library_math(self.math), torch.cuda.device(self.device):
             inferred = self._infer(file, hook, started)
-        report, segmentations, count, embeddings = inferred
+        report, segmentations, count, embeddings, clean = inferred
         if embeddings is None:  # no speaker is ever active: the stock early exit
             output = DiarizeOutput(
                 speaker_diarization=Annotation(uri=file["uri"]),
@@ -304,6 +305,7 @@ class Engine:
             segmentations,
             count,
             embeddings,
+            clean,
             num_speakers,
             min_speakers,
             max_speakers,
@@ -319,10 +321,13 @@ class Engine:
 
     def _infer(
         self, file: Mapping, hook: Callable, started: float
-    ) -> tuple[RunReport, SlidingWindowFeature, SlidingWindowFeature, np.ndarray | None]:
-        """Both models over every chunk on the GPU, the speaker count on the host
-        meanwhile: the report, segmentations, count and embeddings (None when no
-        speaker is ever active)."""
+    ) -> tuple[
+        RunReport, SlidingWindowFeature, SlidingWindowFeature, np.ndarray | None, np.ndarray | None
+    ]:
+        """Both models over every chunk on the GPU, the speaker count and the
+        clustering's frame counts (`_clustering.clean_frames`) on the host meanwhile:
+        the report, segmentations, count, embeddings (None when no speaker is ever
+        active) and frame counts."""
         pipeline = self.pipeline
         inference = pipeline._segmentation
         model = self._segmentation_model
@@ -409,11 +414,14 @@ class Engine:
         hook("segmentation", segmentations)
         counting = time.perf_counter()
         count = _steps.speaker_count(segmentations, model.receptive_field, warm_up=(0.0, 0.0))
+        # the clustering's frame counts need only the segmentations: counted here too,
+        # while the GPU still embeds
+        clean = _clustering.clean_frames(segmentations)
         report.steps["speaker_counting"] = time.perf_counter() - counting
         hook("speaker_counting", count)
         if np.nanmax(count.data) == 0.0:
             torch.cuda.synchronize()
-            return report, segmentations, count, None
+            return report, segmentations, count, None, clean
 
         batches = len(embedded)
         hook("embeddings", None, total=batches, completed=0)
@@ -426,7 +434,7 @@ class Engine:
         report.gpu = timing.elapsed_time(embedded[-1]) / 1e3
         report.embeddings = host_embeddings.numpy()
         hook("embeddings", report.embeddings)
-        return report, segmentations, count, report.embeddings
+        return report, segmentations, count, report.embeddings, clean
 
     def _check_crops(self, window: SlidingWindow, total: int, step: int, rate: int) -> None:
         """The stock embeddings crop chunk c at round(start * rate) to round(end * rate)
@@ -466,6 +474,7 @@ class Engine:
         segmentations: SlidingWindowFeature,
         count: SlidingWindowFeature,
         embeddings: np.ndarray,
+        clean: np.ndarray | None,
         num_speakers: int | None,
         min_speakers: int,
         max_speakers: int | float,
@@ -480,6 +489,7 @@ class Engine:
             pipeline.clustering,
             linkage_device=self.device,
             timings=report.clustering,
+            clean=clean,
             embeddings=embeddings,
             segmentations=binarized_segmentations,
             num_clusters=num_speakers,
@@ -532,7 +542,11 @@ def _label(
     exclusive_diarization: Annotation,
     centroids: np.ndarray | None,
 ) -> DiarizeOutput | Annotation:
-    """The stock `apply`'s last part: speaker names and the centroids in their order."""
+    """The stock `apply`'s last part: speaker names and the centroids in their order.
+    Both annotations are the engine's own: they are renamed in place (a copy, pyannote's
+    default, rebuilds every track), and the renamed labels' timelines are left for
+    `Annotation` to build when asked, as it builds them."""
+    labels = None
     if file.get("annotation"):
         _, mapping = pipeline.optimal_mapping(file["annotation"], diarization, return_mapping=True)
         mapping = {key: mapping.get(key, key) for key in diarization.labels()}
@@ -541,10 +555,12 @@ def _label(
             label: expected
             for label, expected in zip(diarization.labels(), pipeline.classes(), strict=False)
         }
-    diarization = diarization.rename_labels(mapping=mapping)
-    exclusive_diarization = exclusive_diarization.rename_labels(mapping=mapping)
+        if len(set(mapping.values())) == len(mapping):  # every label, a name of its own
+            labels = sorted(mapping.values(), key=str)  # what labels() gives after renaming
+    diarization = diarization.rename_labels(mapping=mapping, copy=False)
+    exclusive_diarization = exclusive_diarization.rename_labels(mapping=mapping, copy=False)
     if centroids is not None:  # None from oracle clustering
-        labels = diarization.labels()
+        labels = diarization.labels() if labels is None else labels
         if len(labels) > centroids.shape[0]:
             centroids = np.pad(centroids, ((0, len(labels) - centroids.shape[0]), (0, 0)))
         inverse_mapping = {label: index for index, label in mapping.items()}

@@ -107,11 +107,16 @@ def test_filter_embeddings_is_pyannotes_on_binary_segmentations():
             clustering, embeddings, segmentations=segmentations, min_active_ratio=ratio
         )
         ours = _clustering.filter_embeddings(embeddings, segmentations, min_active_ratio=ratio)
+        counted = _clustering.filter_embeddings(
+            embeddings, segmentations, ratio, clean=_clustering.clean_frames(segmentations)
+        )
         assert len(stock[1]) > chunks // 2
-        for mine, theirs in zip(ours, stock, strict=True):
+        for mine, early, theirs in zip(ours, counted, stock, strict=True):
             assert np.array_equal(mine, theirs, equal_nan=True)
+            assert np.array_equal(early, theirs, equal_nan=True)
     data[0, 0, 0] = 0.5  # not binary: pyannote's own code decides
     assert _clustering.filter_embeddings(embeddings, segmentations) is None
+    assert _clustering.clean_frames(segmentations) is None
 
 
 # -- the assignment problems -------------------------------------------------------------
