@@ -13,10 +13,13 @@ Needs numpy and pyannote.core; no torch.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from pyannote.core import Annotation, Segment, SlidingWindow, SlidingWindowFeature
 from pyannote.core import segment as core_segment
 from pyannote.core.utils.generators import string_generator
+from sortedcontainers import SortedDict
 
 __all__ = [
     "aggregate",
@@ -273,7 +276,7 @@ def binarize(
         )
     num_frames, _ = scores.data.shape
     timestamps = frame_middles(scores.sliding_window, num_frames)
-    active = Annotation()
+    tracks = []
     track_generator = string_generator()
     for k, k_scores in enumerate(scores.data.T):
         label = k if scores.labels is None else scores.labels[k]
@@ -282,7 +285,8 @@ def binarize(
             region = Segment(
                 float(timestamps[start]) - pad_onset, float(timestamps[end]) + pad_offset
             )
-            active[region, track] = label
+            tracks.append((region, track, label))
+    active = annotation_of(tracks)
     if pad_offset > 0.0 or pad_onset > 0.0 or min_duration_off > 0.0:
         active = active.support(collar=min_duration_off)
     if min_duration_on > 0:
@@ -290,6 +294,32 @@ def binarize(
             if segment.duration < min_duration_on:
                 del active[segment, track]
     return active
+
+
+def annotation_of(tracks: list[tuple[Segment, Any, Any]]) -> Annotation:
+    """The `Annotation` that `annotation[segment, track] = label` for each of `tracks` in
+    turn builds (empty segments left out, a later label of the same track replacing an
+    earlier one), its sorted index of segments made by one sort of them all rather than
+    a search per track: the labels come in runs of sorted segments, which one sort
+    merges. It sets what `__setitem__` sets, as `Annotation.copy` does; where
+    pyannote.core keeps its tracks otherwise, it takes the inserts."""
+    annotation = Annotation()
+    if not (
+        isinstance(getattr(annotation, "_tracks", None), SortedDict)
+        and isinstance(getattr(annotation, "_labelNeedsUpdate", None), dict)
+        and getattr(annotation, "_timelineNeedsUpdate", None) is True
+    ):
+        for segment, track, label in tracks:
+            annotation[segment, track] = label
+        return annotation
+    by_segment: dict[Segment, dict[Any, Any]] = {}
+    needs_update = annotation._labelNeedsUpdate
+    for segment, track, label in tracks:
+        if segment:
+            by_segment.setdefault(segment, {})[track] = label
+            needs_update[label] = True
+    annotation._tracks = SortedDict(by_segment)
+    return annotation
 
 
 def _active_regions(scores: np.ndarray, onset: float, offset: float) -> list[tuple[int, int]]:

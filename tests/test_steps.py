@@ -129,3 +129,27 @@ def test_binarize_is_pyannotes(onset, offset):
 def test_frame_middles_are_the_segments_middles():
     middles = _steps.frame_middles(FRAMES, 5000)
     assert [float(m) for m in middles] == [FRAMES[i].middle for i in range(5000)]
+
+
+def test_annotation_of_is_the_inserts():
+    """Same segments for several tracks, empty segments, a track relabelled, labels of
+    mixed order: the same tracks, labels, timelines and support as the inserts give."""
+    from pyannote.core import Annotation, Segment
+
+    rng = np.random.default_rng(9)
+    tracks = []
+    for _ in range(3000):
+        start = float(rng.integers(0, 400)) / 4
+        length = float(rng.integers(0, 8)) / 4  # 0: an empty segment
+        tracks.append(
+            (Segment(start, start + length), f"t{rng.integers(0, 4)}", int(rng.integers(0, 5)))
+        )
+    expected = Annotation()
+    for segment, track, label in tracks:
+        expected[segment, track] = label
+    got = _steps.annotation_of(tracks)
+    assert list(got.itertracks(yield_label=True)) == list(expected.itertracks(yield_label=True))
+    assert got.labels() == expected.labels()
+    assert all(got.label_timeline(x) == expected.label_timeline(x) for x in expected.labels())
+    assert got.get_timeline() == expected.get_timeline()
+    assert got.support(collar=0.3) == expected.support(collar=0.3)
