@@ -186,6 +186,11 @@ def _import_stack() -> tuple[Any, Any]:
             f"{error}: pyspk diarize needs PyTorch and pyannote.audio "
             "(pip install 'pyspk[pyannote]')"
         ) from None
+    except OSError as error:  # a compiled library that will not load
+        raise DiarizeError(
+            f"PyTorch or one of pyannote.audio's libraries will not load ({error}): install "
+            "a torchaudio built for the installed PyTorch (the same version)"
+        ) from None
     return torch, pa
 
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -51,7 +52,7 @@ from pyannote.core import Annotation, SlidingWindow, SlidingWindowFeature
 
 from pyspk import _clustering, _steps
 from pyspk.cuda import CudaMath
-from pyspk.cuda.errors import InvalidArgument
+from pyspk.cuda.errors import ClosedError, InvalidArgument
 from pyspk.fbank import Fbank
 from pyspk.torch import library_math
 
@@ -176,6 +177,11 @@ class Engine:
         self.embedding_batch = embedding_batch
         self.overlap = overlap
         self.last_run: RunReport | None = None
+        """The report of the last `apply` to finish."""
+        self.closed = False
+        # one apply at a time: the forwards' static inputs and outputs, the two streams
+        # and the report are the engine's own
+        self._lock = threading.Lock()
         self.unserved = self._unserved(pipeline)
         self._segment: _Forward | None = None
         self._embed: _Forward | None = None
@@ -250,10 +256,13 @@ class Engine:
         return {forward.name: forward.note for forward in (self._segment, self._embed)}
 
     def close(self) -> None:
-        """Drops the captured graphs and their memory (before the plans they hold)."""
-        for forward in (self._segment, self._embed):
-            if forward is not None:
-                forward.close()
+        """Drops the captured graphs and their memory (before the plans they hold); a
+        later `apply` raises `ClosedError`. Waits for a running `apply` to finish."""
+        with self._lock:
+            self.closed = True
+            for forward in (self._segment, self._embed):
+                if forward is not None:
+                    forward.close()
 
     # -- apply ------------------------------------------------------------------------
 
@@ -266,16 +275,35 @@ class Engine:
         hook: Callable | None = None,
         **kwargs: Any,
     ) -> DiarizeOutput | Annotation:
-        """`SpeakerDiarization.apply(file, ...)` on the engine (see the module)."""
+        """`SpeakerDiarization.apply(file, ...)` on the engine (see the module). Calls
+        from several threads run one at a time, each with its own result."""
         pipeline = self.pipeline
-        if self.unserved is not None or pipeline.training:
+        if self.closed:
+            raise ClosedError("pyspk engine: closed (its acceleration was undone)")
+        if self.unserved is not None or pipeline.training or not _float_waveform(file):
+            # integer samples too: the stock apply refuses them as it does
             return type(pipeline).apply(
                 pipeline, file, num_speakers, min_speakers, max_speakers, hook, **kwargs
             )
+        with self._lock:
+            if self.closed:
+                raise ClosedError("pyspk engine: closed (its acceleration was undone)")
+            return self._apply(file, num_speakers, min_speakers, max_speakers, hook, **kwargs)
+
+    def _apply(
+        self,
+        file: Mapping,
+        num_speakers: int | None,
+        min_speakers: int | None,
+        max_speakers: int | None,
+        hook: Callable | None,
+        **kwargs: Any,
+    ) -> DiarizeOutput | Annotation:
+        pipeline = self.pipeline
         if len(kwargs) > 0:
             warnings.warn(
                 f"Ignoring unexpected keyword arguments: {', '.join(list(kwargs.keys()))}",
-                stacklevel=2,
+                stacklevel=3,
             )
         started = time.perf_counter()
         hook = pipeline.setup_hook(file, hook=hook)
@@ -509,7 +537,7 @@ class Engine:
                 "This can happen if the given audio file is too short to contain "
                 f"{min_speakers} or more speakers. Try to lower the desired minimal number "
                 "of speakers.",
-                stacklevel=3,
+                stacklevel=4,
             )
         count.data = np.minimum(count.data, max_speakers).astype(np.int8)
         inactive_speakers = np.sum(binarized_segmentations.data, axis=1) == 0
@@ -533,6 +561,13 @@ class Engine:
         output = _label(pipeline, file, diarization, exclusive_diarization, centroids)
         report.steps["reconstruction"] = time.perf_counter() - reconstruction
         return output
+
+
+def _float_waveform(file: Any) -> bool:
+    """False for a file whose in-memory waveform holds integer samples, which the stock
+    models refuse (pyannote decodes files on disk to float32)."""
+    waveform = file.get("waveform") if isinstance(file, Mapping) else None
+    return not isinstance(waveform, torch.Tensor) or waveform.is_floating_point()
 
 
 def _label(

@@ -117,14 +117,13 @@ class Acceleration:
         self._restore.append(step)
 
     def undo(self) -> None:
-        """Puts every original module (and forward) back and frees the plans (idempotent)."""
+        """Puts every original module (and forward) back and frees the plans
+        (idempotent). Every step runs; the first error is raised after the last."""
         if self.undone:
             return
         self.undone = True
-        for step in reversed(self._restore):
-            step()
-        for planned in self.modules.values():
-            planned.close()
+        closes = [planned.close for planned in self.modules.values()]
+        run_all([*reversed(self._restore), *closes])
 
     def __enter__(self) -> Acceleration:
         return self
@@ -135,6 +134,22 @@ class Acceleration:
     def __repr__(self) -> str:
         planned = ", ".join(f"{path}: {m.entries()}" for path, m in self.modules.items())
         return f"Acceleration({type(self.model).__name__}, math={self.math}, {{{planned}}})"
+
+
+def run_all(steps: list[Callable[[], None]]) -> None:
+    """Runs every step, in order, whatever the others raise; then raises the first
+    error (the later ones chained in its notes)."""
+    errors: list[BaseException] = []
+    for step in steps:
+        try:
+            step()
+        except BaseException as error:  # the rest must still run
+            errors.append(error)
+    if errors:
+        add_note = getattr(errors[0], "add_note", None)  # Python 3.11 and newer
+        for later in errors[1:] if add_note else ():
+            add_note(f"also raised while undoing: {type(later).__name__}: {later}")
+        raise errors[0]
 
 
 def _restore_attribute(owner: Any, name: str, before: Any) -> None:
@@ -414,10 +429,10 @@ class PipelineAcceleration:
 
     def undo(self) -> None:
         """Restores the pipeline (idempotent): its apply, the graphs freed before the
-        plans they hold, the embeddings, the models."""
+        plans they hold, the embeddings, the models. Every step runs; the first error is
+        raised after the last."""
         steps, self._steps = self._steps, []
-        for step in reversed(steps):
-            step()
+        run_all(list(reversed(steps)))
 
     def __enter__(self) -> PipelineAcceleration:
         return self

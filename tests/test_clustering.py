@@ -11,10 +11,12 @@ import warnings
 import numpy as np
 import pytest
 
+from tests.optional import importorskip
+
 os.environ.setdefault("PYANNOTE_METRICS_ENABLED", "false")
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
-    pytest.importorskip("pyannote.audio", reason="pyannote.audio is missing (pyannote extra)")
+    importorskip("pyannote.audio", reason="pyannote.audio is missing (pyannote extra)")
     from pyannote.audio.core.plda import PLDA
     from pyannote.audio.pipelines.clustering import (
         AgglomerativeClustering,

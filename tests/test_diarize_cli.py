@@ -123,3 +123,29 @@ def test_the_command_line_imports_no_torch_until_diarize_runs():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip().splitlines()[-1] == "False False"
+
+
+def test_a_library_that_will_not_load_is_named_not_taken_for_a_write_error(
+    capsys, monkeypatch
+):
+    """A compiled library that fails to load (an OSError, as a torchaudio built for
+    another PyTorch raises) gets its own line and exit 2, not "cannot write the
+    output"."""
+    import importlib.abc
+
+    class Unloadable(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            if name == "pyspk.pyannote":
+                raise OSError("Could not load this library: _torchaudio.so")
+            return None
+
+    pytest.importorskip("torch")
+    monkeypatch.delitem(sys.modules, "pyspk.pyannote", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [Unloadable(), *sys.meta_path])
+    from pyspk.cli import main
+
+    assert main(["diarize", "--demo", "--seconds", "12"]) == 2
+    error = capsys.readouterr().err
+    assert "will not load (Could not load this library: _torchaudio.so)" in error
+    assert "cannot write the output" not in error
+    assert error.count("\n") == 1

@@ -8,11 +8,13 @@ import warnings
 import numpy as np
 import pytest
 
+from tests.optional import importorskip
+
 os.environ.setdefault("PYANNOTE_METRICS_ENABLED", "false")
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     pytest.importorskip("torch")
-    pytest.importorskip("pyannote.audio", reason="pyannote.audio is missing (pyannote extra)")
+    importorskip("pyannote.audio", reason="pyannote.audio is missing (pyannote extra)")
     from pyannote.audio.pipelines.speaker_diarization import SpeakerDiarization
     from pyannote.core import Annotation, Segment
 

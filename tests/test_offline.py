@@ -10,11 +10,13 @@ import warnings
 import numpy as np
 import pytest
 
+from tests.optional import importorskip
+
 os.environ.setdefault("PYANNOTE_METRICS_ENABLED", "false")
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     torch = pytest.importorskip("torch")
-    pytest.importorskip("pyannote.audio", reason="pyannote.audio is missing (pyannote extra)")
+    importorskip("pyannote.audio", reason="pyannote.audio is missing (pyannote extra)")
     from pyannote.audio import Pipeline
     from pyannote.audio.pipelines.clustering import VBxClustering
 

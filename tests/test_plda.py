@@ -10,6 +10,7 @@ import pytest
 
 from pyspk.cuda.errors import InvalidArgument
 from pyspk.plda import PLDA_FILE, TRANSFORM_FILE, fit_plda, write_plda
+from tests.optional import importorskip
 
 
 def _speakers(seed: int, voices: int, count: int = 4000) -> tuple[np.ndarray, np.ndarray]:
@@ -49,7 +50,7 @@ def test_pyannotes_plda_space_whitens_the_speakers(tmp_path):
     within-speaker covariance is the identity and their between-speaker covariance
     the diagonal of `phi` (VBx's model). The tolerance covers the ridge (1e-3 of the
     mean variance) that keeps the within-speaker scatter invertible."""
-    pytest.importorskip("pyannote.audio", reason="pyannote.audio is missing (pyannote extra)")
+    importorskip("pyannote.audio", reason="pyannote.audio is missing (pyannote extra)")
     os.environ.setdefault("PYANNOTE_METRICS_ENABLED", "false")
     from pyannote.audio.core.plda import PLDA
 

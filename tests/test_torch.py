@@ -16,6 +16,7 @@ import pytest
 
 from pyspk.candidate import DenseSite, SegConvSite
 from pyspk.errors import GeometryInvalid
+from tests.optional import importorskip
 
 torch = pytest.importorskip("torch")
 ptorch = pytest.importorskip("pyspk.torch")
@@ -60,7 +61,7 @@ def test_a_planned_trunk_takes_one_or_two_streams_on_a_cuda_model() -> None:
 @pytest.fixture(scope="module")
 def pyannote():
     os.environ.setdefault("PYANNOTE_METRICS_ENABLED", "false")
-    pytest.importorskip("pyannote.audio")
+    importorskip("pyannote.audio")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         import pyspk.pyannote

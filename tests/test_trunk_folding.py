@@ -19,6 +19,7 @@ from pyspk.candidate.trunk import (
 )
 from pyspk.candidate.trunk.shapes import CONV_BM
 from pyspk.errors import GeometryInvalid, WeightsOutOfContract
+from tests.optional import importorskip
 
 
 def test_the_shape_table_follows_the_model() -> None:
@@ -142,7 +143,7 @@ def test_folded_weights_are_checked() -> None:
 def test_the_float64_trunk_is_the_models() -> None:
     """`reference.trunk` on `trunk_weights(resnet)` against the stock module in float64."""
     torch = pytest.importorskip("torch")
-    pytest.importorskip("pyannote.audio", reason="pyannote.audio is missing (pyannote extra)")
+    importorskip("pyannote.audio", reason="pyannote.audio is missing (pyannote extra)")
     from pyannote.audio.models.embedding.wespeaker.resnet import ResNet34
 
     from pyspk.resnet import trunk_weights

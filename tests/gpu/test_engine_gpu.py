@@ -246,3 +246,45 @@ def test_diarize_writes_rttm_files(torch, pyannote, tmp_path, capsys):
     lines = (tmp_path / "out" / "talk.rttm").read_text().splitlines()
     assert lines and all(line.startswith("SPEAKER talk 1 ") for line in lines)
     assert "x real time" in capsys.readouterr().err
+
+
+def _file(torch, seconds: float, seed: int) -> dict:
+    from pyspk.synthetic import recording
+
+    made = recording(seconds, seed=seed)
+    return {"waveform": torch.from_numpy(made.waveform)[None], "sample_rate": 16000, "uri": "t"}
+
+
+def test_two_threads_on_one_pipeline_each_get_their_serial_result(torch, pyannote, pipeline):
+    """Different audio on two threads at once, three rounds: each output the one a
+    serial run gives (the engine runs one apply at a time)."""
+    from tests.concurrency import run_together
+
+    files = [_file(torch, 90.0, seed) for seed in (21, 22)]
+    with pyannote.accelerate_pipeline(pipeline, "fp32"):
+        serial = [_tracks(pipeline(dict(file))) for file in files]
+        for _ in range(3):
+            got: dict[int, list] = {}
+
+            def diarize(index: int, got: dict = got) -> None:
+                got[index] = _tracks(pipeline(dict(files[index])))
+
+            run_together(diarize, [(0,), (1,)])
+            assert [got.get(0), got.get(1)] == serial
+
+
+def test_integer_samples_are_refused_as_stock_refuses_them(torch, pyannote, pipeline):
+    file = _file(torch, 30.0, 23)
+    file["waveform"] = (file["waveform"] * 32767).to(torch.int16)
+    errors = []
+    for accelerated in (False, True):
+        acceleration = pyannote.accelerate_pipeline(pipeline, "fp32") if accelerated else None
+        try:
+            pipeline(dict(file))
+            errors.append(None)
+        except Exception as error:  # the stock pipeline's own error, whatever its type
+            errors.append(type(error))
+        finally:
+            if acceleration is not None:
+                acceleration.undo()
+    assert errors[0] is not None and errors[0] == errors[1]

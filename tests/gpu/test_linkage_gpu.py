@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from pyspk.linkage import STATE_BYTES_PER_CLUSTER, device_linkage, device_pdist
+from tests.optional import importorskip
 
 pytestmark = pytest.mark.gpu
 
@@ -127,7 +128,7 @@ def test_device_pdist_carries_nan_and_infinity_as_scipy(scipy) -> None:
 def test_the_engines_linkage_is_scipys(torch, scipy) -> None:
     """`_clustering.linkage_on(device)` as pyannote calls it: observations in, the matrix of
     scipy's linkage out, through the device above DEVICE_LINKAGE_MIN_POINTS."""
-    pytest.importorskip("pyannote.audio", reason="pyspk._clustering needs pyannote.audio")
+    importorskip("pyannote.audio", reason="pyspk._clustering needs pyannote.audio")
     from pyspk import _clustering
 
     points = unit_rows(_clustering.DEVICE_LINKAGE_MIN_POINTS + 100, 256, seed=6)
