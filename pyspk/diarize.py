@@ -7,12 +7,15 @@ machine. The models come from a pyannote pipeline (`--pipeline`: a Hugging Face 
 user has access to, or a local folder with its config.yaml) or from two local model
 checkpoints (`--segmentation`, `--embedding`, with agglomerative clustering).
 
-Checkpoints are pickles, and unpickling can run code. A local checkpoint is first read
-with `torch.load(weights_only=True)`, which admits only tensors, plain containers and
-pyannote's own specification types; one that needs anything else is refused unless
-`--trust-checkpoints` is given. pyannote.audio itself loads every checkpoint (and a
-pipeline's, whose config also names the classes to build) with `weights_only=False`:
-`--pipeline` runs whatever code that pipeline's files hold, as pyannote.audio does.
+Checkpoints are pickles, and unpickling can run code; pyannote.audio also imports the
+module a checkpoint names (and a pipeline's config.yaml names) before it reads any
+weight. Unless `--trust-checkpoints` is given, a local checkpoint is first read with
+`torch.load(weights_only=True)`, which admits only tensors, plain containers and
+pyannote's own specification types, and must name a model class pyspk serves (pyannote's
+`PyanNet` or a WeSpeaker ResNet, by exact module and class); a local `--pipeline`
+folder must name pyannote's `SpeakerDiarization`, no preprocessors, and models in its
+own subfolders whose checkpoints pass the same check. A Hugging Face `--pipeline` is
+loaded by pyannote.audio as it loads it: its files are trusted as its publisher is.
 """
 
 from __future__ import annotations
@@ -207,32 +210,74 @@ def _cuda(torch: Any, ordinal: int) -> Any:
 # -- checkpoints ----------------------------------------------------------------------
 
 
-def load_checkpoint(path: Path, trust: bool) -> Any:
-    """A pyannote `Model` from a local checkpoint, read with `weights_only=True` first
-    (see the module docstring); DiarizeError for what stops it."""
+SERVED_PIPELINES = frozenset(
+    {
+        "pyannote.audio.pipelines.SpeakerDiarization",
+        "pyannote.audio.pipelines.speaker_diarization.SpeakerDiarization",
+    }
+)
+"""The pipeline classes a local `--pipeline` folder may name without
+`--trust-checkpoints`: pyannote.audio imports whatever module its config.yaml names."""
+
+
+def served_architectures() -> set[tuple[str, str]]:
+    """(module, class) of the models pyspk serves: pyannote's `PyanNet` and the WeSpeaker
+    ResNets. pyannote.audio imports the module a checkpoint names before reading its
+    weights, so a checkpoint naming any other runs that module's code."""
+    from pyannote.audio.models.embedding.wespeaker import BaseWeSpeakerResNet
+    from pyannote.audio.models.segmentation import PyanNet
+
+    served = (PyanNet, *BaseWeSpeakerResNet.__subclasses__())
+    return {(kind.__module__, kind.__name__) for kind in served}
+
+
+def check_checkpoint(path: Path, data: bytes) -> None:
+    """DiarizeError unless the checkpoint `data` (read from `path`) holds only weights,
+    plain containers and pyannote's specification types (`torch.load(weights_only=True)`)
+    and names a model class that pyspk serves."""
     import pickle
 
     import torch
-    from pyannote.audio import Model
     from pyannote.audio.core.task import Problem, Resolution, Specifications
+
+    try:
+        with torch.serialization.safe_globals([Specifications, Problem, Resolution]):
+            loaded = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        found = re.search(r"GLOBAL (\S+)", str(error))
+        needed = f"it names {found.group(1)}" if found else "objects beyond weights"
+        raise DiarizeError(
+            f"{path}: holds more than weights ({needed}), and loading it would run "
+            "code; pass --trust-checkpoints only for a checkpoint you trust"
+        ) from None
+    except Exception as error:
+        raise DiarizeError(f"{path}: not a PyTorch checkpoint ({error})") from None
+    entry = loaded.get("pyannote.audio") if isinstance(loaded, dict) else None
+    architecture = entry.get("architecture") if isinstance(entry, dict) else None
+    named = (
+        (architecture.get("module"), architecture.get("class"))
+        if isinstance(architecture, dict)
+        else (None, None)
+    )
+    if named not in served_architectures():
+        raise DiarizeError(
+            f"{path}: names the model class {named[0]}.{named[1]}, which pyspk does not "
+            "serve, and building it would import that module and run its code; pass "
+            "--trust-checkpoints only for a checkpoint you trust"
+        )
+
+
+def load_checkpoint(path: Path, trust: bool) -> Any:
+    """A pyannote `Model` from a local checkpoint, checked first by `check_checkpoint`
+    unless `trust` (see the module docstring); DiarizeError for what stops it."""
+    from pyannote.audio import Model
 
     try:
         data = path.read_bytes()
     except OSError as error:
         raise DiarizeError(f"{path}: cannot read ({error.strerror or error})") from None
     if not trust:
-        try:
-            with torch.serialization.safe_globals([Specifications, Problem, Resolution]):
-                torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-        except pickle.UnpicklingError as error:
-            found = re.search(r"GLOBAL (\S+)", str(error))
-            needed = f"it names {found.group(1)}" if found else "objects beyond weights"
-            raise DiarizeError(
-                f"{path}: holds more than weights ({needed}), and loading it would run "
-                "code; pass --trust-checkpoints only for a checkpoint you trust"
-            ) from None
-        except Exception as error:
-            raise DiarizeError(f"{path}: not a PyTorch checkpoint ({error})") from None
+        check_checkpoint(path, data)
     try:
         model = Model.from_pretrained(io.BytesIO(data))
     except Exception as error:
@@ -242,9 +287,51 @@ def load_checkpoint(path: Path, trust: bool) -> Any:
     return model
 
 
+def check_pipeline_folder(folder: Path) -> None:
+    """DiarizeError unless the local pipeline `folder` chooses no code: its config.yaml
+    names a pipeline of `SERVED_PIPELINES` and no preprocessors, and its two models are
+    `$model/` subfolders of the folder whose checkpoints pass `check_checkpoint`. (Its
+    PLDA is read by numpy without pickles.)"""
+    import yaml
+
+    where = f"--pipeline {folder}"
+    try:
+        config = yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        raise DiarizeError(f"{where}: cannot read its config.yaml ({error})") from None
+    pipeline = config.get("pipeline") if isinstance(config, dict) else None
+    name = pipeline.get("name") if isinstance(pipeline, dict) else None
+    trust = "pass --trust-checkpoints only for a pipeline you trust"
+    if name not in SERVED_PIPELINES:
+        raise DiarizeError(
+            f"{where}: its config.yaml names the pipeline {name!r}, which pyspk does not "
+            f"serve, and building it would import that module and run its code; {trust}"
+        )
+    if config.get("preprocessors"):
+        raise DiarizeError(f"{where}: its config.yaml names preprocessor classes; {trust}")
+    params = pipeline.get("params") or {}
+    for key in ("segmentation", "embedding"):
+        value = params.get(key) if isinstance(params, dict) else None
+        inside = isinstance(value, str) and value.startswith("$model/") and "@" not in value
+        checkpoint = folder / str(value).removeprefix("$model/") / "pytorch_model.bin"
+        if not inside or not checkpoint.resolve().is_relative_to(folder.resolve()):
+            raise DiarizeError(
+                f"{where}: its {key} model is {value!r}, not a $model/ subfolder of the "
+                f"folder, whose checkpoint pyspk could check; {trust}"
+            )
+        try:
+            data = checkpoint.read_bytes()
+        except OSError as error:
+            raise DiarizeError(f"{checkpoint}: cannot read ({error.strerror or error})") from None
+        check_checkpoint(checkpoint, data)
+
+
 def _pipeline(args: argparse.Namespace, pa: Any) -> Any:
     if args.pipeline:
         from pyannote.audio import Pipeline
+
+        if Path(args.pipeline).is_dir() and not args.trust_checkpoints:
+            check_pipeline_folder(Path(args.pipeline))
 
         token = args.token or os.environ.get("HF_TOKEN")
         try:
@@ -301,8 +388,8 @@ class Progress:
 
 def _diarize(args: argparse.Namespace, audio: list[Audio]) -> int:
     torch, pa = _import_stack()
-    device = _cuda(torch, args.device)
-    pipeline = _pipeline(args, pa).to(device)
+    pipeline = _pipeline(args, pa)  # on the host: its files are checked before any device
+    pipeline.to(_cuda(torch, args.device))
     acceleration = None
     if not args.stock:
         acceleration = pa.accelerate_pipeline(pipeline, args.math, segmentation_batch=args.batch)
