@@ -121,12 +121,20 @@ _KEPT_PARTIALS = 16
 _current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", _current_stream_handle)
 
 
+# PyTorch's TF32 switches are process-wide: one scope at a time may hold them
+_MATH_SCOPE = threading.RLock()
+
+
 @contextlib.contextmanager
 def library_math(math: CudaMath) -> Iterator[None]:
     """PyTorch's TF32 switches for `math` (on for TF32, off for FP32), restored after;
-    torch's notice that these switches are its legacy API is silenced meanwhile."""
+    torch's notice that these switches are its legacy API is silenced meanwhile. The
+    switches are the process's, not the thread's: scopes in other threads wait until
+    this one ends (a thread may nest its own), so an FP32 scope is FP32 whatever other
+    threads' scopes ask. PyTorch work outside any scope still sees the switches as the
+    scope running at the time sets them."""
     allow = math is CudaMath.TF32
-    with warnings.catch_warnings():
+    with _MATH_SCOPE, warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*TF32")
         before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = allow

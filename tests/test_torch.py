@@ -320,3 +320,32 @@ def test_writes_through_data_keep_the_planned_weights_until_replan(faked) -> Non
         linear.weight.add_(1.0)  # a tracked write: its version counter moves
     with torch.inference_mode(), pytest.raises(ptorch.WeightsChangedError):
         planned(x)
+
+
+def test_math_scopes_in_two_threads_never_share_the_switches():
+    """A TF32 scope on one thread and FP32 scopes on another, over and over: every FP32
+    scope sees TF32 off from start to end, every TF32 scope on, and the process's
+    switches are as they were once both threads are done."""
+    import threading
+    import time
+
+    from pyspk.cuda import CudaMath
+
+    switches = torch.backends.cuda.matmul, torch.backends.cudnn
+    before = tuple(switch.allow_tf32 for switch in switches)
+    seen: dict[CudaMath, set] = {CudaMath.FP32: set(), CudaMath.TF32: set()}
+
+    def scopes(math: CudaMath) -> None:
+        for _ in range(100):
+            with ptorch.library_math(math):
+                for _ in range(5):
+                    seen[math].add(tuple(switch.allow_tf32 for switch in switches))
+                    time.sleep(0.0002)  # the other thread runs meanwhile
+
+    threads = [threading.Thread(target=scopes, args=(math,)) for math in CudaMath]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert seen == {CudaMath.FP32: {(False, False)}, CudaMath.TF32: {(True, True)}}
+    assert tuple(switch.allow_tf32 for switch in switches) == before
