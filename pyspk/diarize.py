@@ -35,20 +35,41 @@ from pyspk._arguments import positive_int
 __all__ = ["DEMO_SECONDS", "DiarizeError", "add_parser", "run"]
 
 DEMO_SECONDS = 600.0
+MAX_BATCH = 1024
+"""The most chunks a segmentation forward takes (each chunk is 10 s of audio)."""
 
 
 class DiarizeError(Exception):
-    """One line for stderr and exit status 2."""
+    """One line for stderr: exit status 2 before any file is diarized; a file that
+    fails later is reported so and the next one goes on (exit status 1 at the end)."""
+
+
+def batch_size(text: str) -> int:
+    """An argparse type: a whole number of 1 to MAX_BATCH."""
+    value = positive_int(text)
+    if value > MAX_BATCH:
+        raise argparse.ArgumentTypeError(f"{value} is more than {MAX_BATCH}")
+    return value
+
+
+def rttm_uri(path: str | Path) -> str:
+    """The RTTM uri of an audio file: its name without the extension, each run of
+    whitespace (which would split an RTTM line's fields) made one "_"."""
+    return "_".join(Path(path).stem.split()) or "_"
 
 
 EPILOG = """\
 models: --pipeline ID_OR_FOLDER (a pyannote pipeline: a Hugging Face id, with --token
 where it is gated, or a local folder holding its config.yaml), or --segmentation and
 --embedding (local model checkpoints, clustered agglomeratively). Checkpoints are
-pickles and unpickling runs code: local checkpoints are read with weights_only first
-and refused if they need more, unless --trust-checkpoints; a --pipeline is loaded by
-pyannote.audio, which runs whatever its files hold (it reads every checkpoint with
-weights_only=False). Use only pipelines and checkpoints you trust.
+pickles and can run code: unless --trust-checkpoints, local checkpoints must hold only
+weights and name pyannote's PyanNet or a WeSpeaker ResNet, and a local --pipeline
+folder pyannote's SpeakerDiarization with its models in its own subfolders; a Hugging
+Face --pipeline is loaded as pyannote.audio loads it. Use only what you trust.
+
+Each file is decoded when its turn comes and its RTTM written whole (renamed into
+place); an RTTM that exists is refused unless --overwrite. A file that fails is
+reported and the others go on; the exit status is then 1.
 
 --demo diarizes a synthetic conversation with random-weight models, stock and
 accelerated, and prints x real time for both (no audio or checkpoints needed).
@@ -62,8 +83,8 @@ _OPTIONS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("--rttm", "write DIR/<name>.rttm", {"metavar": "DIR", "type": Path}),
     ("--math", "FP32 (default) or TF32 math, for pyspk and the library",
      {"choices": ("fp32", "tf32"), "default": "fp32"}),
-    ("--batch", "chunks per segmentation forward (default 128)",
-     {"metavar": "N", "type": positive_int, "default": 128}),
+    ("--batch", f"chunks per segmentation forward, 1 to {MAX_BATCH} (default 128)",
+     {"metavar": "N", "type": batch_size, "default": 128}),
     ("--pipeline", "a pyannote pipeline: Hugging Face id or local folder",
      {"metavar": "ID_OR_FOLDER"}),
     ("--token", "Hugging Face token for a gated --pipeline (default: HF_TOKEN)",
@@ -82,6 +103,7 @@ _OPTIONS: tuple[tuple[str, str, dict[str, Any]], ...] = (
      {"metavar": "S", "type": float, "default": DEMO_SECONDS}),
     ("--device", "CUDA device", {"metavar": "N", "type": int, "default": 0}),
     ("--quiet", "no progress bar", {"action": "store_true"}),
+    ("--overwrite", "replace RTTM files that exist already", {"action": "store_true"}),
 )
 # fmt: on
 
@@ -124,8 +146,9 @@ def run(args: argparse.Namespace) -> int:
                 raise DiarizeError(f"--seconds must be more than 10, not {args.seconds:g}")
             return _demo(args)
         _check_arguments(args)
-        audio = [_decode(path) for path in args.audio]
-        return _diarize(args, audio)
+        for path in args.audio:
+            _check_audio(path)
+        return _diarize(args)
     except DiarizeError as error:
         print(f"pyspk diarize: error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
@@ -152,11 +175,31 @@ def _check_arguments(args: argparse.Namespace) -> None:
         for option, path in checkpoints.items():
             if not path.is_file():
                 raise DiarizeError(f"{option} {path}: no such checkpoint file")
-    if args.rttm is not None and args.rttm.exists() and not args.rttm.is_dir():
-        raise DiarizeError(f"--rttm {args.rttm}: not a folder")
-    stems = [Path(path).stem for path in args.audio]
-    if args.rttm is not None and len(set(stems)) < len(stems):
-        raise DiarizeError("two AUDIO files share a name; their RTTM files would collide")
+    if args.rttm is not None:
+        existing = next(p for p in (args.rttm, *args.rttm.parents) if p.exists())
+        if not existing.is_dir():
+            raise DiarizeError(f"--rttm {args.rttm}: {existing} is not a folder")
+        uris = [rttm_uri(path) for path in args.audio]
+        if len(set(uris)) < len(uris):
+            raise DiarizeError("two AUDIO files share a name; their RTTM files would collide")
+        for uri in uris:
+            if (args.rttm / f"{uri}.rttm").exists() and not args.overwrite:
+                raise DiarizeError(
+                    f"{args.rttm / f'{uri}.rttm'} exists: pass --overwrite to replace it"
+                )
+
+
+def _check_audio(path: str) -> None:
+    """DiarizeError unless libsndfile reads the header of `path` (its samples are
+    decoded one file at a time, as each is diarized)."""
+    try:
+        import soundfile
+    except ImportError as error:
+        raise DiarizeError(f"soundfile is missing ({error}): pip install soundfile") from None
+    try:
+        soundfile.info(path)
+    except (RuntimeError, soundfile.LibsndfileError) as error:
+        raise DiarizeError(f"{path}: not audio that libsndfile reads ({error})") from None
 
 
 def _decode(path: str) -> Audio:
@@ -386,52 +429,72 @@ class Progress:
 # -- running --------------------------------------------------------------------------
 
 
-def _diarize(args: argparse.Namespace, audio: list[Audio]) -> int:
+def _diarize(args: argparse.Namespace) -> int:
+    """Each file in turn: decoded, diarized, its RTTM written; a file that fails is
+    reported on one line and the next one goes on. 1 when any failed, else 0."""
     torch, pa = _import_stack()
     pipeline = _pipeline(args, pa)  # on the host: its files are checked before any device
     pipeline.to(_cuda(torch, args.device))
     acceleration = None
     if not args.stock:
         acceleration = pa.accelerate_pipeline(pipeline, args.math, segmentation_batch=args.batch)
+    failed = 0
     try:
         if args.rttm is not None:
             args.rttm.mkdir(parents=True, exist_ok=True)
-        for item in audio:
-            uri = item.path.stem
-            file = {
-                "waveform": torch.from_numpy(item.waveform),
-                "sample_rate": item.sample_rate,
-                "uri": uri,
-            }
-            progress = Progress(uri, not args.quiet)
-            started = time.perf_counter()
+        for path in args.audio:
             try:
-                output = pipeline(file, hook=progress, num_speakers=args.num_speakers)
-            finally:
-                progress.close()
-            seconds = time.perf_counter() - started
-            annotation = getattr(output, "speaker_diarization", output)
-            _write_rttm(annotation, args.rttm, uri)
-            print(
-                f"{item.path}: {len(annotation.labels())} speakers, {item.seconds:.1f} s of "
-                f"audio in {seconds:.2f} s ({item.seconds / seconds:.0f}x real time)",
-                file=sys.stderr,
-            )
+                _diarize_one(args, torch, pipeline, path)
+            except DiarizeError as error:
+                failed += 1
+                print(f"pyspk diarize: error: {' '.join(str(error).split())}", file=sys.stderr)
     finally:
         if acceleration is not None:
             acceleration.undo()
-    return 0
+    if failed:
+        print(f"pyspk diarize: {failed} of {len(args.audio)} files failed", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _diarize_one(args: argparse.Namespace, torch: Any, pipeline: Any, path: str) -> None:
+    item = _decode(path)  # one file's samples at a time
+    uri = rttm_uri(path)
+    if uri != item.path.stem:
+        print(f"{path}: RTTM uri {uri} (whitespace replaced)", file=sys.stderr)
+    file = {"waveform": torch.from_numpy(item.waveform), "sample_rate": item.sample_rate}
+    file["uri"] = uri
+    progress = Progress(uri, not args.quiet)
+    started = time.perf_counter()
+    try:
+        output = pipeline(file, hook=progress, num_speakers=args.num_speakers)
+    except Exception as error:  # this file's failure; the next file goes on
+        raise DiarizeError(f"{path}: {type(error).__name__}: {error}") from None
+    finally:
+        progress.close()
+    seconds = time.perf_counter() - started
+    annotation = getattr(output, "speaker_diarization", output)
+    _write_rttm(annotation, args.rttm, uri)
+    print(
+        f"{item.path}: {len(annotation.labels())} speakers, {item.seconds:.1f} s of "
+        f"audio in {seconds:.2f} s ({item.seconds / seconds:.0f}x real time)",
+        file=sys.stderr,
+    )
 
 
 def _write_rttm(annotation: Any, folder: Path | None, uri: str) -> None:
+    """To standard output, or to folder/uri.rttm whole or not at all: written to a
+    temporary file beside it, then renamed over it."""
     if folder is None:
         annotation.write_rttm(sys.stdout)
         return
     path = folder / f"{uri}.rttm"
+    partial = folder / f".{uri}.rttm.partial"
     try:
-        with open(path, "w", encoding="utf-8") as handle:
+        with open(partial, "w", encoding="utf-8") as handle:
             annotation.write_rttm(handle)
+        os.replace(partial, path)
     except OSError as error:
+        partial.unlink(missing_ok=True)
         raise DiarizeError(f"cannot write {path}: {error.strerror or error}") from None
 
 

@@ -27,9 +27,10 @@ def test_help_names_the_options_and_the_checkpoint_caveat(capsys):
         "--embedding",
         "--demo",
         "--trust-checkpoints",
+        "--overwrite",
     ):
         assert option in out
-    assert "unpickling runs code" in " ".join(out.split())
+    assert "pickles and can run code" in " ".join(out.split())
 
 
 def _one_line_error(status: int, out: str, err: str, text: str) -> None:
@@ -149,3 +150,81 @@ def test_a_library_that_will_not_load_is_named_not_taken_for_a_write_error(
     assert "will not load (Could not load this library: _torchaudio.so)" in error
     assert "cannot write the output" not in error
     assert error.count("\n") == 1
+
+
+def test_a_batch_above_the_bound_is_a_usage_error(capsys):
+    status, _, err = _run(capsys, "--batch", "1025", "a.wav")
+    assert status == 2 and "1025 is more than 1024" in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_rttm_folder_under_a_file_is_refused_before_any_model(capsys, tmp_path):
+    pytest.importorskip("soundfile")
+    (tmp_path / "plain").write_text("a file")
+    audio = _audio(tmp_path, "talk")
+    result = _run(capsys, str(audio), "--pipeline", "x", "--rttm", str(tmp_path / "plain" / "out"))
+    _one_line_error(*result, "is not a folder")
+
+
+def test_an_existing_rttm_is_refused_unless_overwrite(capsys, tmp_path):
+    pytest.importorskip("soundfile")
+    audio = _audio(tmp_path, "talk")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "talk.rttm").write_text("old")
+    result = _run(capsys, str(audio), "--pipeline", "x", "--rttm", str(tmp_path / "out"))
+    _one_line_error(*result, "talk.rttm exists: pass --overwrite")
+
+
+def test_whitespace_in_a_name_makes_a_valid_rttm_uri_and_collisions_are_refused(
+    capsys, tmp_path
+):
+    from pyspk.diarize import rttm_uri
+
+    assert rttm_uri("my talk.wav") == "my_talk"
+    assert rttm_uri("a\tb  c.flac") == "a_b_c"
+    pytest.importorskip("soundfile")
+    first, second = _audio(tmp_path, "my talk"), _audio(tmp_path, "my_talk")
+    result = _run(capsys, str(first), str(second), "--pipeline", "x", "--rttm", str(tmp_path))
+    _one_line_error(*result, "share a name")
+
+
+def _audio(folder, stem: str):
+    import numpy as np
+    import soundfile
+
+    path = folder / f"{stem}.wav"
+    soundfile.write(path, np.zeros(16000, dtype=np.float32), 16000)
+    return path
+
+
+def test_a_failing_file_is_reported_and_the_others_go_on(capsys, tmp_path, monkeypatch):
+    """The loop on a stand-in pipeline (no GPU): the middle file fails, the two others
+    get their RTTM, written whole with no partial file left; exit status 1."""
+    pytest.importorskip("soundfile")
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("pyannote.core")
+    from pyannote.core import Annotation, Segment
+
+    from pyspk import diarize
+
+    class Stand:
+        def to(self, device):
+            return self
+
+        def __call__(self, file, hook=None, num_speakers=None):
+            if file["uri"] == "broken":
+                raise RuntimeError("the model failed")
+            annotation = Annotation(uri=file["uri"])
+            annotation[Segment(0.0, 0.5)] = "SPEAKER_00"
+            return annotation
+
+    monkeypatch.setattr(diarize, "_import_stack", lambda: (torch, None))
+    monkeypatch.setattr(diarize, "_pipeline", lambda args, pa: Stand())
+    monkeypatch.setattr(diarize, "_cuda", lambda torch, ordinal: "cpu")
+    paths = [str(_audio(tmp_path, stem)) for stem in ("first", "broken", "last")]
+    out = tmp_path / "out"
+    status, _, err = _run(capsys, *paths, "--pipeline", "x", "--rttm", str(out), "--stock")
+    assert status == 1
+    assert "broken.wav: RuntimeError: the model failed" in err
+    assert "1 of 3 files failed" in err
+    assert sorted(p.name for p in out.iterdir()) == ["first.rttm", "last.rttm"]
+    assert (out / "last.rttm").read_text().startswith("SPEAKER last 1 0.000 0.500")
