@@ -52,13 +52,14 @@ def _diagonalising(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(variances, transform) with transform @ within @ transform.T the identity and
     transform @ between @ transform.T diagonal, largest variance first; `ridge` (relative
-    to the mean within-speaker variance) keeps `within` invertible."""
-    from scipy.linalg import eigh
-
+    to the mean within-speaker variance) keeps `within` invertible. The generalised
+    eigenproblem through the Cholesky factor of `within`: numpy alone."""
     scale = np.trace(within) / len(within)
-    variances, vectors = eigh(between, within + ridge * scale * np.eye(len(within)))
+    lower = np.linalg.cholesky(within + ridge * scale * np.eye(len(within)))
+    whiten = np.linalg.inv(lower)  # whiten @ within @ whiten.T is the identity
+    variances, rotation = np.linalg.eigh(whiten @ between @ whiten.T)
     order = np.argsort(variances)[::-1]
-    return variances[order], vectors[:, order].T
+    return variances[order], rotation[:, order].T @ whiten
 
 
 def fit_plda(
