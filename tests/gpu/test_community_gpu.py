@@ -17,6 +17,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.gpu.diarization import synthetic_file, tracks
+
 pytestmark = pytest.mark.gpu
 
 SECONDS = 300.0
@@ -44,17 +46,7 @@ def pipeline(torch, folder):
 
 @pytest.fixture(scope="module")
 def audio(torch):
-    from pyspk.synthetic import recording
-
-    made = recording(SECONDS, seed=5)
-    return {"waveform": torch.from_numpy(made.waveform)[None], "sample_rate": 16000, "uri": "t"}
-
-
-def _tracks(output) -> list:
-    return [
-        list(output.speaker_diarization.itertracks(yield_label=True)),
-        list(output.exclusive_speaker_diarization.itertracks(yield_label=True)),
-    ]
+    return synthetic_file(torch, SECONDS, seed=5)
 
 
 def test_accelerated_fp32_annotation_is_stock(pyannote, pipeline, audio):
@@ -65,7 +57,7 @@ def test_accelerated_fp32_annotation_is_stock(pyannote, pipeline, audio):
     with pyannote.accelerate_pipeline(pipeline, "fp32") as acceleration:
         ours = pipeline(dict(audio))
         run = acceleration.engine.last_run
-    assert _tracks(ours) == _tracks(stock) and _tracks(stock)[0]
+    assert tracks(ours) == tracks(stock) and tracks(stock)[0]
     # the centroids average embeddings that are within 1e-5 of the largest stock one
     # (tests/gpu/test_engine_gpu.py), not the same bits
     scale = np.abs(stock.speaker_embeddings).max()

@@ -26,6 +26,7 @@ import pytest
 
 from pyspk.cuda import CudaMath
 from pyspk.testing import torch_replay_matches_eager
+from tests.gpu.diarization import synthetic_file, tracks
 
 pytestmark = pytest.mark.gpu
 
@@ -43,17 +44,7 @@ def pipeline(torch, pyannote):
 
 @pytest.fixture(scope="module")
 def audio(torch):
-    from pyspk.synthetic import recording
-
-    made = recording(SECONDS, seed=5)
-    return {"waveform": torch.from_numpy(made.waveform)[None], "sample_rate": 16000, "uri": "t"}
-
-
-def _tracks(output) -> list:
-    return [
-        list(output.speaker_diarization.itertracks(yield_label=True)),
-        list(output.exclusive_speaker_diarization.itertracks(yield_label=True)),
-    ]
+    return synthetic_file(torch, SECONDS, seed=5)
 
 
 def test_fbank_gives_wespeaker_bits_eagerly_and_replayed(torch, pyannote):
@@ -109,7 +100,7 @@ def test_overlapped_graph_replay_gives_the_sequential_bits(torch, pyannote, pipe
     (first, ours), (second, theirs) = runs.values()
     assert np.array_equal(ours.scores, theirs.scores)
     assert np.array_equal(ours.embeddings, theirs.embeddings, equal_nan=True)
-    assert _tracks(first) == _tracks(second)
+    assert tracks(first) == tracks(second)
 
 
 def test_fp32_accelerated_pipeline_gives_the_stock_annotation(torch, pyannote, pipeline, audio):
@@ -130,7 +121,7 @@ def test_fp32_accelerated_pipeline_gives_the_stock_annotation(torch, pyannote, p
         ours = pipeline(audio)
         report = acceleration.engine.last_run
     assert len(stock.speaker_diarization) > 5  # a conversation, not one constant class
-    assert _tracks(ours) == _tracks(stock)
+    assert tracks(ours) == tracks(stock)
     # the segmentation on the library at batch 128: the stock bits of batch 32
     assert np.array_equal(report.scores, torch.cat(scores).numpy())
     reference = embeddings["stock"]
@@ -248,33 +239,26 @@ def test_diarize_writes_rttm_files(torch, pyannote, tmp_path, capsys):
     assert "x real time" in capsys.readouterr().err
 
 
-def _file(torch, seconds: float, seed: int) -> dict:
-    from pyspk.synthetic import recording
-
-    made = recording(seconds, seed=seed)
-    return {"waveform": torch.from_numpy(made.waveform)[None], "sample_rate": 16000, "uri": "t"}
-
-
 def test_two_threads_on_one_pipeline_each_get_their_serial_result(torch, pyannote, pipeline):
     """Different audio on two threads at once, three rounds: each output the one a
     serial run gives (the engine runs one apply at a time)."""
     from tests.concurrency import run_together
 
-    files = [_file(torch, 90.0, seed) for seed in (21, 22)]
+    files = [synthetic_file(torch, 90.0, seed) for seed in (21, 22)]
     with pyannote.accelerate_pipeline(pipeline, "fp32"):
-        serial = [_tracks(pipeline(dict(file))) for file in files]
+        serial = [tracks(pipeline(dict(file))) for file in files]
         for _ in range(3):
             got: dict[int, list] = {}
 
             def diarize(index: int, got: dict = got) -> None:
-                got[index] = _tracks(pipeline(dict(files[index])))
+                got[index] = tracks(pipeline(dict(files[index])))
 
             run_together(diarize, [(0,), (1,)])
             assert [got.get(0), got.get(1)] == serial
 
 
 def test_integer_samples_are_refused_as_stock_refuses_them(torch, pyannote, pipeline):
-    file = _file(torch, 30.0, 23)
+    file = synthetic_file(torch, 30.0, 23)
     file["waveform"] = (file["waveform"] * 32767).to(torch.int16)
     errors = []
     for accelerated in (False, True):
