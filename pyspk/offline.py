@@ -26,6 +26,7 @@ __all__ = [
     "COMMUNITY_1_OPTIONS",
     "COMMUNITY_1_PARAMETERS",
     "community_1_pipeline",
+    "embed_chunks",
     "fit_community_plda",
     "offline_pipeline",
     "segmentation_3_0",
@@ -165,6 +166,14 @@ def offline_pipeline(
     return pipeline
 
 
+def embed_chunks(
+    model: BaseWeSpeakerResNet, waveforms: torch.Tensor, masks: torch.Tensor
+) -> torch.Tensor:
+    """`(B, speakers, dimension)` embeddings of `(B, 1, samples)` chunks and their
+    `(B, speakers, frames)` masks, the trunk run once per chunk."""
+    return model.forward_embedding(model.forward_frames(waveforms), weights=masks)
+
+
 def speaker_embeddings(
     model: BaseWeSpeakerResNet,
     recording: Recording,
@@ -178,8 +187,6 @@ def speaker_embeddings(
     as the diarization pipeline pools its local speakers (masks of `frames` frames,
     frames of overlapped speech left out), keeping the voices that speak alone in at
     least `min_clean` of the chunk's frames, as pyannote's clustering keeps them."""
-    from pyspk.pyannote import embed_chunks
-
     rate, duration = recording.sample_rate, 10.0
     window = round(duration * rate)
     starts = np.arange(0.0, recording.seconds - duration + 1e-9, step)

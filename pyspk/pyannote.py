@@ -45,6 +45,7 @@ from pyspk.errors import PlanError
 from pyspk.offline import (  # the offline models, also under this module's name
     COMMUNITY_1_PARAMETERS,
     community_1_pipeline,
+    embed_chunks,
     fit_community_plda,
     offline_pipeline,
     segmentation_3_0,
@@ -288,14 +289,6 @@ def _planned_pyannet_forward(self: PyanNet, waveforms: torch.Tensor) -> torch.Te
     if isinstance(self.classifier, PlannedDense):
         return self.classifier(outputs)
     return self.activation(self.classifier(outputs))
-
-
-def embed_chunks(
-    model: BaseWeSpeakerResNet, waveforms: torch.Tensor, masks: torch.Tensor
-) -> torch.Tensor:
-    """`(B, speakers, dimension)` embeddings of `(B, 1, samples)` chunks and their
-    `(B, speakers, frames)` masks, the trunk run once per chunk."""
-    return model.forward_embedding(model.forward_frames(waveforms), weights=masks)
 
 
 class ChunkEmbeddings:
