@@ -17,6 +17,7 @@ the two covariances in the LDA space. Needs numpy only.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -108,6 +109,7 @@ def write_plda(
     folder pyannote's `PLDA.from_pretrained` reads); returns the folder."""
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
-    np.savez(folder / TRANSFORM_FILE, **transform)
-    np.savez(folder / PLDA_FILE, **plda)
+    for name, arrays in ((TRANSFORM_FILE, transform), (PLDA_FILE, plda)):
+        named: dict[str, Any] = dict(arrays)  # each array under its name
+        np.savez(folder / name, **named)
     return folder
