@@ -35,6 +35,8 @@ from pyspk._arguments import positive_int
 __all__ = ["DEMO_SECONDS", "DiarizeError", "add_parser", "run"]
 
 DEMO_SECONDS = 600.0
+INSTALL_HINT = "pip install 'pyspk-diarize[diarize]'"
+"""What `pyspk diarize` needs, in one command: the distribution's name, not the import's."""
 MAX_BATCH = 1024
 """The most chunks a segmentation forward takes (each chunk is 10 s of audio)."""
 
@@ -195,7 +197,7 @@ def _check_audio(path: str) -> None:
     try:
         import soundfile
     except ImportError as error:
-        raise DiarizeError(f"soundfile is missing ({error}): pip install soundfile") from None
+        raise DiarizeError(f"soundfile is missing ({error}): {INSTALL_HINT}") from None
     try:
         soundfile.info(path)
     except (RuntimeError, soundfile.LibsndfileError) as error:
@@ -206,7 +208,7 @@ def _decode(path: str) -> Audio:
     try:
         import soundfile
     except ImportError as error:
-        raise DiarizeError(f"soundfile is missing ({error}): pip install soundfile") from None
+        raise DiarizeError(f"soundfile is missing ({error}): {INSTALL_HINT}") from None
     try:
         data, rate = soundfile.read(path, dtype="float32", always_2d=True)
     except (RuntimeError, soundfile.LibsndfileError) as error:
@@ -229,8 +231,8 @@ def _import_stack() -> tuple[Any, Any]:
             import pyspk.pyannote as pa
     except ImportError as error:
         raise DiarizeError(
-            f"{error}: pyspk diarize needs PyTorch and pyannote.audio "
-            "(pip install 'pyspk[pyannote]')"
+            f"{error}: pyspk diarize needs PyTorch, pyannote.audio and soundfile "
+            f"({INSTALL_HINT})"
         ) from None
     except OSError as error:  # a compiled library that will not load
         raise DiarizeError(
