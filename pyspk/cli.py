@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="pyspk: fixed-shape CUDA kernels for the dense "
         "layers of a speaker-diarization engine.",
     )
-    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    parser.add_argument("-V", "--version", action="version", version=f"{PROG} {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     pins = commands.add_parser(

@@ -17,6 +17,9 @@ from pyspk.cuda.manifest import FORCE_PTX_JIT_ENV, KernelModule, Manifest, choos
 from pyspk.cuda.tier import PtxTier, loadable_tier
 from pyspk.pins import pick_table
 
+DIARIZE_STACK = ("torch", "torchaudio", "pyannote.audio", "soundfile")
+"""The packages `pyspk diarize` needs beside pyspk's own, whose versions `info` shows."""
+
 
 def _package_version(name: str) -> str:
     try:
@@ -69,6 +72,9 @@ def collect(forced: PtxTier | None = None, force_ptx: bool = False) -> dict[str,
         "python": platform.python_version(),
         "numpy": np.__version__,
         "cuda-bindings": _package_version("cuda-bindings"),
+        # the stack `pyspk diarize` runs on, read from the installed metadata (importing
+        # PyTorch would take seconds, and a broken build would stop the report)
+        "diarize stack": {name: _package_version(name) for name in DIARIZE_STACK},
         "force_ptx_jit": force_ptx,
     }
     try:
@@ -96,6 +102,8 @@ def render(report: dict[str, Any]) -> str:
     lines = [
         f"pyspk {report['pyspk']}, Python {report['python']}, numpy {report['numpy']}, "
         f"cuda-bindings {report['cuda-bindings']}",
+        "diarize stack: "
+        + ", ".join(f"{name} {version}" for name, version in report["diarize stack"].items()),
         f"driver: {report['driver']}",
     ]
     if not report["devices"] and not report["driver"].startswith("unavailable"):

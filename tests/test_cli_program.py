@@ -103,3 +103,12 @@ def test_a_reader_closing_the_pipe_leaves_the_commands_own_status() -> None:
         _, err = pins.communicate()
         assert pins.returncode == 0, err
         assert b"Traceback" not in err
+
+
+@pytest.mark.parametrize("flag", ["-V", "--version"])
+def test_the_version_flag_prints_the_version(capsys, flag):
+    import pyspk
+    from pyspk.cli import main
+
+    assert main([flag]) == 0
+    assert capsys.readouterr().out.strip() == f"pyspk {pyspk.__version__}"

@@ -31,6 +31,30 @@ def test_without_a_driver_it_says_why_and_exits_0(
     assert code == 0 and report["devices"] == [] and report["driver"].startswith("unavailable")
 
 
+def test_it_names_the_diarize_stack_without_importing_it(capsys, monkeypatch) -> None:
+    """torch, torchaudio, pyannote.audio and soundfile: their installed versions (or
+    "not installed"), read from the metadata, none of them imported."""
+    import importlib.metadata
+    import sys
+
+    monkeypatch.setattr(driver, "_api", None)
+    monkeypatch.setattr(driver, "_load", lambda: (_ for _ in ()).throw(driver.NoDriverError("x")))
+    imported = {name for name in ("torch", "torchaudio", "pyannote.audio", "soundfile")}
+    imported &= set(sys.modules)
+    code, out, _ = run(capsys, "info", "--json")
+    stack = json.loads(out)["diarize stack"]
+    assert code == 0
+    assert list(stack) == ["torch", "torchaudio", "pyannote.audio", "soundfile"]
+    for name, version in stack.items():
+        try:
+            assert version == importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            assert version == "not installed"
+    assert {n for n in stack if n in sys.modules} == imported  # nothing newly imported
+    code, out, _ = run(capsys, "info")
+    assert code == 0 and "diarize stack: torch " in out
+
+
 def test_each_device_with_its_artifact_and_picks(
     capsys: pytest.CaptureFixture[str], fake: FakeApi, monkeypatch: pytest.MonkeyPatch
 ) -> None:
