@@ -41,6 +41,7 @@ from torch import nn
 from pyspk.candidate import DenseSite, SegConvSite
 from pyspk.cuda import CudaMath
 from pyspk.cuda.errors import InvalidArgument
+from pyspk.engine import EMBEDDING_BATCH, SEGMENTATION_BATCH, Engine
 from pyspk.errors import PlanError
 from pyspk.offline import (  # the offline models, also under this module's name
     COMMUNITY_1_PARAMETERS,
@@ -76,11 +77,9 @@ __all__ = [
     "write_pipeline",
 ]
 
-CHUNK_BATCH = 32
-"""Chunks per trunk call on the once-per-chunk path: seg_1 then sees 96 rows."""
-
-SEGMENTATION_BATCH = 128
-"""Chunks per segmentation forward in the accelerated pipeline (`pyspk.engine`)."""
+CHUNK_BATCH = EMBEDDING_BATCH
+"""Chunks per trunk call on the once-per-chunk path (the engine's embedding batch):
+seg_1 then sees 96 rows."""
 
 
 class Acceleration:
@@ -389,8 +388,6 @@ class PipelineAcceleration:
         overlap: bool,
         segmentation_plans: bool | None,
     ) -> None:
-        from pyspk.engine import Engine
-
         self.pipeline = pipeline
         self.math = CudaMath.parse(math)
         if segmentation_plans is None:
