@@ -99,10 +99,18 @@ class _Forward:
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(graph):
+            # thread-local: what other threads do meanwhile (allocate, synchronize) is
+            # none of this capture's business, and cannot break it
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
                 outputs = self.function(*self.inputs)
         except RuntimeError as error:  # a model with host work inside: run eagerly
             self.note = f"eager (capture failed: {' '.join(str(error).split())[:200]})"
+            warnings.warn(
+                f"pyspk engine: the {self.name} forward runs eagerly, its CUDA graph "
+                f"capture failed ({' '.join(str(error).split())[:200]})",
+                RuntimeWarning,
+                stacklevel=2,
+            )
             torch.cuda.synchronize()
             return
         self.graph, self.outputs, self.note = graph, outputs, "graph"
