@@ -272,7 +272,7 @@ def served_architectures() -> set[tuple[str, str]]:
     from pyannote.audio.models.embedding.wespeaker import BaseWeSpeakerResNet
     from pyannote.audio.models.segmentation import PyanNet
 
-    served = (PyanNet, *BaseWeSpeakerResNet.__subclasses__())
+    served: list[type] = [PyanNet, *BaseWeSpeakerResNet.__subclasses__()]
     return {(kind.__module__, kind.__name__) for kind in served}
 
 
@@ -347,7 +347,7 @@ def check_pipeline_folder(folder: Path) -> None:
     pipeline = config.get("pipeline") if isinstance(config, dict) else None
     name = pipeline.get("name") if isinstance(pipeline, dict) else None
     trust = "pass --trust-checkpoints only for a pipeline you trust"
-    if name not in SERVED_PIPELINES:
+    if not isinstance(pipeline, dict) or name not in SERVED_PIPELINES:
         raise DiarizeError(
             f"{where}: its config.yaml names the pipeline {name!r}, which pyspk does not "
             f"serve, and building it would import that module and run its code; {trust}"

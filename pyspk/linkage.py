@@ -49,7 +49,7 @@ LINKAGE_STOPPED = 1
 LINKAGE_UNRUN = 2
 
 
-def points_of(distances: np.ndarray) -> int:
+def points_of(distances: np.ndarray | torch.Tensor) -> int:
     """n for a condensed matrix of n * (n - 1) / 2 distances."""
     dims = distances.ndim if hasattr(distances, "ndim") else np.ndim(distances)
     if dims != 1:
