@@ -322,9 +322,7 @@ def cluster(
 
         methods["filter_embeddings"] = types.MethodType(timed("filter", filtered), twin)
     if kind.constrained_argmax is module.BaseClustering.constrained_argmax:
-        methods["constrained_argmax"] = lambda scores: timed("assignment", constrained_argmax)(
-            scores
-        )
+        methods["constrained_argmax"] = timed("assignment", constrained_argmax)
     if "plda" in methods:
         methods["plda"] = _TimedPlda(methods["plda"], timed)
     if name == "__call__":  # a special method: called on the copy, not looked up on it

@@ -189,6 +189,25 @@ def test_constrained_argmax_fails_as_pyannote_does():
 # -- the clusterings -----------------------------------------------------------------------
 
 
+def _clustered_as_stock(clustering, embeddings, segmentations, constraints):
+    """`_clustering.cluster`'s outputs and timings, each output asserted to be the one
+    `clustering` gives on its own (the same dtype, the same values)."""
+    arguments = {**UNBOUNDED, **constraints}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "found only N clusters", KMeans' notices
+        theirs = clustering(embeddings=embeddings.copy(), segmentations=segmentations, **arguments)
+        timings: dict[str, float] = {}
+        ours = _clustering.cluster(
+            clustering,
+            timings=timings,
+            embeddings=embeddings.copy(),
+            segmentations=segmentations,
+            **arguments,
+        )
+    _same_outputs(ours, theirs)
+    return ours, timings
+
+
 @pytest.mark.parametrize(
     "constraints", [{}, {"num_clusters": 3}, {"min_clusters": 6}, {"max_clusters": 2}]
 )
@@ -205,19 +224,7 @@ def test_agglomerative_clustering_is_pyannotes(constraints, constrained, monkeyp
     monkeypatch.setattr(
         _clustering, "filter_embeddings", lambda *a, **k: filtered.append(1) or counting(*a, **k)
     )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "found only N clusters"
-        arguments = {**UNBOUNDED, **constraints}
-        theirs = clustering(embeddings=embeddings.copy(), segmentations=segmentations, **arguments)
-        timings: dict[str, float] = {}
-        ours = _clustering.cluster(
-            clustering,
-            timings=timings,
-            embeddings=embeddings.copy(),
-            segmentations=segmentations,
-            **arguments,
-        )
-    _same_outputs(ours, theirs)
+    _, timings = _clustered_as_stock(clustering, embeddings, segmentations, constraints)
     assert filtered == [1]  # the binary segmentations took pyspk's filter
     assert "cluster" not in clustering.__dict__
     assert "filter_embeddings" not in clustering.__dict__
@@ -239,19 +246,7 @@ def test_vbx_clustering_is_pyannotes(plda, constraints, constrained):
     embeddings[rng.random((chunks, 3)) < 0.03] = np.nan
     segmentations = SlidingWindowFeature(_turns(rng, chunks), CHUNKS)
     clustering = _vbx(plda, constrained)
-    arguments = {**UNBOUNDED, **constraints}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # KMeans' notices
-        theirs = clustering(embeddings=embeddings.copy(), segmentations=segmentations, **arguments)
-        timings: dict[str, float] = {}
-        ours = _clustering.cluster(
-            clustering,
-            timings=timings,
-            embeddings=embeddings.copy(),
-            segmentations=segmentations,
-            **arguments,
-        )
-    _same_outputs(ours, theirs)
+    ours, timings = _clustered_as_stock(clustering, embeddings, segmentations, constraints)
     assert set(timings) == {"embeddings_clustered", "filter", "linkage", "plda", "vbx"} | (
         {"assignment"} if constrained and not constraints else set()
     )
