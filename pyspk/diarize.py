@@ -26,6 +26,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -191,28 +192,29 @@ def _check_arguments(args: argparse.Namespace) -> None:
                 )
 
 
+def _libsndfile(path: str, call: Callable[[Any], Any]) -> Any:
+    """`call(soundfile)` on `path`; DiarizeError for a missing soundfile, or for a file
+    libsndfile cannot read."""
+    try:
+        import soundfile
+    except ImportError as error:
+        raise DiarizeError(f"soundfile is missing ({error}): {INSTALL_HINT}") from None
+    try:
+        return call(soundfile)
+    except (RuntimeError, soundfile.LibsndfileError) as error:
+        raise DiarizeError(f"{path}: not audio that libsndfile reads ({error})") from None
+
+
 def _check_audio(path: str) -> None:
     """DiarizeError unless libsndfile reads the header of `path` (its samples are
     decoded one file at a time, as each is diarized)."""
-    try:
-        import soundfile
-    except ImportError as error:
-        raise DiarizeError(f"soundfile is missing ({error}): {INSTALL_HINT}") from None
-    try:
-        soundfile.info(path)
-    except (RuntimeError, soundfile.LibsndfileError) as error:
-        raise DiarizeError(f"{path}: not audio that libsndfile reads ({error})") from None
+    _libsndfile(path, lambda soundfile: soundfile.info(path))
 
 
 def _decode(path: str) -> Audio:
-    try:
-        import soundfile
-    except ImportError as error:
-        raise DiarizeError(f"soundfile is missing ({error}): {INSTALL_HINT}") from None
-    try:
-        data, rate = soundfile.read(path, dtype="float32", always_2d=True)
-    except (RuntimeError, soundfile.LibsndfileError) as error:
-        raise DiarizeError(f"{path}: not audio that libsndfile reads ({error})") from None
+    data, rate = _libsndfile(
+        path, lambda soundfile: soundfile.read(path, dtype="float32", always_2d=True)
+    )
     if data.shape[0] == 0:
         raise DiarizeError(f"{path}: holds no samples")
     return Audio(Path(path), data.T.copy(), int(rate))
@@ -317,10 +319,7 @@ def load_checkpoint(path: Path, trust: bool) -> Any:
     unless `trust` (see the module docstring); DiarizeError for what stops it."""
     from pyannote.audio import Model
 
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise DiarizeError(f"{path}: cannot read ({error.strerror or error})") from None
+    data = _read_checkpoint(path)
     if not trust:
         check_checkpoint(path, data)
     try:
@@ -364,11 +363,14 @@ def check_pipeline_folder(folder: Path) -> None:
                 f"{where}: its {key} model is {value!r}, not a $model/ subfolder of the "
                 f"folder, whose checkpoint pyspk could check; {trust}"
             )
-        try:
-            data = checkpoint.read_bytes()
-        except OSError as error:
-            raise DiarizeError(f"{checkpoint}: cannot read ({error.strerror or error})") from None
-        check_checkpoint(checkpoint, data)
+        check_checkpoint(checkpoint, _read_checkpoint(checkpoint))
+
+
+def _read_checkpoint(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as error:
+        raise DiarizeError(f"{path}: cannot read ({error.strerror or error})") from None
 
 
 def _pipeline(args: argparse.Namespace, pa: Any) -> Any:
