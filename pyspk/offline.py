@@ -192,6 +192,7 @@ def speaker_embeddings(
     starts = np.arange(0.0, recording.seconds - duration + 1e-9, step)
     activity, voices = recording.local_activity(starts, frames, duration)
     clean = activity & (activity.sum(axis=2, keepdims=True) == 1)
+    kept = clean.sum(axis=1) >= min_clean * frames  # (chunks, local speakers)
     device = next(model.parameters()).device
     embeddings, names = [], []
     for first in range(0, len(starts), batch):
@@ -204,7 +205,7 @@ def speaker_embeddings(
             pooled = embed_chunks(model, waveforms.to(device), masks.to(device)).cpu().numpy()
         for row in rows:
             for slot, voice in enumerate(voices[row]):
-                if clean[row, :, slot].sum() >= min_clean * frames:
+                if kept[row, slot]:
                     embeddings.append(pooled[row - first, slot])
                     names.append(voice)
     return np.array(embeddings, dtype=np.float64), np.array(names)
