@@ -25,6 +25,7 @@ __all__ = [
     "aggregate",
     "binarize",
     "frame_middles",
+    "labels_of",
     "reconstruct",
     "reconstruct_each",
     "speaker_count",
@@ -264,16 +265,21 @@ def binarize(
     min_duration_off: float = 0.0,
     pad_onset: float = 0.0,
     pad_offset: float = 0.0,
+    uri: str | None = None,
 ) -> Annotation:
     """`pyannote.audio.utils.signal.Binarize(...)(scores)`: hysteresis thresholding of
-    (frames, classes) scores into an `Annotation` of active regions."""
+    (frames, classes) scores into an `Annotation` of active regions, named `uri` (what
+    setting `.uri` afterwards gives, without the timelines that setter builds)."""
     offset = offset or onset
     if offset > onset:  # a frame may switch both ways: pyannote's own loop decides
         from pyannote.audio.utils.signal import Binarize
 
-        return Binarize(onset, offset, min_duration_on, min_duration_off, pad_onset, pad_offset)(
+        active = Binarize(onset, offset, min_duration_on, min_duration_off, pad_onset, pad_offset)(
             scores
         )
+        if uri is not None:
+            active.uri = uri
+        return active
     num_frames, _ = scores.data.shape
     timestamps = frame_middles(scores.sliding_window, num_frames)
     tracks = []
@@ -286,7 +292,7 @@ def binarize(
                 float(timestamps[start]) - pad_onset, float(timestamps[end]) + pad_offset
             )
             tracks.append((region, track, label))
-    active = annotation_of(tracks)
+    active = annotation_of(tracks, uri)
     if pad_offset > 0.0 or pad_onset > 0.0 or min_duration_off > 0.0:
         active = active.support(collar=min_duration_off)
     if min_duration_on > 0:
@@ -296,14 +302,14 @@ def binarize(
     return active
 
 
-def annotation_of(tracks: list[tuple[Segment, Any, Any]]) -> Annotation:
-    """The `Annotation` that `annotation[segment, track] = label` for each of `tracks` in
-    turn builds (empty segments left out, a later label of the same track replacing an
-    earlier one), its sorted index of segments made by one sort of them all rather than
-    a search per track: the labels come in runs of sorted segments, which one sort
-    merges. It sets what `__setitem__` sets, as `Annotation.copy` does; where
+def annotation_of(tracks: list[tuple[Segment, Any, Any]], uri: str | None = None) -> Annotation:
+    """The `Annotation(uri=uri)` that `annotation[segment, track] = label` for each of
+    `tracks` in turn builds (empty segments left out, a later label of the same track
+    replacing an earlier one), its sorted index of segments made by one sort of them all
+    rather than a search per track: the labels come in runs of sorted segments, which one
+    sort merges. It sets what `__setitem__` sets, as `Annotation.copy` does; where
     pyannote.core keeps its tracks otherwise, it takes the inserts."""
-    annotation = Annotation()
+    annotation = Annotation(uri=uri)
     if not (
         isinstance(getattr(annotation, "_tracks", None), SortedDict)
         and isinstance(getattr(annotation, "_labelNeedsUpdate", None), dict)
@@ -320,6 +326,16 @@ def annotation_of(tracks: list[tuple[Segment, Any, Any]]) -> Annotation:
             needs_update[label] = True
     annotation._tracks = SortedDict(by_segment)
     return annotation
+
+
+def labels_of(annotation: Annotation) -> list[Any]:
+    """`annotation.labels()` read from its tracks, without the per-label timelines that
+    `labels()` builds first (a sort of every segment of every label); they stay for
+    `Annotation` to build when asked."""
+    tracks = getattr(annotation, "_tracks", None)
+    if not isinstance(tracks, SortedDict):
+        return annotation.labels()
+    return sorted({label for labels in tracks.values() for label in labels.values()}, key=str)
 
 
 def _active_regions(scores: np.ndarray, onset: float, offset: float) -> list[tuple[int, int]]:
@@ -351,12 +367,14 @@ def to_annotation(
     discrete_diarization: SlidingWindowFeature,
     min_duration_on: float = 0.0,
     min_duration_off: float = 0.0,
+    uri: str | None = None,
 ) -> Annotation:
-    """`SpeakerDiarizationMixin.to_annotation` on `binarize`."""
+    """`SpeakerDiarizationMixin.to_annotation` on `binarize`, named `uri`."""
     return binarize(
         discrete_diarization,
         onset=0.5,
         offset=0.5,
         min_duration_on=min_duration_on,
         min_duration_off=min_duration_off,
+        uri=uri,
     )

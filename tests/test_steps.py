@@ -111,9 +111,15 @@ def test_reconstruct_and_annotation_are_pyannotes(seed):
         expected = SpeakerDiarization.to_annotation(
             theirs, min_duration_on=on, min_duration_off=off
         )
-        got = _steps.to_annotation(ours, min_duration_on=on, min_duration_off=off)
+        expected.uri = "talk"  # what the stock apply does next: it builds every timeline
+        got = _steps.to_annotation(ours, min_duration_on=on, min_duration_off=off, uri="talk")
         assert list(got.itertracks(yield_label=True)) == list(expected.itertracks(yield_label=True))
         assert len(got) > 10
+        assert _steps.labels_of(got) == expected.labels()
+        assert got.uri == "talk" and got.get_timeline().uri == "talk"
+        for label in expected.labels():
+            assert got.label_timeline(label) == expected.label_timeline(label)
+            assert got.label_timeline(label).uri == "talk"
 
 
 @pytest.mark.parametrize(("onset", "offset"), [(0.5, None), (0.7, 0.3), (0.6, 0.6), (0.3, 0.7)])
@@ -151,7 +157,7 @@ def test_annotation_of_is_the_inserts():
         expected[segment, track] = label
     got = _steps.annotation_of(tracks)
     assert list(got.itertracks(yield_label=True)) == list(expected.itertracks(yield_label=True))
-    assert got.labels() == expected.labels()
+    assert _steps.labels_of(got) == got.labels() == expected.labels()
     assert all(got.label_timeline(x) == expected.label_timeline(x) for x in expected.labels())
     assert got.get_timeline() == expected.get_timeline()
     assert got.support(collar=0.3) == expected.support(collar=0.3)
