@@ -39,6 +39,7 @@ import math
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,6 +68,31 @@ EMBEDDING_BATCH = 32
 """Chunks per embedding forward: 96 (chunk, speaker) rows, pyspk's seg_1 plan."""
 
 
+class _StreamPool:
+    """Streams engines take and give back, per device. A stream that runs library matrix
+    products keeps a cuBLAS workspace for as long as the process lives, which
+    `torch.cuda.empty_cache()` does not release: an engine per accelerate/undo cycle on
+    new streams would leave one more each time. Engines alive at once get streams of
+    their own."""
+
+    def __init__(self) -> None:
+        self._idle: dict[torch.device, list[torch.cuda.Stream]] = {}
+        self._lock = threading.Lock()
+
+    def take(self, device: torch.device, count: int) -> list[torch.cuda.Stream]:
+        with self._lock:
+            idle = self._idle.setdefault(device, [])
+            taken = [idle.pop() for _ in range(min(count, len(idle)))]
+        return taken + [torch.cuda.Stream(device) for _ in range(count - len(taken))]
+
+    def give_back(self, device: torch.device, streams: list[torch.cuda.Stream]) -> None:
+        with self._lock:
+            self._idle.setdefault(device, []).extend(streams)
+
+
+_STREAMS = _StreamPool()
+
+
 class _Forward:
     """One fixed-batch forward: inputs copied into static buffers (the rest of a short
     batch zeroed, so padded items are the same on every run), then run eagerly or
@@ -79,6 +105,7 @@ class _Forward:
         shapes: list[tuple[int, ...]],
         device: torch.device,
         graph: bool,
+        stream: torch.cuda.Stream,
     ) -> None:
         self.name = name
         self.function = function
@@ -88,15 +115,16 @@ class _Forward:
         self.outputs: tuple[torch.Tensor, ...] = ()
         self.note = "eager"
         if graph:
-            self._capture()
+            self._capture(stream)
 
-    def _capture(self) -> None:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(2):  # lazy initialisation and workspaces before capture
+    def _capture(self, stream: torch.cuda.Stream) -> None:
+        """Captures on PyTorch's capture stream after two eager runs on `stream` (the
+        stream the forward will replay on): lazy initialisation and workspaces."""
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(2):
                 self.function(*self.inputs)
-        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         try:
             # thread-local: what other threads do meanwhile (allocate, synchronize) is
@@ -200,7 +228,10 @@ class Engine:
         self._segmentation_model = inference.model
         self._conversion = inference.conversion
         self._embedding_model = pipeline._embedding.model_
-        self._streams = (torch.cuda.Stream(self.device), torch.cuda.Stream(self.device))
+        seg_stream, emb_stream = _STREAMS.take(self.device, 2)
+        self._streams = (seg_stream, emb_stream)
+        # given back at close, or when an engine never closed is collected
+        self._give_back = weakref.finalize(self, _STREAMS.give_back, self.device, [*self._streams])
         window = self._segmentation_model.audio.get_num_samples(inference.duration)
         started = time.perf_counter()
         with torch.inference_mode(), library_math(self.math), torch.cuda.device(self.device):
@@ -213,6 +244,7 @@ class Engine:
                 [(segmentation_batch, 1, window)],
                 self.device,
                 graphs,
+                seg_stream,
             )
             self._embed = _Forward(
                 "embedding",
@@ -220,6 +252,7 @@ class Engine:
                 [(embedding_batch, 1, window), (embedding_batch, 3, self._mask_frames)],
                 self.device,
                 graphs,
+                emb_stream,
             )
             torch.cuda.synchronize()
         self.prepare_seconds = time.perf_counter() - started
@@ -267,10 +300,14 @@ class Engine:
         """Drops the captured graphs and their memory (before the plans they hold); a
         later `apply` raises `ClosedError`. Waits for a running `apply` to finish."""
         with self._lock:
+            if self.closed:
+                return
             self.closed = True
             for forward in (self._segment, self._embed):
                 if forward is not None:
                     forward.close()
+            if self.unserved is None:
+                self._give_back()
 
     # -- apply ------------------------------------------------------------------------
 
@@ -558,14 +595,12 @@ class Engine:
         )
         hook("discrete_diarization", discrete_diarization)
         min_duration_off = pipeline.segmentation.min_duration_off
-        diarization = _steps.to_annotation(
-            discrete_diarization, min_duration_on=0.0, min_duration_off=min_duration_off
+        diarization, exclusive_diarization = (
+            _steps.to_annotation(
+                discrete, min_duration_on=0.0, min_duration_off=min_duration_off, uri=file["uri"]
+            )
+            for discrete in (discrete_diarization, exclusive)
         )
-        diarization.uri = file["uri"]
-        exclusive_diarization = _steps.to_annotation(
-            exclusive, min_duration_on=0.0, min_duration_off=min_duration_off
-        )
-        exclusive_diarization.uri = file["uri"]
         output = _label(pipeline, file, diarization, exclusive_diarization, centroids)
         report.steps["reconstruction"] = time.perf_counter() - reconstruction
         return output
@@ -587,23 +622,18 @@ def _label(
 ) -> DiarizeOutput | Annotation:
     """The stock `apply`'s last part: speaker names and the centroids in their order.
     Both annotations are the engine's own: they are renamed in place (a copy, pyannote's
-    default, rebuilds every track), and the renamed labels' timelines are left for
-    `Annotation` to build when asked, as it builds them."""
-    labels = None
+    default, rebuilds every track), and their labels are read from the tracks
+    (`_steps.labels_of`): the label timelines are left for `Annotation` to build when
+    asked, as it builds them."""
     if file.get("annotation"):
         _, mapping = pipeline.optimal_mapping(file["annotation"], diarization, return_mapping=True)
-        mapping = {key: mapping.get(key, key) for key in diarization.labels()}
+        mapping = {key: mapping.get(key, key) for key in _steps.labels_of(diarization)}
     else:
-        mapping = {
-            label: expected
-            for label, expected in zip(diarization.labels(), pipeline.classes(), strict=False)
-        }
-        if len(set(mapping.values())) == len(mapping):  # every label, a name of its own
-            labels = sorted(mapping.values(), key=str)  # what labels() gives after renaming
+        mapping = dict(zip(_steps.labels_of(diarization), pipeline.classes(), strict=False))
     diarization = diarization.rename_labels(mapping=mapping, copy=False)
     exclusive_diarization = exclusive_diarization.rename_labels(mapping=mapping, copy=False)
     if centroids is not None:  # None from oracle clustering
-        labels = diarization.labels() if labels is None else labels
+        labels = _steps.labels_of(diarization)
         if len(labels) > centroids.shape[0]:
             centroids = np.pad(centroids, ((0, len(labels) - centroids.shape[0]), (0, 0)))
         inverse_mapping = {label: index for index, label in mapping.items()}

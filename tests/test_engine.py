@@ -106,7 +106,12 @@ def test_capture_is_thread_local_and_a_fallback_is_said(monkeypatch, fail):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         forward = engine._Forward(
-            "segmentation", lambda x: (x * 2,), [(4, 3)], torch.device("cpu"), graph=True
+            "segmentation",
+            lambda x: (x * 2,),
+            [(4, 3)],
+            torch.device("cpu"),
+            graph=True,
+            stream=fake.Stream(),
         )
     assert fake.modes == ["thread_local"]
     said = [w for w in caught if "runs eagerly" in str(w.message)]
