@@ -66,6 +66,10 @@ class CUgraphExec(Handle):
     pass
 
 
+class CUevent(Handle):
+    pass
+
+
 class DeviceAttribute(enum.IntEnum):
     CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
     CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE = 38
@@ -85,6 +89,7 @@ class FakeApi(types.SimpleNamespace):
         self.CUcontext = CUcontext
         self.CUdevice_attribute = DeviceAttribute
         self.CUstream_flags = types.SimpleNamespace(CU_STREAM_NON_BLOCKING=1)
+        self.CUevent_flags = types.SimpleNamespace(CU_EVENT_DEFAULT=0, CU_EVENT_DISABLE_TIMING=2)
         self.CUstreamCaptureMode = types.SimpleNamespace(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL=1)
         self.CUpointer_attribute = types.SimpleNamespace(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL=9)
         self.devices = devices
@@ -99,6 +104,9 @@ class FakeApi(types.SimpleNamespace):
         self.invalidated: set[int] = set()
         self.graphs: dict[int, list] = {}
         self.execs: dict[int, list] = {}
+        self.events: set[int] = set()
+        # ("record", event, stream) and ("wait", stream, event), in call order
+        self.event_calls: list[tuple[str, int, int]] = []
         self.next_handle = 0x1000
         # modules and launches
         self.CUresult = Result
@@ -210,6 +218,29 @@ class FakeApi(types.SimpleNamespace):
 
     def cuStreamGetCtx(self, stream):
         return (SUCCESS, CUcontext(0xC0 if int(stream) != 0xBAD else 0xC1))
+
+    def cuStreamIsCapturing(self, stream):
+        return (SUCCESS, 1 if int(stream) in self.capturing else 0)
+
+    def cuStreamWaitEvent(self, stream, event, flags):
+        assert int(event) in self.events
+        self.event_calls.append(("wait", int(stream), int(event)))
+        return (SUCCESS,)
+
+    # events
+    def cuEventCreate(self, flags):
+        handle = self._new()
+        self.events.add(handle)
+        return (SUCCESS, CUevent(handle))
+
+    def cuEventRecord(self, event, stream):
+        assert int(event) in self.events
+        self.event_calls.append(("record", int(event), int(stream)))
+        return (SUCCESS,)
+
+    def cuEventDestroy(self, event):
+        self.events.remove(int(event))
+        return (SUCCESS,)
 
     def cuStreamSynchronize(self, stream):
         if self.capturing:

@@ -143,6 +143,46 @@ def test_enqueue_checks_before_launching(fake, runtime, weights) -> None:
         plan.enqueue(x, y, items=2)
 
 
+@pytest.mark.parametrize("single", [False, True], ids=["trunk", "convolution"])
+def test_an_enqueue_on_another_stream_waits_for_the_last(fake, runtime, weights, single) -> None:
+    """The plan's buffers serve one enqueue at a time on the GPU: an enqueue on a new
+    stream waits for the event recorded after the last enqueue; one on the same stream
+    needs no wait; one into a capturing stream neither waits nor records; `close()`
+    destroys the event."""
+    if single:
+        shape = TrunkSite.LAYER2_DOWN.shape
+        conv = FoldedConv.of(
+            TrunkSite.LAYER2_DOWN, np.ones(shape.weight_shape), np.zeros(shape.cout)
+        )
+        plan = plan_conv(runtime, CudaMath.FP32, conv)
+        x = runtime.alloc_zeros(TRUNK_BATCH * shape.x_item)
+        y = runtime.alloc_zeros(TRUNK_BATCH * shape.y_item)
+    else:
+        plan = plan_trunk(runtime, CudaMath.FP32, weights)
+        x = runtime.alloc_zeros(TRUNK_BATCH * FBANK)
+        y = runtime.alloc_zeros(TRUNK_BATCH * OUTPUT)
+    (event,) = fake.events
+    one, two, capturing = 0x51, 0x52, 0x53
+    fake.event_calls.clear()
+    plan.enqueue(x, y, stream=one)
+    plan.enqueue(x, y, stream=one)
+    plan.enqueue(x, y, stream=two)
+    fake.capturing[capturing] = []
+    plan.enqueue(x, y, stream=capturing)
+    plan.enqueue(x, y, stream=one)
+    assert fake.event_calls == [
+        ("record", event, one),
+        ("record", event, one),
+        ("wait", two, event),
+        ("record", event, two),
+        ("wait", one, event),
+        ("record", event, one),
+    ]
+    del fake.capturing[capturing]
+    plan.close()
+    assert fake.events == set()
+
+
 def test_the_sm75_tier_refuses(fake, weights) -> None:
     from pyspk.cuda import CudaRuntime
 

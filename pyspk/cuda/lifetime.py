@@ -1,11 +1,13 @@
 """The lifetime every plan shares: the lock an enqueue holds, `close()`, and the graphs
-captured with `CudaRuntime.capture` that keep a closed plan's buffers alive."""
+captured with `CudaRuntime.capture` that keep a closed plan's buffers alive; and
+`StreamOrder`, for plans whose buffers serve one enqueue at a time on the GPU."""
 
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from pyspk.cuda import driver
 from pyspk.cuda.errors import ClosedError
 
 if TYPE_CHECKING:
@@ -89,3 +91,69 @@ def free_all(buffers: list[DeviceBuffer]) -> None:
             failure = failure or error
     if failure is not None:
         raise failure
+
+
+class StreamOrder:
+    """Orders a plan's enqueues on the GPU whatever streams they come on: an enqueue on
+    another stream than the last one waits for the last one's work (`cuStreamWaitEvent`
+    on an event recorded after it), so the buffers the plan owns (activations, chunk
+    maxima) serve one enqueue at a time, as they must. The host lock alone orders only
+    the queueing: two streams would run the kernels at once on the same buffers.
+
+    An enqueue into a stream that captures a graph is left out (a capture may not wait
+    on work outside it); the graph's replays run in the order of the streams they are
+    launched on. Call `before` and `after` around the launches, under the plan's lock."""
+
+    def __init__(self, runtime: CudaRuntime) -> None:
+        runtime._make_current()
+        flags = driver.api().CUevent_flags.CU_EVENT_DISABLE_TIMING
+        self._done = driver.call("cuEventCreate", flags)
+        self._last: int | None = None  # the stream of the last enqueue not captured
+
+    def before(self, stream: Any) -> bool:
+        """Makes `stream` (a `CUstream` or an int handle) wait for the last enqueue on
+        another stream; False (and no wait) when `stream` captures."""
+        stream = _stream(stream)
+        status = driver.call("cuStreamIsCapturing", stream)
+        if int(status) != 0:  # CU_STREAM_CAPTURE_STATUS_NONE
+            return False
+        if self._last is not None and self._last != int(stream):
+            driver.call("cuStreamWaitEvent", stream, self._done, 0)
+        return True
+
+    def after(self, stream: Any, ordered: bool) -> None:
+        """Marks the end of the enqueue just queued on `stream` (`ordered`: what `before`
+        returned)."""
+        if ordered:
+            stream = _stream(stream)
+            driver.call("cuEventRecord", self._done, stream)
+            self._last = int(stream)
+
+    def close(self) -> None:
+        """Destroys the event (idempotent); the driver frees it once pending work ends."""
+        done, self._done = self._done, None
+        if done is not None:
+            driver.call("cuEventDestroy", done)
+
+
+class OrderedPlanLifetime(PlanLifetime):
+    """A `PlanLifetime` whose enqueues are ordered across streams by `self._order` (see
+    `StreamOrder`), which `close()` destroys."""
+
+    def __init__(self, runtime: CudaRuntime, owned: list[DeviceBuffer], context: str) -> None:
+        try:
+            self._order = StreamOrder(runtime)
+        except BaseException:
+            free_all(owned)
+            raise
+        super().__init__(runtime, owned, context)
+
+    def close(self) -> None:
+        super().close()
+        if not self.runtime.closed:  # the context, and the event with it, are gone
+            self._order.close()
+
+
+def _stream(stream: Any) -> Any:
+    kind = driver.api().CUstream
+    return stream if isinstance(stream, kind) else kind(int(stream))

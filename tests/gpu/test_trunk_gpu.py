@@ -213,6 +213,47 @@ def test_reruns_partial_batches_and_replays_give_the_same_bits(
 
 
 @pytest.mark.parametrize("math", list(CudaMath), ids=str)
+def test_one_plan_on_two_streams_and_two_threads_gives_the_serial_bits(
+    runtime, torch, weights, math
+) -> None:
+    """One plan, its activations and chunk maxima shared: batches interleaved over two
+    streams from one thread, then two threads each on its own stream, every output
+    equal to the same batch's output enqueued alone on one stream."""
+    from tests.concurrency import run_together
+
+    generator = torch.Generator(device="cuda").manual_seed(44)
+    inputs = [
+        torch.randn(TRUNK_BATCH, 998, 80, device="cuda", generator=generator) * 4.0 ** (i % 3)
+        for i in range(8)
+    ]
+
+    def outputs():
+        return [torch.empty((TRUNK_BATCH, 256, 10, 125), device="cuda") for _ in inputs]
+
+    serial, interleaved, threaded = outputs(), outputs(), outputs()
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    with plan_trunk(runtime, math, weights) as plan:
+        for x, y in zip(inputs, serial, strict=True):
+            plan.enqueue(x, y, stream=torch.cuda.current_stream().cuda_stream)
+        torch.cuda.synchronize()
+        for index, (x, y) in enumerate(zip(inputs, interleaved, strict=True)):
+            plan.enqueue(x, y, stream=streams[index % 2].cuda_stream)
+        torch.cuda.synchronize()
+
+        def on_own_stream(which: int) -> None:
+            stream = streams[which].cuda_stream
+            for index in range(which, len(inputs), 2):
+                for _ in range(3):  # each batch thrice, to widen the window for a race
+                    plan.enqueue(inputs[index], threaded[index], stream=stream)
+
+        run_together(on_own_stream, [(0,), (1,)])
+        torch.cuda.synchronize()
+    for index, expected in enumerate(serial):
+        assert torch.equal(interleaved[index], expected), f"batch {index} on two streams"
+        assert torch.equal(threaded[index], expected), f"batch {index} on two threads"
+
+
+@pytest.mark.parametrize("math", list(CudaMath), ids=str)
 def test_a_chunk_that_is_not_finite_leaves_its_neighbours_alone(
     runtime, torch, weights, math
 ) -> None:

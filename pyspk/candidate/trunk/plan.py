@@ -38,7 +38,7 @@ from pyspk.candidate.trunk.shapes import (
 from pyspk.cuda.buffers import DeviceBuffer, device_address
 from pyspk.cuda.errors import ClosedError, InvalidArgument
 from pyspk.cuda.kernels import buffer_params
-from pyspk.cuda.lifetime import PlanLifetime
+from pyspk.cuda.lifetime import OrderedPlanLifetime
 from pyspk.cuda.manifest import KernelModule
 from pyspk.cuda.math import CudaMath
 from pyspk.cuda.runtime import free_after_error
@@ -146,11 +146,12 @@ def _check_tier(runtime: CudaRuntime) -> None:
         )
 
 
-class ConvPlan(PlanLifetime):
+class ConvPlan(OrderedPlanLifetime):
     """One convolution of the trunk (any site, the stem included) at batch 32 chunks:
     `enqueue(x, y, residual=None, items=32, relu=..., nchw=False)` on NHWC buffers (the
     stem reads the fbank `[items, 998, 80]`). Its chunk maxima buffer serves one enqueue
-    at a time: enqueue on one stream (or order the streams)."""
+    at a time, whatever the streams: an enqueue on another stream than the last waits
+    for it on the GPU (`StreamOrder`)."""
 
     def __init__(self, runtime: CudaRuntime, math: CudaMath, conv: FoldedConv) -> None:
         _check_tier(runtime)
@@ -199,27 +200,35 @@ class ConvPlan(PlanLifetime):
             self._check_open()
             self.runtime.note_capture_user(self)
             queue = self.runtime.stream if stream is None else stream
+            ordered = self._order.before(queue)
             if stem:
                 self._conv.launch((x_at, x_len), (y_at, y_len), items=items).enqueue(queue)
-                return
-            maxima = (self._maxima.ptr, len(self._maxima))
-            values = [x_at, x_len, shape.x_item, *maxima, items]
-            grid, block = (TRUNK_BATCH, 1, 1), MAXIMA_THREADS
-            self._chunk_max.launch(grid, block, 0, CHUNK_MAX_PARAMS, values).enqueue(queue)
-            launch = self._conv.launch(
-                (x_at, x_len), (y_at, y_len), in_max=maxima, residual=res, flags=flags, items=items
-            )
-            launch.enqueue(queue)
+            else:
+                maxima = (self._maxima.ptr, len(self._maxima))
+                values = [x_at, x_len, shape.x_item, *maxima, items]
+                grid, block = (TRUNK_BATCH, 1, 1), MAXIMA_THREADS
+                self._chunk_max.launch(grid, block, 0, CHUNK_MAX_PARAMS, values).enqueue(queue)
+                launch = self._conv.launch(
+                    (x_at, x_len),
+                    (y_at, y_len),
+                    in_max=maxima,
+                    residual=res,
+                    flags=flags,
+                    items=items,
+                )
+                launch.enqueue(queue)
+            self._order.after(queue, ordered)
         finally:
             self._release()
 
 
-class TrunkPlan(PlanLifetime):
+class TrunkPlan(OrderedPlanLifetime):
     """The whole trunk: fbank `[items, 998, 80]` -> `[items, 256, 10, 125]`, as the
     model's `forward_frames`. Owns its folded weights, three activation buffers of 32
     chunks of the widest layer (327 MB each), one for the shortcuts (164 MB) and the
-    chunk maxima; they serve one enqueue at a time (one stream, or graphs replayed in
-    turn)."""
+    chunk maxima; they serve one enqueue at a time: an enqueue on another stream than
+    the last waits for it on the GPU (`StreamOrder`). Graphs that hold the plan are
+    ordered by the streams they replay on: replay them in turn."""
 
     def __init__(self, runtime: CudaRuntime, math: CudaMath, weights: TrunkWeights) -> None:
         _check_tier(runtime)
@@ -336,8 +345,10 @@ class TrunkPlan(PlanLifetime):
                 if len(self._bound) >= 16:
                     self._bound.clear()
                 bound = self._bound[key] = [launch.bind(key) for launch in self._launches]
+            ordered = self._order.before(key)
             for launch in bound:
                 launch()
+            self._order.after(key, ordered)
         finally:
             self._release()
 
