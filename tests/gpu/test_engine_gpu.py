@@ -272,3 +272,58 @@ def test_integer_samples_are_refused_as_stock_refuses_them(torch, pyannote, pipe
             if acceleration is not None:
                 acceleration.undo()
     assert errors[0] is not None and errors[0] == errors[1]
+
+
+def _free_device_memory(torch) -> int:
+    """Free bytes on the device once the collector and the allocator's cache let go."""
+    import gc
+
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    return torch.cuda.mem_get_info()[0]
+
+
+def test_accelerate_undo_cycles_give_the_memory_back(torch, pyannote, pipeline):
+    """After a first cycle (the runtime's shared tables, the library's handles), each
+    accelerate / apply / undo cycle gives back all it took: plans, graphs and their
+    pools, and the streams' library workspaces (the engine's streams are reused)."""
+    file = synthetic_file(torch, 30.0, 24)
+
+    def cycle() -> None:
+        with pyannote.accelerate_pipeline(pipeline, "fp32"):
+            pipeline(dict(file))
+
+    cycle()
+    before = _free_device_memory(torch)
+    for _ in range(4):
+        cycle()
+    after = _free_device_memory(torch)
+    print(f"free device memory: {before / 2**20:.1f} MiB, after 4 cycles {after / 2**20:.1f} MiB")
+    assert before - after <= 4 * 2**20
+
+
+def test_a_dropped_acceleration_lasts_as_long_as_its_pipeline(torch, pyannote):
+    """The rule for an acceleration dropped without `undo()`: the pipeline keeps it (the
+    pipeline holds the plans and the engine), and the plans' memory goes with the
+    pipeline."""
+    from pyspk.synthetic import recording
+
+    file = synthetic_file(torch, 30.0, 25)
+    before = _free_device_memory(torch)
+    segmentation = pyannote.segmentation_3_0(seed=0, fit_to=recording(60, seed=11), device="cuda")
+    own = pyannote.offline_pipeline(segmentation, pyannote.wespeaker_resnet34(seed=1))
+    own = own.to(torch.device("cuda"))
+    stock = tracks(own(dict(file)))
+    pyannote.accelerate_pipeline(own, "fp32")  # the handle is dropped at once
+    held = _free_device_memory(torch)
+    assert own.apply.__self__.__class__.__name__ == "Engine"
+    assert tracks(own(dict(file))) == stock
+    assert before - held > 2**30  # the trunk plans, still held
+    del own
+    after = _free_device_memory(torch)
+    print(
+        f"free device memory: {before / 2**20:.1f} MiB, accelerated {held / 2**20:.1f} MiB, "
+        f"pipeline dropped {after / 2**20:.1f} MiB"
+    )
+    assert before - after <= 4 * 2**20
