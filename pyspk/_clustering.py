@@ -89,9 +89,25 @@ def linkage_on(device: Any = None) -> Callable[..., np.ndarray]:
             dendrogram = device_linkage(distances, method, device)
             if dendrogram is not None:
                 return dendrogram
+        check_host_distances(len(y))
         return scipy_linkage(pdist_euclidean(y), method=method)
 
     return linkage
+
+
+def check_host_distances(count: int) -> None:
+    """Refuses (`TooLongError`, one line) a host linkage of `count` observations whose
+    distances the host cannot hold: the condensed float64 matrix and the copy scipy's
+    linkage works on."""
+    from pyspk.errors import TooLongError, available_host_memory
+
+    need = 2 * 8 * (count * (count - 1) // 2)
+    available = available_host_memory()
+    if available is not None and need > available:
+        raise TooLongError(
+            f"pyspk clustering: {count} embeddings need {need / 1e9:.1f} GB of host memory "
+            f"for their distances, {available / 1e9:.1f} GB available"
+        )
 
 
 def _on_device(method: str, count: int) -> bool:

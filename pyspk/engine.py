@@ -54,6 +54,7 @@ from pyannote.core import Annotation, SlidingWindow, SlidingWindowFeature
 from pyspk import _clustering, _steps
 from pyspk.cuda import CudaMath
 from pyspk.cuda.errors import ClosedError, InvalidArgument
+from pyspk.errors import TooLongError, available_host_memory
 from pyspk.fbank import Fbank
 from pyspk.torch import library_math
 
@@ -414,8 +415,9 @@ class Engine:
         chunk_window = SlidingWindow(start=0.0, duration=inference.duration, step=inference.step)
         self._check_crops(chunk_window, total, step, sample_rate)
         report = RunReport(audio_seconds=num_samples / sample_rate, chunks=total)
-
         length = max((total - 1) * step + window, num_samples)
+        self._check_memory(file, report.audio_seconds, total, length)
+
         audio = torch.zeros((1, length), device=self.device)
         audio[:, :num_samples].copy_(waveform[:1])
         chunks = audio.unfold(1, window, step)[0, :total].unsqueeze(1)  # (total, 1, window)
@@ -508,6 +510,26 @@ class Engine:
         report.embeddings = host_embeddings.numpy()
         hook("embeddings", report.embeddings)
         return report, segmentations, count, report.embeddings, clean
+
+    def _check_memory(self, file: Mapping, seconds: float, total: int, length: int) -> None:
+        """Refuses (`TooLongError`, one line) a file whose audio and per-chunk outputs
+        (scores, masks, embeddings) the device cannot hold, or whose outputs' host
+        copies the host cannot, before any work."""
+        conversion = self._conversion
+        speakers = conversion.num_classes
+        per_chunk = self._mask_frames * (conversion.num_powerset_classes + speakers)
+        per_chunk += speakers * self.pipeline._embedding.dimension
+        outputs = 4 * total * per_chunk
+        device_need = 4 * length + outputs
+        free = torch.cuda.mem_get_info(self.device)[0]
+        free += torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
+        host = available_host_memory()
+        for need, where, available in ((device_need, self.device, free), (outputs, "host", host)):
+            if available is not None and need > available:
+                raise TooLongError(
+                    f"pyspk engine: {file.get('uri', 'the file')} ({seconds / 3600:.1f} h) "
+                    f"needs {need / 1e9:.1f} GB on {where}, {available / 1e9:.1f} GB free"
+                )
 
     def _check_crops(self, window: SlidingWindow, total: int, step: int, rate: int) -> None:
         """The stock embeddings crop chunk c at round(start * rate) to round(end * rate)

@@ -6,8 +6,9 @@ Three families, by what the caller does about them:
   call instead); `GeometryInvalid` is a bug in the call.
 - `CudaError` and its subclasses: the driver, the device, a kernel artifact or a buffer.
 - Errors of use: `InvalidArgument` (an argument of the wrong type or value),
-  `InferenceOnlyError` (a planned module called while autograd records) and
-  `WeightsChangedError` (its parameters changed after planning). None is a fallback.
+  `InferenceOnlyError` (a planned module called while autograd records),
+  `WeightsChangedError` (its parameters changed after planning) and `TooLongError` (a
+  recording this machine's memory cannot hold). None is a fallback.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ __all__ = [
     "NoDeviceError",
     "NoDriverError",
     "PlanError",
+    "TooLongError",
     "WeightsChangedError",
     "WeightsOutOfContract",
 ]
@@ -63,3 +65,22 @@ class InferenceOnlyError(RuntimeError):
 class WeightsChangedError(RuntimeError):
     """A planned module's parameters changed after its plans copied them: call
     `replan()`."""
+
+
+class TooLongError(MemoryError):
+    """A recording whose diarization needs more memory than the device or the host has
+    free, refused before the step that would run out (the message gives the length and
+    the memory it would take)."""
+
+
+def available_host_memory() -> int | None:
+    """Bytes the host can still give without swapping (Linux's MemAvailable), or None
+    where the system does not say."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None

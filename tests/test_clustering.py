@@ -314,3 +314,19 @@ def test_every_clusterings_labels_reconstruct_past_127_chunks(plda):
         "agglomerative, early return": np.int8,
         "vbx, early return": np.int8,
     }
+
+
+def test_a_host_linkage_the_host_cannot_hold_is_refused(monkeypatch):
+    """Above the device linkage's size the distances are the host's: refused in one line
+    when the matrix and scipy's copy of it do not fit in the available memory."""
+    from pyspk import errors
+
+    need = 2 * 8 * (40_000 * 39_999 // 2)
+    monkeypatch.setattr(errors, "available_host_memory", lambda: need)
+    _clustering.check_host_distances(40_000)
+    monkeypatch.setattr(errors, "available_host_memory", lambda: need - 1)
+    with pytest.raises(errors.TooLongError, match=r"40000 embeddings need 12\.8 GB"):
+        _clustering.check_host_distances(40_000)
+    linkage = _clustering.linkage_on(None)
+    with pytest.raises(errors.TooLongError):
+        linkage(np.zeros((40_000, 2)), method="centroid")

@@ -120,3 +120,41 @@ def test_capture_is_thread_local_and_a_fallback_is_said(monkeypatch, fail):
         assert len(said) == 1 and "segmentation forward" in str(said[0].message)
     else:
         assert forward.note == "graph" and not said
+
+
+def test_a_file_the_device_or_host_cannot_hold_is_refused_first(monkeypatch):
+    """`_check_memory`: the audio and the per-chunk outputs against the device's free
+    memory (the allocator's cache counted free) and the outputs' host copies against the
+    host's; one line with the file, its length and the memory."""
+    import types
+
+    import torch
+
+    from pyspk import engine
+    from pyspk.errors import TooLongError
+
+    gib = 2**30
+    fake = types.SimpleNamespace(
+        _conversion=types.SimpleNamespace(num_classes=3, num_powerset_classes=7),
+        _mask_frames=589,
+        pipeline=types.SimpleNamespace(_embedding=types.SimpleNamespace(dimension=256)),
+        device=torch.device("cuda", 0),
+    )
+    hour_chunks, hour_samples = 3591, 3600 * 16000
+    # 4 bytes per sample, and per chunk 589 x (7 + 3) scores and masks, 3 x 256 embeddings
+    outputs = 4 * hour_chunks * (589 * 10 + 3 * 256)
+    needed = 4 * hour_samples + outputs
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: gib)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: gib // 2)
+
+    def check(device_free: int, host_free: int | None) -> None:
+        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (device_free, 80 * gib))
+        monkeypatch.setattr(engine, "available_host_memory", lambda: host_free)
+        engine.Engine._check_memory(fake, {"uri": "long"}, 3600.0, hour_chunks, hour_samples)
+
+    check(needed - gib // 2, outputs)  # just enough, with the cache's free half
+    check(needed - gib // 2, None)  # a host that does not say
+    with pytest.raises(TooLongError, match=r"long \(1\.0 h\) needs 0\.3 GB on cuda:0"):
+        check(needed - gib // 2 - 1, outputs)
+    with pytest.raises(TooLongError, match=r"long \(1\.0 h\) needs 0\.1 GB on host"):
+        check(needed, outputs - 1)
