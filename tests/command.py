@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pyspk import cli
-from pyspk.pins import PICK_FIELDS
+from pyspk.candidate.segdense.pins import PICK_FIELDS
 
 PICK_KEYS = {"boundary", "batch", "math", *PICK_FIELDS, "built"}
 

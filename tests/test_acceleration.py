@@ -18,7 +18,7 @@ with warnings.catch_warnings():
     from pyspk import pyannote as pa
     from pyspk.cuda import CudaMath
     from pyspk.cuda.errors import ClosedError
-    from pyspk.engine import Engine
+    from pyspk.pyannote.engine import Engine
 
 
 def _steps(ran: list[str], failing: set[str]):
@@ -64,6 +64,10 @@ def test_a_closed_engine_refuses_with_one_clear_error():
     engine.pipeline, engine.unserved, engine.closed = object(), None, False
     engine._lock = threading.Lock()
     engine._segment = engine._embed = None
+    given_back = []
+    engine._give_back = lambda: given_back.append(True)
     engine.close()
+    engine.close()
+    assert given_back == [True]  # the streams, once
     with pytest.raises(ClosedError, match="closed"):
         engine.apply({"waveform": torch.zeros(1, 16000), "sample_rate": 16000})

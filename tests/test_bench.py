@@ -1,4 +1,4 @@
-"""`pyspk.benchmark`, the benchmark's pure parts, and tools/bench.py's dry run: the tuple
+"""`pyspk.testing.benchmark`, the benchmark's pure parts, and tools/bench.py's dry run: the tuple
 filter, the device rule's SIMT set, the summary arithmetic and the report and JSON
 rendering, on fake results (no torch, no GPU)."""
 
@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pyspk import benchmark
 from pyspk.candidate.segdense import Entry, SegdensePin, Site
 from pyspk.cuda import CudaMath, PtxTier
 from pyspk.cuda.profiles import profile
+from pyspk.testing import benchmark
 from tests.repo import load_tool
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -277,7 +277,7 @@ def test_no_gpu_cannot_record_or_check(
 def test_a_pick_the_module_lacks_is_marked_not_built(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pyspk import pins
+    from pyspk.candidate.segdense import pins
 
     shipped = pins.shipped_entries(PtxTier.SM80)
     assert shipped is not None and "spk_segdense_conv1_b32_tc" in shipped

@@ -1,4 +1,4 @@
-"""`pyspk._clustering` against pyannote.audio's clusterings and scipy, bit for bit: the
+"""`pyspk.pyannote._clustering` against pyannote.audio's clusterings and scipy, bit for bit: the
 threaded distances, the embedding filter, the assignment problems, and the agglomerative
 and VBx clusterings with pyspk's parts in place (the linkage on the host here; the GPU
 tests run it on the device). Skipped without pyannote.audio (the `pyannote` extra)."""
@@ -28,8 +28,8 @@ with warnings.catch_warnings():
     from pyannote.core import Annotation, Segment, SlidingWindow, SlidingWindowFeature
     from scipy.optimize import linear_sum_assignment
 
-from pyspk import _clustering, _steps
-from pyspk.plda import fit_plda, write_plda
+from pyspk.pyannote import _clustering, _steps
+from pyspk.pyannote.plda import fit_plda, write_plda
 
 CHUNKS = SlidingWindow(start=0.0, duration=10.0, step=1.0)
 FRAMES = SlidingWindow(start=0.0, duration=0.0619375, step=0.016875)  # segmentation-3.0's

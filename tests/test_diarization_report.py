@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from pyspk import diarization_report as report
+from pyspk.testing import diarization_report as report
 
 STEPS = {step: 0.5 for step in report.STEPS}
 

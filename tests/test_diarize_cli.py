@@ -126,9 +126,7 @@ def test_the_command_line_imports_no_torch_until_diarize_runs():
     assert done.stdout.strip().splitlines()[-1] == "False False"
 
 
-def test_a_library_that_will_not_load_is_named_not_taken_for_a_write_error(
-    capsys, monkeypatch
-):
+def test_a_library_that_will_not_load_is_named_not_taken_for_a_write_error(capsys, monkeypatch):
     """A compiled library that fails to load (an OSError, as a torchaudio built for
     another PyTorch raises) gets its own line and exit 2, not "cannot write the
     output"."""
@@ -174,10 +172,8 @@ def test_an_existing_rttm_is_refused_unless_overwrite(capsys, tmp_path):
     _one_line_error(*result, "talk.rttm exists: pass --overwrite")
 
 
-def test_whitespace_in_a_name_makes_a_valid_rttm_uri_and_collisions_are_refused(
-    capsys, tmp_path
-):
-    from pyspk.diarize import rttm_uri
+def test_whitespace_in_a_name_makes_a_valid_rttm_uri_and_collisions_are_refused(capsys, tmp_path):
+    from pyspk.cli.diarize import rttm_uri
 
     assert rttm_uri("my talk.wav") == "my_talk"
     assert rttm_uri("a\tb  c.flac") == "a_b_c"
@@ -204,7 +200,7 @@ def test_a_failing_file_is_reported_and_the_others_go_on(capsys, tmp_path, monke
     pytest.importorskip("pyannote.core")
     from pyannote.core import Annotation, Segment
 
-    from pyspk import diarize
+    from pyspk.cli import diarize
 
     class Stand:
         def to(self, device):

@@ -18,7 +18,7 @@ with warnings.catch_warnings():
     from pyannote.audio.pipelines.speaker_diarization import SpeakerDiarization
     from pyannote.core import Annotation, Segment
 
-from pyspk.engine import _label
+from pyspk.pyannote._steps import name_speakers
 
 
 def _annotation(seed: int) -> Annotation:
@@ -33,12 +33,12 @@ def _annotation(seed: int) -> Annotation:
 
 
 def test_labels_are_the_stock_names_in_the_stock_order():
-    """`_label` renames in place what pyannote renames on a copy: the same tracks,
+    """`name_speakers` renames in place what pyannote renames on a copy: the same tracks,
     labels, timelines and centroid order."""
     pipeline = SpeakerDiarization.__new__(SpeakerDiarization)
     pipeline.legacy = False
     centroids = np.arange(4 * 8, dtype=np.float64).reshape(4, 8)
-    ours = _label(pipeline, {"uri": "talk"}, _annotation(1), _annotation(2), centroids)
+    ours = name_speakers(pipeline, {"uri": "talk"}, _annotation(1), _annotation(2), centroids)
     mapping = {label: f"SPEAKER_{label:02d}" for label in range(3)}
     for mine, stock in (
         (ours.speaker_diarization, _annotation(1).rename_labels(mapping=mapping)),
@@ -98,14 +98,14 @@ def test_capture_is_thread_local_and_a_fallback_is_said(monkeypatch, fail):
     `Engine.describe` reports) and in a warning, and the forward runs eagerly."""
     import torch
 
-    from pyspk import engine
+    from pyspk.pyannote import _graphs
 
     fake = _FakeCuda(fail)
     for name in ("Stream", "current_stream", "stream", "CUDAGraph", "graph", "synchronize"):
         monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        forward = engine._Forward(
+        forward = _graphs.Forward(
             "segmentation",
             lambda x: (x * 2,),
             [(4, 3)],
@@ -130,8 +130,8 @@ def test_a_file_the_device_or_host_cannot_hold_is_refused_first(monkeypatch):
 
     import torch
 
-    from pyspk import engine
     from pyspk.errors import TooLongError
+    from pyspk.pyannote import engine
 
     gib = 2**30
     fake = types.SimpleNamespace(

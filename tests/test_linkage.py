@@ -1,4 +1,4 @@
-"""pyspk.linkage without a GPU: its arguments, and its launches against the shipped
+"""pyspk.torch.linkage without a GPU: its arguments, and its launches against the shipped
 cluster module's entries."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import re
 import numpy as np
 import pytest
 
-from pyspk import linkage
 from pyspk.cuda.manifest import KernelModule, Manifest
 from pyspk.cuda.tier import PtxTier
 from pyspk.errors import InvalidArgument
+from pyspk.torch import linkage
 
 
 @pytest.mark.parametrize("n", [2, 3, 10, 3558])

@@ -1,4 +1,4 @@
-"""`pyspk.offline`: community-1's shape built offline (VBx over a PLDA fitted to known
+"""`pyspk.pyannote.offline`: community-1's shape built offline (VBx over a PLDA fitted to known
 voices), written as a pipeline folder and loaded back by pyannote.audio as a downloaded
 community-1 is loaded; on the CPU, with the stock pipeline."""
 
@@ -20,8 +20,8 @@ with warnings.catch_warnings():
     from pyannote.audio import Pipeline
     from pyannote.audio.pipelines.clustering import VBxClustering
 
-from pyspk import offline
-from pyspk.synthetic import recording
+from pyspk.pyannote import offline
+from pyspk.testing.synthetic import recording
 
 
 @pytest.fixture(scope="module")

@@ -25,14 +25,14 @@ def test_the_version_lives_in_the_package_alone() -> None:
 
 
 def test_every_install_hint_names_the_distribution_and_its_extra() -> None:
-    """"pyspk" on the package index is another project: a hint naming it installs that."""
+    """ "pyspk" on the package index is another project: a hint naming it installs that."""
     import re
 
     assert _project()["name"] == "pyspk-diarize"
     for path in [*(ROOT / "pyspk").rglob("*.py"), ROOT / "README.md"]:
         text = path.read_text()
         assert not re.search(r"pip install ['\"]?pyspk(\[|['\"]|\s|$)", text), path
-    from pyspk.diarize import INSTALL_HINT
+    from pyspk.cli.diarize import INSTALL_HINT
 
     assert INSTALL_HINT == "pip install 'pyspk-diarize[diarize]'"
     assert "diarize" in _project()["optional-dependencies"]

@@ -1,5 +1,5 @@
-"""The pins module (`pyspk.pins`): JSON records, their diff, the short cells and the
-all-profiles table."""
+"""The pins module (`pyspk.candidate.segdense.pins`): JSON records, their diff, the short
+cells and the all-profiles table."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from pyspk.candidate.segdense.pins import diff, pick_table, profiles_table, short_cell, to_json
 from pyspk.cuda.profiles import PROFILES
 from pyspk.cuda.tier import PtxTier
-from pyspk.pins import diff, pick_table, profiles_table, short_cell, to_json
 
 pytestmark = pytest.mark.usefixtures("no_forced_tier")
 

@@ -1,4 +1,4 @@
-"""`pyspk.plda`: a PLDA fitted to labelled embeddings, written as pyannote's two npz
+"""`pyspk.pyannote.plda`: a PLDA fitted to labelled embeddings, written as pyannote's two npz
 files and read back through pyannote's own `PLDA`."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pyspk.cuda.errors import InvalidArgument
-from pyspk.plda import PLDA_FILE, TRANSFORM_FILE, fit_plda, write_plda
+from pyspk.pyannote.plda import PLDA_FILE, TRANSFORM_FILE, fit_plda, write_plda
 from tests.optional import importorskip
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
+from pyspk.candidate.segdense.pins import TUPLES, pick_table
 from pyspk.cuda.device import DeviceAttributes
 from pyspk.cuda.math import CudaMath
 from pyspk.cuda.profiles import PROFILES, profile, profile_key
 from pyspk.cuda.tier import ComputeCapability, PtxTier, loadable_tier
-from pyspk.pins import TUPLES, pick_table
 
 KIB = 1024
 

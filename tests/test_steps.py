@@ -1,4 +1,4 @@
-"""`pyspk._steps` against pyannote.audio's own steps, bit for bit, on random binary
+"""`pyspk.pyannote._steps` against pyannote.audio's own steps, bit for bit, on random binary
 segmentations and soft scores. Skipped without pyannote.audio (the `pyannote` extra)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ with warnings.catch_warnings():
     from pyannote.audio.utils.signal import Binarize
     from pyannote.core import SlidingWindow, SlidingWindowFeature
 
-from pyspk import _steps
+from pyspk.pyannote import _steps
 
 CHUNKS = SlidingWindow(start=0.0, duration=10.0, step=1.0)
 FRAMES = SlidingWindow(start=0.0, duration=0.0619375, step=0.016875)  # segmentation-3.0's

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pyspk.synthetic import recording
+from pyspk.testing.synthetic import recording
 
 
 @pytest.fixture(scope="module")

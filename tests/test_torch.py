@@ -46,7 +46,7 @@ def test_a_module_off_the_gpu_is_refused_with_the_fix() -> None:
 
 
 def test_a_planned_trunk_takes_one_or_two_streams_on_a_cuda_model() -> None:
-    from pyspk.resnet import PlannedTrunk
+    from pyspk.torch.resnet import PlannedTrunk
 
     class Trunk(torch.nn.Conv2d):
         def forward_frames(self, fbank):

@@ -146,7 +146,7 @@ def test_the_float64_trunk_is_the_models() -> None:
     importorskip("pyannote.audio", reason="pyannote.audio is missing (pyannote extra)")
     from pyannote.audio.models.embedding.wespeaker.resnet import ResNet34
 
-    from pyspk.resnet import trunk_weights
+    from pyspk.torch.resnet import trunk_weights
 
     torch.manual_seed(0)
     resnet = ResNet34(80, 256).eval()

@@ -18,7 +18,7 @@ with warnings.catch_warnings():
     torch = pytest.importorskip("torch")
     importorskip("pyannote.audio", reason="pyannote.audio is missing (pyannote extra)")
 
-from pyspk.diarize import DiarizeError, check_pipeline_folder, load_checkpoint
+from pyspk.cli.diarize import DiarizeError, check_pipeline_folder, load_checkpoint
 
 
 @pytest.fixture
@@ -84,9 +84,9 @@ def test_load_checkpoint_refuses_unless_trusted(trap, tmp_path):
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    """community-1's shape written by pyspk.offline: a folder that passes the check."""
-    from pyspk import offline
-    from pyspk.plda import fit_plda, write_plda
+    """community-1's shape written by pyspk.pyannote.offline: a folder that passes the check."""
+    from pyspk.pyannote import offline
+    from pyspk.pyannote.plda import fit_plda, write_plda
 
     root = tmp_path_factory.mktemp("pipeline")
     rng = __import__("numpy").random.default_rng(0)

@@ -19,7 +19,7 @@ incomplete until the last). `--compiled` adds a third arm, the library function 
 `torch.compile(mode="max-autotune-no-cudagraphs")` compiled per tuple (minutes of
 autotuning in all; `--compile-only` runs, one per part of the tuples and side by side,
 fill TorchInductor's caches first), and names the files <device>-bench-compiled.*. The
-pure parts (tuple filter, summary, rendering) are `pyspk.benchmark`, importable without
+pure parts (tuple filter, summary, rendering) are `pyspk.testing.benchmark`, importable without
 torch or a GPU and covered by tests/test_bench.py; this file keeps the runner.
 """
 
@@ -39,7 +39,13 @@ from pathlib import Path
 from typing import Any
 
 from pyspk import testing
-from pyspk.benchmark import (
+from pyspk.candidate.segdense.pins import device_json
+from pyspk.candidate.segdense.selection import Entry, SegdensePin, Site
+from pyspk.cuda.device import DeviceAttributes
+from pyspk.cuda.errors import KernelMissingError
+from pyspk.cuda.profiles import profile, profile_key
+from pyspk.cuda.tier import PtxTier, loadable_tier
+from pyspk.testing.benchmark import (
     ERROR,
     NOT_BUILT,
     Case,
@@ -58,12 +64,6 @@ from pyspk.benchmark import (
     summary_lines,
     write_outputs,
 )
-from pyspk.candidate.segdense.selection import Entry, SegdensePin, Site
-from pyspk.cuda.device import DeviceAttributes
-from pyspk.cuda.errors import KernelMissingError
-from pyspk.cuda.profiles import profile, profile_key
-from pyspk.cuda.tier import PtxTier, loadable_tier
-from pyspk.pins import device_json
 
 ROOT = Path(__file__).resolve().parents[1]
 

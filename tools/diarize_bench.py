@@ -6,7 +6,7 @@ and in TF32 math, for both pipeline shapes users run.
         [--math fp32 tf32] [--shapes agglomerative community-1] [--seed 0]
 
 The models are pyannote.audio 4's segmentation-3.0 PyanNet and WeSpeaker ResNet34 with
-random weights, built offline (`pyspk.offline`), the PyanNet's classifier fitted to one
+random weights, built offline (`pyspk.pyannote.offline`), the PyanNet's classifier fitted to one
 synthetic recording. The shapes:
 - agglomerative: `offline_pipeline` (centroid linkage, threshold 0.7, min cluster 12);
 - community-1: VBx clustering over a PLDA fitted to the embeddings of 16 other voices,
@@ -150,8 +150,8 @@ def _pipelines(args: argparse.Namespace, folder: Path, device: Any) -> dict[str,
     from there."""
     from pyannote.audio import Pipeline
 
-    from pyspk import offline
-    from pyspk.synthetic import recording
+    from pyspk.pyannote import offline
+    from pyspk.testing.synthetic import recording
 
     fit = recording(400, seed=args.fit_seed)
     segmentation = offline.segmentation_3_0(seed=0, fit_to=fit, device=device)
@@ -181,10 +181,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import pyspk
     import pyspk.pyannote as pa
-    from pyspk import diarization_report as report
-    from pyspk.benchmark import device_slug
     from pyspk.cuda import CudaMath
-    from pyspk.synthetic import recording
+    from pyspk.testing import diarization_report as report
+    from pyspk.testing.benchmark import device_slug
+    from pyspk.testing.synthetic import recording
     from pyspk.torch import library_math
 
     device = torch.device("cuda")
@@ -349,13 +349,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{np.__version__}; Python {platform.python_version()}"
         ),
         "models": "random-weight segmentation-3.0 PyanNet (seed 0, classifier fitted to "
-        f"`pyspk.synthetic.recording(400, seed={args.fit_seed})`) and WeSpeaker ResNet34 "
+        f"`pyspk.testing.synthetic.recording(400, seed={args.fit_seed})`) and WeSpeaker ResNet34 "
         "(seed 1), built offline. Shapes: agglomerative (centroid, threshold 0.7, min "
         "cluster size 12); community-1 (VBx, threshold 0.6, Fa 0.07, Fb 0.8, constrained "
         "assignment, overlap left out of the embeddings; its PLDA fitted to the embeddings "
         f"of `recording(1200, seed={args.plda_seed}, speakers=16)`, written as a pipeline "
         "folder and loaded with `Pipeline.from_pretrained`)",
-        "audio": f"`pyspk.synthetic.recording(seconds, seed={args.seed})`, 16 kHz mono, in "
+        "audio": f"`pyspk.testing.synthetic.recording(seconds, seed={args.seed})`, 16 kHz mono, in "
         "memory: 4 voices heard by neither calibration",
         "stock": "pyannote.audio's `SpeakerDiarization` as it is (batch 32 for both "
         "models; it switches TF32 off for every run, so its TF32 runs are FP32 runs)",

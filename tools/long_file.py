@@ -75,8 +75,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     warnings.simplefilter("ignore")
     import pyspk.pyannote as pa
-    from pyspk.benchmark import device_slug
-    from pyspk.synthetic import recording
+    from pyspk.testing.benchmark import device_slug
+    from pyspk.testing.synthetic import recording
     from tools.diarize_bench import _pipelines
 
     device = torch.device("cuda")

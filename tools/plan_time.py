@@ -29,10 +29,10 @@ def main() -> int:
 
     import numpy as np
 
-    from pyspk.benchmark import device_slug
     from pyspk.candidate.segdense import BATCHES, Area, Site, producer
     from pyspk.cuda import CudaMath, CudaRuntime
     from pyspk.testing import operands, run_eager
+    from pyspk.testing.benchmark import device_slug
 
     device_pack, on_host = producer.gather_map, producer.packs_on_host
     rows = []

@@ -381,9 +381,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         import pyspk.pyannote as pa
         import pyspk.torch as ptorch
-    from pyspk.benchmark import device_slug
     from pyspk.cuda import CudaMath
     from pyspk.testing import library_math
+    from pyspk.testing.benchmark import device_slug
 
     warnings.simplefilter("ignore")  # pyannote's and torchcodec's notices
     timer = Timer(torch, args.rounds)

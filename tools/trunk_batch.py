@@ -19,7 +19,7 @@ def main() -> None:
 
     import pyspk.pyannote as pa
     from pyspk.cuda import CudaMath
-    from pyspk.fbank import Fbank
+    from pyspk.pyannote.fbank import Fbank
     from pyspk.testing import torch_graph
     from pyspk.torch import library_math
 

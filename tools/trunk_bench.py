@@ -65,9 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     from pyspk import reference
     from pyspk.candidate.trunk import TRUNK_BATCH, trunk_macs
     from pyspk.cuda import CudaMath
-    from pyspk.resnet import PlannedTrunk, trunk_weights
     from pyspk.testing import torch_graph
     from pyspk.torch import library_math
+    from pyspk.torch.resnet import PlannedTrunk, trunk_weights
 
     torch.manual_seed(0)
     model = pa.wespeaker_resnet34(seed=1).cuda()

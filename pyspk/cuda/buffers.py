@@ -175,13 +175,7 @@ def buffer_interface(
             f"is a {type(obj).__name__}, not a DeviceBuffer or an object with "
             "__cuda_array_interface__ (a CUDA tensor or array)",
         )
-    typestr = cai.get("typestr")
-    try:
-        dtype = np.dtype(typestr)
-    except (TypeError, ValueError):
-        dtype = None
-    if dtype != FLOAT32:
-        raise BufferLayoutError(context, buffer, f"has typestr {typestr!r}, expected float32")
+    _check_float32(cai.get("typestr"), context, buffer)
     try:
         shape = tuple(int(extent) for extent in cai["shape"])
         ptr = int(cai["data"][0])
@@ -208,20 +202,32 @@ def buffer_interface(
     if expected_len is not None:
         check_len(context, expected_len, count, buffer)
     if ptr != 0 and count > 0:
-        try:
-            found = driver.pointer_device_ordinal(ptr)
-        except DriverError as error:
-            raise BufferLayoutError(
-                context,
-                buffer,
-                f"address {ptr:#x} is not CUDA device memory ({error.result_name})",
-            ) from error
-        if found != ordinal:
-            raise BufferLayoutError(
-                context, buffer, f"lives on device {found}, expected device {ordinal}"
-            )
+        _check_device_memory(ptr, context, buffer, ordinal)
     stream = cai.get("stream")
     return ptr, count, (int(stream) if stream is not None else None)
+
+
+def _check_float32(typestr: object, context: str, buffer: str) -> None:
+    try:
+        dtype = np.dtype(typestr)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        dtype = None
+    if dtype != FLOAT32:
+        raise BufferLayoutError(context, buffer, f"has typestr {typestr!r}, expected float32")
+
+
+def _check_device_memory(ptr: int, context: str, buffer: str, ordinal: int) -> None:
+    """`ptr` is device memory of device `ordinal`, as the driver says."""
+    try:
+        found = driver.pointer_device_ordinal(ptr)
+    except DriverError as error:
+        raise BufferLayoutError(
+            context, buffer, f"address {ptr:#x} is not CUDA device memory ({error.result_name})"
+        ) from error
+    if found != ordinal:
+        raise BufferLayoutError(
+            context, buffer, f"lives on device {found}, expected device {ordinal}"
+        )
 
 
 def producer_stream(obj: object, context: str, buffer: str, ordinal: int) -> int | None:

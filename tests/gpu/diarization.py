@@ -7,8 +7,8 @@ from typing import Any
 
 
 def synthetic_file(torch: Any, seconds: float, seed: int) -> dict:
-    """`pyspk.synthetic.recording(seconds, seed)` as an in-memory pyannote file."""
-    from pyspk.synthetic import recording
+    """`pyspk.testing.synthetic.recording(seconds, seed)` as an in-memory pyannote file."""
+    from pyspk.testing.synthetic import recording
 
     made = recording(seconds, seed=seed)
     return {"waveform": torch.from_numpy(made.waveform)[None], "sample_rate": 16000, "uri": "t"}

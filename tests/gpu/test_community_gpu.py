@@ -26,8 +26,8 @@ SECONDS = 300.0
 
 @pytest.fixture(scope="module")
 def folder(torch, pyannote, tmp_path_factory):
-    from pyspk import offline
-    from pyspk.synthetic import recording
+    from pyspk.pyannote import offline
+    from pyspk.testing.synthetic import recording
 
     workspace = tmp_path_factory.mktemp("community")
     segmentation = offline.segmentation_3_0(seed=0, fit_to=recording(200, seed=11), device="cuda")
@@ -80,7 +80,7 @@ def test_vbx_with_the_device_linkage_is_pyannotes(torch, pipeline, tied):
     distances): the same outputs as pyannote's own clustering."""
     from pyannote.core import SlidingWindow, SlidingWindowFeature
 
-    from pyspk import _clustering
+    from pyspk.pyannote import _clustering
 
     rng = np.random.default_rng(30 + tied)
     chunks = 1000
@@ -115,7 +115,7 @@ def test_diarize_with_a_pipeline_folder_writes_the_stock_rttm(
 ):
     soundfile = pytest.importorskip("soundfile")
     from pyspk.cli import main
-    from pyspk.synthetic import recording
+    from pyspk.testing.synthetic import recording
 
     soundfile.write(tmp_path / "talk.wav", recording(200, seed=6).waveform, 16000)
     written = {}

@@ -19,7 +19,7 @@ RATE = 16000
 
 
 def _speech(seconds: float, seed: int = 31) -> np.ndarray:
-    from pyspk.synthetic import recording
+    from pyspk.testing.synthetic import recording
 
     return recording(max(seconds, 1.0), seed=seed).waveform[: round(seconds * RATE)]
 
@@ -83,7 +83,7 @@ def _outcome(pipeline, file: dict) -> tuple[str, object]:
 
 @pytest.fixture(scope="module")
 def pipeline(torch, pyannote):
-    from pyspk.synthetic import recording
+    from pyspk.testing.synthetic import recording
 
     segmentation = pyannote.segmentation_3_0(seed=0, fit_to=recording(200, seed=11), device="cuda")
     built = pyannote.offline_pipeline(segmentation, pyannote.wespeaker_resnet34(seed=1))

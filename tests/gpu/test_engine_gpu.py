@@ -1,4 +1,4 @@
-"""The diarization engine (`pyspk.engine`, behind `accelerate_pipeline`) on the GPU, on a
+"""The diarization engine (`pyspk.pyannote.engine`, behind `accelerate_pipeline`) on the GPU, on a
 synthetic conversation and random-weight models (the PyanNet's classifier fitted to
 another synthetic recording, so that its output follows the voices):
 
@@ -35,7 +35,7 @@ SECONDS = 150.0
 
 @pytest.fixture(scope="module")
 def pipeline(torch, pyannote):
-    from pyspk.synthetic import recording
+    from pyspk.testing.synthetic import recording
 
     segmentation = pyannote.segmentation_3_0(seed=0, fit_to=recording(200, seed=11), device="cuda")
     built = pyannote.offline_pipeline(segmentation, pyannote.wespeaker_resnet34(seed=1))
@@ -48,7 +48,7 @@ def audio(torch):
 
 
 def test_fbank_gives_wespeaker_bits_eagerly_and_replayed(torch, pyannote):
-    from pyspk.fbank import Fbank
+    from pyspk.pyannote.fbank import Fbank
 
     model = pyannote.wespeaker_resnet34(seed=1).cuda()
     generator = torch.Generator(device="cuda").manual_seed(3)
@@ -202,7 +202,7 @@ def test_diarize_writes_rttm_files(torch, pyannote, tmp_path, capsys):
     from pyannote.audio.core.task import Problem, Resolution, Specifications
 
     from pyspk.cli import main
-    from pyspk.synthetic import recording
+    from pyspk.testing.synthetic import recording
 
     def save(model, path):
         checkpoint = {
@@ -307,7 +307,7 @@ def test_a_dropped_acceleration_lasts_as_long_as_its_pipeline(torch, pyannote):
     """The rule for an acceleration dropped without `undo()`: the pipeline keeps it (the
     pipeline holds the plans and the engine), and the plans' memory goes with the
     pipeline."""
-    from pyspk.synthetic import recording
+    from pyspk.testing.synthetic import recording
 
     file = synthetic_file(torch, 30.0, 25)
     before = _free_device_memory(torch)

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from pyspk.linkage import STATE_BYTES_PER_CLUSTER, device_linkage, device_pdist
+from pyspk.torch.linkage import STATE_BYTES_PER_CLUSTER, device_linkage, device_pdist
 from tests.optional import importorskip
 
 pytestmark = pytest.mark.gpu
@@ -128,8 +128,8 @@ def test_device_pdist_carries_nan_and_infinity_as_scipy(scipy) -> None:
 def test_the_engines_linkage_is_scipys(torch, scipy) -> None:
     """`_clustering.linkage_on(device)` as pyannote calls it: observations in, the matrix of
     scipy's linkage out, through the device above DEVICE_LINKAGE_MIN_POINTS."""
-    importorskip("pyannote.audio", reason="pyspk._clustering needs pyannote.audio")
-    from pyspk import _clustering
+    importorskip("pyannote.audio", reason="pyspk.pyannote._clustering needs pyannote.audio")
+    from pyspk.pyannote import _clustering
 
     points = unit_rows(_clustering.DEVICE_LINKAGE_MIN_POINTS + 100, 256, seed=6)
     linkage = _clustering.linkage_on(torch.device("cuda", 0))
@@ -158,7 +158,7 @@ def test_threads_at_once_each_get_scipys_matrix(scipy) -> None:
 _SANITIZED = """
 import sys
 import numpy as np
-from pyspk.linkage import device_linkage, device_pdist
+from pyspk.torch.linkage import device_linkage, device_pdist
 for count in map(int, sys.argv[1:]):
     points = np.random.default_rng(count).standard_normal((count, 16))
     assert device_linkage(device_pdist(points), "centroid") is not None

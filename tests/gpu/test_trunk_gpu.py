@@ -311,8 +311,8 @@ def test_planned_trunk_on_two_streams_has_the_bits_of_one(pyannote, torch, math)
     """Pieces of 16 chunks alternating between two plans and streams (the default) give
     every chunk the bits of pieces of 32 on one plan, eagerly and replayed from a graph:
     a chunk's sums never depend on the other chunks of its launch."""
-    from pyspk.resnet import PlannedTrunk
     from pyspk.testing import torch_graph
+    from pyspk.torch.resnet import PlannedTrunk
 
     resnet = pyannote.wespeaker_resnet34(seed=1).cuda().resnet
     fbank = torch.randn(40, 998, 80, device="cuda")  # pieces of 16, 16 and 8

@@ -17,12 +17,12 @@ import attrs
 from pyspk.candidate.errors import PlanError
 from pyspk.candidate.framework import Fp16Policy
 from pyspk.candidate.segdense import Area, Entry, Products, Reduction, SegdensePin, Site
+from pyspk.candidate.segdense.pins import TUPLES
 from pyspk.cuda.device import DeviceAttributes
 from pyspk.cuda.errors import InvalidArgument
 from pyspk.cuda.math import CudaMath
 from pyspk.cuda.profiles import profile_key
 from pyspk.cuda.tier import PtxTier
-from pyspk.pins import TUPLES
 
 MEASURED = "measured"
 NOT_BUILT = "not built"

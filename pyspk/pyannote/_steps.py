@@ -13,7 +13,8 @@ Needs numpy and pyannote.core; no torch.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pyannote.core import Annotation, Segment, SlidingWindow, SlidingWindowFeature
@@ -21,11 +22,15 @@ from pyannote.core import segment as core_segment
 from pyannote.core.utils.generators import string_generator
 from sortedcontainers import SortedDict
 
+if TYPE_CHECKING:
+    from pyannote.audio.pipelines.speaker_diarization import DiarizeOutput
+
 __all__ = [
     "aggregate",
     "binarize",
     "frame_middles",
     "labels_of",
+    "name_speakers",
     "reconstruct",
     "reconstruct_each",
     "speaker_count",
@@ -378,3 +383,38 @@ def to_annotation(
         min_duration_off=min_duration_off,
         uri=uri,
     )
+
+
+def name_speakers(
+    pipeline: Any,
+    file: Mapping,
+    diarization: Annotation,
+    exclusive_diarization: Annotation,
+    centroids: np.ndarray | None,
+) -> DiarizeOutput | Annotation:
+    """The stock `SpeakerDiarization.apply`'s last part: speaker names and the centroids
+    in their order. Both annotations are the caller's own: they are renamed in place (a
+    copy, pyannote's default, rebuilds every track), and their labels are read from the
+    tracks (`labels_of`): the label timelines are left for `Annotation` to build when
+    asked, as it builds them."""
+    if file.get("annotation"):
+        _, mapping = pipeline.optimal_mapping(file["annotation"], diarization, return_mapping=True)
+        mapping = {key: mapping.get(key, key) for key in labels_of(diarization)}
+    else:
+        mapping = dict(zip(labels_of(diarization), pipeline.classes(), strict=False))
+    diarization = diarization.rename_labels(mapping=mapping, copy=False)
+    exclusive_diarization = exclusive_diarization.rename_labels(mapping=mapping, copy=False)
+    if centroids is not None:  # None from oracle clustering
+        labels = labels_of(diarization)
+        if len(labels) > centroids.shape[0]:
+            centroids = np.pad(centroids, ((0, len(labels) - centroids.shape[0]), (0, 0)))
+        inverse_mapping = {label: index for index, label in mapping.items()}
+        centroids = centroids[[inverse_mapping[label] for label in labels]]
+    from pyannote.audio.pipelines.speaker_diarization import DiarizeOutput
+
+    output = DiarizeOutput(
+        speaker_diarization=diarization,
+        exclusive_speaker_diarization=exclusive_diarization,
+        speaker_embeddings=centroids,
+    )
+    return output.speaker_diarization if pipeline.legacy else output

@@ -19,8 +19,8 @@ from pyannote.audio.models.segmentation import PyanNet
 from torch import nn
 
 from pyspk.cuda.errors import InvalidArgument
-from pyspk.plda import fit_plda, write_plda
-from pyspk.synthetic import Recording
+from pyspk.pyannote.plda import fit_plda, write_plda
+from pyspk.testing.synthetic import Recording
 
 __all__ = [
     "COMMUNITY_1_OPTIONS",
@@ -48,6 +48,7 @@ COMMUNITY_1_PARAMETERS: dict[str, Any] = {
     "segmentation": {"min_duration_off": 0.0},
 }
 """community-1's instantiated hyper-parameters: VBx's AHC threshold, Fa and Fb."""
+
 
 def segmentation_3_0(
     seed: int | None = None,
@@ -223,9 +224,7 @@ def fit_community_plda(
     return write_plda(directory, *fit_plda(embeddings, voices))
 
 
-def community_1_pipeline(
-    segmentation: PyanNet, embedding: BaseWeSpeakerResNet, plda: Any
-) -> Any:
+def community_1_pipeline(segmentation: PyanNet, embedding: BaseWeSpeakerResNet, plda: Any) -> Any:
     """A `SpeakerDiarization` in community-1's shape over these models: VBx clustering
     over `plda` (a pyannote `PLDA`, or a folder holding its two npz files), constrained
     assignment, overlap left out of the embeddings, batch 32, and community-1's
@@ -259,7 +258,7 @@ def write_pipeline(
     import pyannote.audio
     import yaml
 
-    from pyspk.plda import PLDA_FILE, TRANSFORM_FILE
+    from pyspk.pyannote.plda import PLDA_FILE, TRANSFORM_FILE
 
     folder = Path(directory)
     for name, model in (("segmentation", segmentation), ("embedding", embedding)):

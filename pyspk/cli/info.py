@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 
 from pyspk import __version__
+from pyspk.candidate.segdense.pins import pick_table
 from pyspk.cuda.errors import CudaError
 from pyspk.cuda.manifest import FORCE_PTX_JIT_ENV, KernelModule, Manifest, choose_artifact
 from pyspk.cuda.tier import PtxTier, loadable_tier
-from pyspk.pins import pick_table
 
 DIARIZE_STACK = ("torch", "torchaudio", "pyannote.audio", "soundfile")
 """The packages `pyspk diarize` needs beside pyspk's own, whose versions `info` shows."""

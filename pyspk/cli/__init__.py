@@ -5,7 +5,7 @@
 on given attributes (`--capability 8.9 --sms 34`); with no GPU answering and none named,
 it prints the picks of every known profile side by side. `--write`/`--check` record the
 picks as JSON and compare a later rule with the record. `pyspk info` prints versions and
-what each GPU would load; `pyspk diarize` diarizes audio files (`pyspk.diarize`)."""
+what each GPU would load; `pyspk diarize` diarizes audio files (`pyspk.cli.diarize`)."""
 
 from __future__ import annotations
 
@@ -18,15 +18,23 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from pyspk import __version__
-from pyspk._arguments import positive_int
 from pyspk.candidate.framework import Fp16Policy
 from pyspk.candidate.segdense import BATCHES
+from pyspk.candidate.segdense.pins import (
+    TUPLES,
+    Pick,
+    diff,
+    pick_table,
+    profiles_table,
+    render_picks,
+    to_json,
+)
+from pyspk.cli._arguments import positive_int
 from pyspk.cuda.device import DeviceAttributes
 from pyspk.cuda.errors import CudaError
 from pyspk.cuda.manifest import force_ptx_from_env
 from pyspk.cuda.profiles import PROFILES, SHARED_OPTIN_BY_CAPABILITY, profile, profile_key
 from pyspk.cuda.tier import SHIPPED_TIERS, ComputeCapability, PtxTier, loadable_tier
-from pyspk.pins import TUPLES, Pick, diff, pick_table, profiles_table, render_picks, to_json
 
 PROG = "pyspk"
 
@@ -144,14 +152,14 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
     info.set_defaults(run=_run_info, tier=None)
 
-    from pyspk import diarize  # its heavy imports wait until it runs
+    from pyspk.cli import diarize  # its heavy imports wait until it runs
 
     diarize.add_parser(commands)
     return parser
 
 
 def _run_info(args: argparse.Namespace) -> int:
-    from pyspk import info
+    from pyspk.cli import info
 
     forced, _ = _forced_tier(args)
     report = info.collect(forced, force_ptx_from_env())

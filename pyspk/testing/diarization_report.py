@@ -30,7 +30,7 @@ CLUSTERINGS = ("agglomerative", "vbx")
 """The pipelines' shapes: agglomerative clustering, or community-1's VBx."""
 
 CLUSTERING_STEPS = ("filter", "linkage", "plda", "vbx", "assignment")
-"""The parts of the clustering step an accelerated run times (`pyspk.engine.RunReport`);
+"""The parts of the clustering step an accelerated run times (`pyspk.pyannote.engine.RunReport`);
 the agglomerative shape has no "plda" or "vbx"."""
 
 RUN_FIELDS: dict[str, type | tuple[type, ...]] = {

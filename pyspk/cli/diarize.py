@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pyspk._arguments import positive_int
+from pyspk.cli._arguments import positive_int
 
 __all__ = ["DEMO_SECONDS", "DiarizeError", "add_parser", "run"]
 
@@ -233,8 +233,7 @@ def _import_stack() -> tuple[Any, Any]:
             import pyspk.pyannote as pa
     except ImportError as error:
         raise DiarizeError(
-            f"{error}: pyspk diarize needs PyTorch, pyannote.audio and soundfile "
-            f"({INSTALL_HINT})"
+            f"{error}: pyspk diarize needs PyTorch, pyannote.audio and soundfile ({INSTALL_HINT})"
         ) from None
     except OSError as error:  # a compiled library that will not load
         raise DiarizeError(
@@ -505,7 +504,7 @@ def _write_rttm(annotation: Any, folder: Path | None, uri: str) -> None:
 def _demo(args: argparse.Namespace) -> int:
     torch, pa = _import_stack()
     device = _cuda(torch, args.device)
-    from pyspk.synthetic import recording
+    from pyspk.testing.synthetic import recording
 
     print(
         f"building random-weight models and a {args.seconds:g} s synthetic recording",

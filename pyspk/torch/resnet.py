@@ -40,7 +40,7 @@ from pyspk.torch import shared_runtime, tensor_state
 
 __all__ = ["PlannedTrunk", "trunk_weights"]
 
-CONTEXT = "pyspk.resnet"
+CONTEXT = "pyspk.torch.resnet"
 
 
 def _norm(module: nn.Module) -> BatchNorm:

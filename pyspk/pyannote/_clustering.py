@@ -1,6 +1,6 @@
 """pyannote.audio's clustering steps with pyspk's parts in them, each with pyannote's
 result to the bit: the pairwise distances and the centroid linkage on the GPU
-(`pyspk.linkage`; on the host, the distances on several threads), the embedding filter
+(`pyspk.torch.linkage`; on the host, the distances on several threads), the embedding filter
 on booleans, and the constrained assignment of every chunk solved at once.
 
 `cluster` runs a pipeline's clustering: for `AgglomerativeClustering` and
@@ -73,7 +73,7 @@ def linkage_on(device: Any = None) -> Callable[..., np.ndarray]:
     """`scipy.cluster.hierarchy.linkage` of observations with scipy's dendrogram to the
     bit, or scipy's own error: the centroid and median methods on the CUDA `device`
     where one is given and there are enough observations (the distances and the merges
-    both there, `pyspk.linkage`), else the Euclidean distances from `pdist_euclidean`
+    both there, `pyspk.torch.linkage`), else the Euclidean distances from `pdist_euclidean`
     (the same condensed matrix) and scipy's linkage of them."""
 
     def linkage(y: np.ndarray, method: str = "single", metric: str = "euclidean", **kwargs: Any):
@@ -82,7 +82,7 @@ def linkage_on(device: Any = None) -> Callable[..., np.ndarray]:
         if metric != "euclidean" or np.ndim(y) != 2 or kwargs:
             return scipy_linkage(y, method=method, metric=metric, **kwargs)
         if device is not None and _on_device(method, len(y)):
-            from pyspk.linkage import device_linkage, device_pdist
+            from pyspk.torch.linkage import device_linkage, device_pdist
 
             # None for distances scipy refuses, or NaN where the kernel steps aside
             distances = device_pdist(np.asarray(y, dtype=np.float64), device)
@@ -111,7 +111,7 @@ def check_host_distances(count: int) -> None:
 
 
 def _on_device(method: str, count: int) -> bool:
-    from pyspk.linkage import MAX_POINTS, METHODS
+    from pyspk.torch.linkage import MAX_POINTS, METHODS
 
     return method in METHODS and DEVICE_LINKAGE_MIN_POINTS <= count <= MAX_POINTS
 

@@ -8,7 +8,7 @@ InstanceNorm without running statistics that follow cancel it), `linear[0]` and
 `linear[1]` with the LeakyReLU that `PyanNet.forward` applies after them, and
 `classifier` with its LogSoftmax activation; WeSpeaker's `resnet.seg_1`, and its
 ResNet34 trunk: `resnet.forward_frames` (and `resnet.forward`, which runs the same
-layers) on a `pyspk.resnet.PlannedTrunk` (recorded as "resnet.trunk"; below the sm80
+layers) on a `pyspk.torch.resnet.PlannedTrunk` (recorded as "resnet.trunk"; below the sm80
 tier it is skipped). A PyanNet's `forward` is replaced by one that leaves out the
 activations the plans fuse. Shapes no plan serves take each module's library path.
 `Acceleration.undo()` puts every original module and method back.
@@ -41,9 +41,9 @@ from torch import nn
 from pyspk.candidate import DenseSite, SegConvSite
 from pyspk.cuda import CudaMath
 from pyspk.cuda.errors import InvalidArgument
-from pyspk.engine import EMBEDDING_BATCH, SEGMENTATION_BATCH, Engine
 from pyspk.errors import PlanError
-from pyspk.offline import (  # the offline models, also under this module's name
+from pyspk.pyannote.engine import EMBEDDING_BATCH, SEGMENTATION_BATCH, Engine
+from pyspk.pyannote.offline import (  # the offline models, also under this module's name
     COMMUNITY_1_PARAMETERS,
     community_1_pipeline,
     embed_chunks,
@@ -54,8 +54,8 @@ from pyspk.offline import (  # the offline models, also under this module's name
     wespeaker_resnet34,
     write_pipeline,
 )
-from pyspk.resnet import PlannedTrunk
 from pyspk.torch import PlannedConv1d, PlannedDense, planned_modules
+from pyspk.torch.resnet import PlannedTrunk
 
 __all__ = [
     "CHUNK_BATCH",
@@ -375,7 +375,7 @@ def embed_once_per_chunk(pipeline: Any, batch_size: int = CHUNK_BATCH) -> ChunkE
 
 class PipelineAcceleration:
     """A `SpeakerDiarization` pipeline on pyspk: both models on plans, `get_embeddings`
-    on the once-per-chunk path, and `apply` on the `pyspk.engine.Engine` (`engine`);
+    on the once-per-chunk path, and `apply` on the `pyspk.pyannote.engine.Engine` (`engine`);
     `undo()` (or leaving a `with` block) restores all of them."""
 
     def __init__(
@@ -441,7 +441,7 @@ def accelerate_pipeline(
     segmentation_plans: bool | None = None,
 ) -> PipelineAcceleration:
     """Puts `pipeline` (a pyannote `SpeakerDiarization` already on its CUDA device) on
-    pyspk: its `apply` on the diarization engine (`pyspk.engine`: `segmentation_batch`
+    pyspk: its `apply` on the diarization engine (`pyspk.pyannote.engine`: `segmentation_batch`
     chunks per segmentation forward, forwards replayed from CUDA graphs unless
     `graphs=False`, segmentation and embedding on two streams unless `overlap=False`),
     the embedding model on plans, `embed_once_per_chunk` on `get_embeddings`

@@ -19,9 +19,9 @@ result:
   WeSpeaker's fbank is replaced by `Fbank`, the same operations with its constants
   made once on the device, which a graph can hold.
 - The host counts speakers while the GPU still embeds, and the steps after the models
-  run as whole-array numpy (`pyspk._steps`), with pyannote's results to the bit. The
+  run as whole-array numpy (`pyspk.pyannote._steps`), with pyannote's results to the bit. The
   clustering, agglomerative or VBx (community-1's), runs pyannote's own code with
-  pyspk's parts (`pyspk._clustering`): the centroid linkage on the GPU, the embedding
+  pyspk's parts (`pyspk.pyannote._clustering`): the centroid linkage on the GPU, the embedding
   filter and the constrained assignment of all chunks at once.
 - In TF32 math the library's own convolutions, LSTM and matrix products run in TF32
   too, within the engine's calls only (pyannote.audio switches TF32 off globally for
@@ -51,11 +51,12 @@ from pyannote.audio.pipelines.speaker_diarization import DiarizeOutput
 from pyannote.audio.pipelines.utils.diarization import set_num_speakers
 from pyannote.core import Annotation, SlidingWindow, SlidingWindowFeature
 
-from pyspk import _clustering, _steps
 from pyspk.cuda import CudaMath
 from pyspk.cuda.errors import ClosedError, InvalidArgument
 from pyspk.errors import TooLongError, available_host_memory
-from pyspk.fbank import Fbank
+from pyspk.pyannote import _chunks, _clustering, _steps
+from pyspk.pyannote._graphs import STREAMS, Forward
+from pyspk.pyannote.fbank import Fbank
 from pyspk.torch import library_math
 
 __all__ = ["EMBEDDING_BATCH", "SEGMENTATION_BATCH", "Engine", "RunReport"]
@@ -67,98 +68,6 @@ Python code")."""
 
 EMBEDDING_BATCH = 32
 """Chunks per embedding forward: 96 (chunk, speaker) rows, pyspk's seg_1 plan."""
-
-
-class _StreamPool:
-    """Streams engines take and give back, per device. A stream that runs library matrix
-    products keeps a cuBLAS workspace for as long as the process lives, which
-    `torch.cuda.empty_cache()` does not release: an engine per accelerate/undo cycle on
-    new streams would leave one more each time. Engines alive at once get streams of
-    their own."""
-
-    def __init__(self) -> None:
-        self._idle: dict[torch.device, list[torch.cuda.Stream]] = {}
-        self._lock = threading.Lock()
-
-    def take(self, device: torch.device, count: int) -> list[torch.cuda.Stream]:
-        with self._lock:
-            idle = self._idle.setdefault(device, [])
-            taken = [idle.pop() for _ in range(min(count, len(idle)))]
-        return taken + [torch.cuda.Stream(device) for _ in range(count - len(taken))]
-
-    def give_back(self, device: torch.device, streams: list[torch.cuda.Stream]) -> None:
-        with self._lock:
-            self._idle.setdefault(device, []).extend(streams)
-
-
-_STREAMS = _StreamPool()
-
-
-class _Forward:
-    """One fixed-batch forward: inputs copied into static buffers (the rest of a short
-    batch zeroed, so padded items are the same on every run), then run eagerly or
-    replayed from a CUDA graph captured once."""
-
-    def __init__(
-        self,
-        name: str,
-        function: Callable[..., tuple[torch.Tensor, ...]],
-        shapes: list[tuple[int, ...]],
-        device: torch.device,
-        graph: bool,
-        stream: torch.cuda.Stream,
-    ) -> None:
-        self.name = name
-        self.function = function
-        self.inputs = [torch.zeros(shape, device=device) for shape in shapes]
-        self.batch = shapes[0][0]
-        self.graph: torch.cuda.CUDAGraph | None = None
-        self.outputs: tuple[torch.Tensor, ...] = ()
-        self.note = "eager"
-        if graph:
-            self._capture(stream)
-
-    def _capture(self, stream: torch.cuda.Stream) -> None:
-        """Captures on PyTorch's capture stream after two eager runs on `stream` (the
-        stream the forward will replay on): lazy initialisation and workspaces."""
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(2):
-                self.function(*self.inputs)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        try:
-            # thread-local: what other threads do meanwhile (allocate, synchronize) is
-            # none of this capture's business, and cannot break it
-            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-                outputs = self.function(*self.inputs)
-        except RuntimeError as error:  # a model with host work inside: run eagerly
-            self.note = f"eager (capture failed: {' '.join(str(error).split())[:200]})"
-            warnings.warn(
-                f"pyspk engine: the {self.name} forward runs eagerly, its CUDA graph "
-                f"capture failed ({' '.join(str(error).split())[:200]})",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-            torch.cuda.synchronize()
-            return
-        self.graph, self.outputs, self.note = graph, outputs, "graph"
-
-    def __call__(self, *values: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """The outputs for `values` (a batch of at most `batch` items each), valid
-        until the next call on the current stream."""
-        count = values[0].shape[0]
-        for static, value in zip(self.inputs, values, strict=True):
-            static[:count].copy_(value)
-            if count < self.batch:
-                static[count:].zero_()
-        if self.graph is None:
-            return self.function(*self.inputs)
-        self.graph.replay()
-        return self.outputs
-
-    def close(self) -> None:
-        self.graph, self.outputs, self.inputs = None, (), []
 
 
 @dataclass
@@ -187,6 +96,29 @@ class RunReport:
     "assignment", and with VBx "plda" and "vbx"), and "embeddings_clustered"."""
     speakers: int = 0
     """Clusters the clustering found (its largest label plus one)."""
+
+
+@dataclass
+class _Queued:
+    """What `Engine._enqueue` queued: events (segmentation batches with the chunk each
+    reached, embedding batches, the host copies) and the host tensors being filled."""
+
+    start: torch.cuda.Event
+    segmented: list[tuple[int, torch.cuda.Event]] = field(default_factory=list)
+    embedded: list[torch.cuda.Event] = field(default_factory=list)
+    scores: Any = None
+    masks: Any = None
+    embeddings: Any = None
+    masks_copied: Any = None
+    embeddings_copied: Any = None
+    began: float = 0.0
+    """When the host finished queueing the GPU's first work (perf_counter)."""
+
+
+def _recorded(stream: torch.cuda.Stream, timing: bool = True) -> torch.cuda.Event:
+    event = torch.cuda.Event(enable_timing=timing)
+    event.record(stream)
+    return event
 
 
 class Engine:
@@ -220,8 +152,8 @@ class Engine:
         # and the report are the engine's own
         self._lock = threading.Lock()
         self.unserved = self._unserved(pipeline)
-        self._segment: _Forward | None = None
-        self._embed: _Forward | None = None
+        self._segment: Forward | None = None
+        self._embed: Forward | None = None
         if self.unserved is not None:
             return
         inference = pipeline._segmentation
@@ -229,17 +161,17 @@ class Engine:
         self._segmentation_model = inference.model
         self._conversion = inference.conversion
         self._embedding_model = pipeline._embedding.model_
-        seg_stream, emb_stream = _STREAMS.take(self.device, 2)
+        seg_stream, emb_stream = STREAMS.take(self.device, 2)
         self._streams = (seg_stream, emb_stream)
         # given back at close, or when an engine never closed is collected
-        self._give_back = weakref.finalize(self, _STREAMS.give_back, self.device, [*self._streams])
+        self._give_back = weakref.finalize(self, STREAMS.give_back, self.device, [*self._streams])
         window = self._segmentation_model.audio.get_num_samples(inference.duration)
         started = time.perf_counter()
         with torch.inference_mode(), library_math(self.math), torch.cuda.device(self.device):
             self._fbank = Fbank(self._embedding_model, self.device)
             # frames of the segmentation's output per chunk: what the masks have
             self._mask_frames = self._segmentation_model.num_frames(window)
-            self._segment = _Forward(
+            self._segment = Forward(
                 "segmentation",
                 self._segment_eager,
                 [(segmentation_batch, 1, window)],
@@ -247,7 +179,7 @@ class Engine:
                 graphs,
                 seg_stream,
             )
-            self._embed = _Forward(
+            self._embed = Forward(
                 "embedding",
                 self._embed_eager,
                 [(embedding_batch, 1, window), (embedding_batch, 3, self._mask_frames)],
@@ -402,93 +334,108 @@ class Engine:
         clustering's frame counts (`_clustering.clean_frames`) on the host meanwhile:
         the report, segmentations, count, embeddings (None when no speaker is ever
         active) and frame counts."""
-        pipeline = self.pipeline
-        inference = pipeline._segmentation
+        chunks, report, chunk_window = self._upload(file)
+        gpu = self._enqueue(chunks)
+        return self._collect(gpu, report, chunk_window, hook, started)
+
+    def _upload(self, file: Mapping) -> tuple[torch.Tensor, RunReport, SlidingWindow]:
+        """The file's chunks as (chunks, 1, window) views of its zero-padded waveform on
+        the device, after the checks; its report and the chunks' sliding window."""
+        inference = self.pipeline._segmentation
         model = self._segmentation_model
         waveform, sample_rate = model.audio(file)
         window = model.audio.get_num_samples(inference.duration)
         step = round(inference.step * sample_rate)
         num_samples = waveform.shape[1]
-        complete = (num_samples - window) // step + 1 if num_samples >= window else 0
-        has_last = num_samples < window or (num_samples - window) % step > 0
-        total = complete + int(has_last)
+        total = _chunks.chunk_count(num_samples, window, step)
         chunk_window = SlidingWindow(start=0.0, duration=inference.duration, step=inference.step)
         self._check_crops(chunk_window, total, step, sample_rate)
         report = RunReport(audio_seconds=num_samples / sample_rate, chunks=total)
-        length = max((total - 1) * step + window, num_samples)
+        length = _chunks.padded_length(total, window, step, num_samples)
         self._check_memory(file, report.audio_seconds, total, length)
-
         audio = torch.zeros((1, length), device=self.device)
         audio[:, :num_samples].copy_(waveform[:1])
-        chunks = audio.unfold(1, window, step)[0, :total].unsqueeze(1)  # (total, 1, window)
+        return audio.unfold(1, window, step)[0, :total].unsqueeze(1), report, chunk_window
+
+    def _enqueue(self, chunks: torch.Tensor) -> _Queued:
+        """Queues both models over `chunks`: each segmentation batch on one stream, the
+        embeddings of the chunks it completed on the other, then the copies to the host.
+        Returns at once; the events say when each part is done."""
+        assert self._segment is not None and self._embed is not None
+        total = chunks.shape[0]
         current = torch.cuda.current_stream()
         seg_stream, emb_stream = self._streams if self.overlap else (current, current)
         for stream in (seg_stream, emb_stream):
-            stream.wait_stream(torch.cuda.current_stream())
-        timing = torch.cuda.Event(enable_timing=True)
-        timing.record(seg_stream)
-        gpu_started = time.perf_counter()
-
-        assert self._segment is not None and self._embed is not None
-        scores = masks = None
-        segmented: list[tuple[int, torch.cuda.Event]] = []
-        embedded: list[torch.cuda.Event] = []
-        embeddings = None
+            stream.wait_stream(current)
+        queued = _Queued(torch.cuda.Event(enable_timing=True))
+        queued.start.record(seg_stream)
+        queued.began = time.perf_counter()
+        scores = masks = embeddings = None
         exclude = self._exclusion()
-        next_chunk = 0
+        embedded = 0
         for first in range(0, total, self.segmentation_batch):
             stop = min(first + self.segmentation_batch, total)
             with torch.cuda.stream(seg_stream):
                 batch_scores, batch_masks = self._segment(chunks[first:stop])
-                if scores is None:
+                if scores is None or masks is None:
                     scores = torch.empty((total, *batch_scores.shape[1:]), device=self.device)
                     masks = torch.empty((total, *batch_masks.shape[1:]), device=self.device)
                 scores[first:stop].copy_(batch_scores[: stop - first])
                 masks[first:stop].copy_(batch_masks[: stop - first])
-                done = torch.cuda.Event(enable_timing=True)
-                done.record(seg_stream)
-                segmented.append((stop, done))
-            # the embeddings of every chunk this batch completed, on the other stream
+                queued.segmented.append((stop, _recorded(seg_stream)))
             with torch.cuda.stream(emb_stream):
-                emb_stream.wait_event(done)
-                while next_chunk < stop and (
-                    stop - next_chunk >= self.embedding_batch or stop == total
+                emb_stream.wait_event(queued.segmented[-1][1])
+                for start, last in _chunks.embedding_spans(
+                    embedded, stop, total, self.embedding_batch
                 ):
-                    last = min(next_chunk + self.embedding_batch, stop)
-                    weights = exclude(masks[next_chunk:last]).transpose(1, 2)
-                    (batch,) = self._embed(chunks[next_chunk:last], weights)
+                    weights = exclude(masks[start:last]).transpose(1, 2)
+                    (batch,) = self._embed(chunks[start:last], weights)
                     if embeddings is None:
                         embeddings = torch.empty((total, *batch.shape[1:]), device=self.device)
-                    embeddings[next_chunk:last].copy_(batch[: last - next_chunk])
-                    event = torch.cuda.Event(enable_timing=True)
-                    event.record(emb_stream)
-                    embedded.append(event)
-                    next_chunk = last
+                    embeddings[start:last].copy_(batch[: last - start])
+                    queued.embedded.append(_recorded(emb_stream))
+                    embedded = last
         assert scores is not None and masks is not None and embeddings is not None
         with torch.cuda.stream(seg_stream):
-            host_masks = masks.to("cpu", non_blocking=True)
-            host_scores = scores.to("cpu", non_blocking=True)
-            masks_copied = torch.cuda.Event()
-            masks_copied.record(seg_stream)
+            queued.masks, queued.scores = (
+                masks.to("cpu", non_blocking=True),
+                scores.to("cpu", non_blocking=True),
+            )
+            queued.masks_copied = _recorded(seg_stream, timing=False)
         with torch.cuda.stream(emb_stream):
-            host_embeddings = embeddings.to("cpu", non_blocking=True)
-            embeddings_copied = torch.cuda.Event()
-            embeddings_copied.record(emb_stream)
+            queued.embeddings = embeddings.to("cpu", non_blocking=True)
+            queued.embeddings_copied = _recorded(emb_stream, timing=False)
+        return queued
 
-        # segmentation: wait for it batch by batch (progress), then count on the host
+    def _collect(
+        self,
+        gpu: _Queued,
+        report: RunReport,
+        chunk_window: SlidingWindow,
+        hook: Callable,
+        started: float,
+    ) -> tuple[
+        RunReport, SlidingWindowFeature, SlidingWindowFeature, np.ndarray | None, np.ndarray | None
+    ]:
+        """Waits for the segmentation batch by batch (progress), counts speakers on the
+        host while the GPU embeds, then waits for the embeddings: `_infer`'s result."""
+        total = report.chunks
         progress = functools.partial(hook, "segmentation", None)
         progress(completed=0, total=total)
-        for stop, done in segmented:
+        for stop, done in gpu.segmented:
             done.synchronize()
             progress(completed=stop, total=total)
-        masks_copied.synchronize()
-        seg_done = segmented[-1][1]
-        report.steps["segmentation"] = (gpu_started - started) + timing.elapsed_time(seg_done) / 1e3
-        report.scores = host_scores.numpy()
-        segmentations = SlidingWindowFeature(host_masks.numpy(), chunk_window)
+        gpu.masks_copied.synchronize()
+        seg_done = gpu.segmented[-1][1]
+        report.steps["segmentation"] = (gpu.began - started) + gpu.start.elapsed_time(
+            seg_done
+        ) / 1e3
+        report.scores = gpu.scores.numpy()
+        segmentations = SlidingWindowFeature(gpu.masks.numpy(), chunk_window)
         hook("segmentation", segmentations)
         counting = time.perf_counter()
-        count = _steps.speaker_count(segmentations, model.receptive_field, warm_up=(0.0, 0.0))
+        receptive_field = self._segmentation_model.receptive_field
+        count = _steps.speaker_count(segmentations, receptive_field, warm_up=(0.0, 0.0))
         # the clustering's frame counts need only the segmentations: counted here too,
         # while the GPU still embeds
         clean = _clustering.clean_frames(segmentations)
@@ -497,17 +444,16 @@ class Engine:
         if np.nanmax(count.data) == 0.0:
             torch.cuda.synchronize()
             return report, segmentations, count, None, clean
-
-        batches = len(embedded)
+        batches = len(gpu.embedded)
         hook("embeddings", None, total=batches, completed=0)
-        for index, event in enumerate(embedded, 1):
+        for index, event in enumerate(gpu.embedded, 1):
             event.synchronize()
             hook("embeddings", None, total=batches, completed=index)
-        embeddings_copied.synchronize()
-        report.steps["embeddings"] = max(0.0, seg_done.elapsed_time(embedded[-1]) / 1e3)
-        report.setup = gpu_started - started
-        report.gpu = timing.elapsed_time(embedded[-1]) / 1e3
-        report.embeddings = host_embeddings.numpy()
+        gpu.embeddings_copied.synchronize()
+        report.steps["embeddings"] = max(0.0, seg_done.elapsed_time(gpu.embedded[-1]) / 1e3)
+        report.setup = gpu.began - started
+        report.gpu = gpu.start.elapsed_time(gpu.embedded[-1]) / 1e3
+        report.embeddings = gpu.embeddings.numpy()
         hook("embeddings", report.embeddings)
         return report, segmentations, count, report.embeddings, clean
 
@@ -576,7 +522,7 @@ class Engine:
         hook: Callable,
         report: RunReport,
     ) -> DiarizeOutput | Annotation:
-        """The stock `apply` from the clustering on, with `pyspk._steps`."""
+        """The stock `apply` from the clustering on, with `pyspk.pyannote._steps`."""
         pipeline = self.pipeline
         binarized_segmentations = segmentations  # powerset outputs are binary already
         clustering = time.perf_counter()
@@ -623,7 +569,7 @@ class Engine:
             )
             for discrete in (discrete_diarization, exclusive)
         )
-        output = _label(pipeline, file, diarization, exclusive_diarization, centroids)
+        output = _steps.name_speakers(pipeline, file, diarization, exclusive_diarization, centroids)
         report.steps["reconstruction"] = time.perf_counter() - reconstruction
         return output
 
@@ -633,36 +579,3 @@ def _float_waveform(file: Any) -> bool:
     models refuse (pyannote decodes files on disk to float32)."""
     waveform = file.get("waveform") if isinstance(file, Mapping) else None
     return not isinstance(waveform, torch.Tensor) or waveform.is_floating_point()
-
-
-def _label(
-    pipeline: Any,
-    file: Mapping,
-    diarization: Annotation,
-    exclusive_diarization: Annotation,
-    centroids: np.ndarray | None,
-) -> DiarizeOutput | Annotation:
-    """The stock `apply`'s last part: speaker names and the centroids in their order.
-    Both annotations are the engine's own: they are renamed in place (a copy, pyannote's
-    default, rebuilds every track), and their labels are read from the tracks
-    (`_steps.labels_of`): the label timelines are left for `Annotation` to build when
-    asked, as it builds them."""
-    if file.get("annotation"):
-        _, mapping = pipeline.optimal_mapping(file["annotation"], diarization, return_mapping=True)
-        mapping = {key: mapping.get(key, key) for key in _steps.labels_of(diarization)}
-    else:
-        mapping = dict(zip(_steps.labels_of(diarization), pipeline.classes(), strict=False))
-    diarization = diarization.rename_labels(mapping=mapping, copy=False)
-    exclusive_diarization = exclusive_diarization.rename_labels(mapping=mapping, copy=False)
-    if centroids is not None:  # None from oracle clustering
-        labels = _steps.labels_of(diarization)
-        if len(labels) > centroids.shape[0]:
-            centroids = np.pad(centroids, ((0, len(labels) - centroids.shape[0]), (0, 0)))
-        inverse_mapping = {label: index for index, label in mapping.items()}
-        centroids = centroids[[inverse_mapping[label] for label in labels]]
-    output = DiarizeOutput(
-        speaker_diarization=diarization,
-        exclusive_speaker_diarization=exclusive_diarization,
-        speaker_embeddings=centroids,
-    )
-    return output.speaker_diarization if pipeline.legacy else output

@@ -1,0 +1,34 @@
+"""The engine's chunk arithmetic, as pure functions: how many chunks pyannote's
+`Inference.slide` cuts from a waveform, the padded length that holds them all, and which
+embedding batches can run once the segmentation has reached a chunk."""
+
+from __future__ import annotations
+
+__all__ = ["chunk_count", "embedding_spans", "padded_length"]
+
+
+def chunk_count(num_samples: int, window: int, step: int) -> int:
+    """Chunks of `window` samples every `step` over `num_samples`, as `Inference.slide`
+    cuts them: the complete ones, and one more, zero-padded, where samples remain after
+    the last complete one or the audio is shorter than one window."""
+    complete = (num_samples - window) // step + 1 if num_samples >= window else 0
+    has_last = num_samples < window or (num_samples - window) % step > 0
+    return complete + int(has_last)
+
+
+def padded_length(chunks: int, window: int, step: int, num_samples: int) -> int:
+    """Samples that hold all `chunks` (at least the audio's own): the zero-padded waveform
+    whose windows the chunks are."""
+    return max((chunks - 1) * step + window, num_samples)
+
+
+def embedding_spans(done: int, stop: int, total: int, batch: int) -> list[tuple[int, int]]:
+    """The [first, last) chunk ranges to embed once the segmentation has reached chunk
+    `stop` of `total`, after the `done` chunks already embedded: full batches of `batch`,
+    and at the end of the file the last, partial one."""
+    spans = []
+    while done < stop and (stop - done >= batch or stop == total):
+        last = min(done + batch, stop)
+        spans.append((done, last))
+        done = last
+    return spans
