@@ -1,5 +1,7 @@
-"""The README's Python examples run as written: the driver-level one, the PyTorch one
-and (with pyannote.audio installed) the pyannote one."""
+"""The documentation's Python examples run as written: the driver-level and PyTorch ones
+of docs/kernels.md, and (with pyannote.audio installed) the README's offline pyannote
+one. The README's quickstart downloads a pretrained pipeline, which the tests cannot: it
+is compiled, and its names are checked to exist."""
 
 from __future__ import annotations
 
@@ -16,8 +18,18 @@ from pyspk.testing import error_bound, tensor_bound, truth
 
 pytestmark = pytest.mark.gpu
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+KERNELS = ROOT / "docs" / "kernels.md"
+
+
+def _blocks(path: Path) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S)
+
+
+QUICKSTART, OFFLINE = _blocks(README)
+DRIVER, TORCH = _blocks(KERNELS)
+BLOCKS = [DRIVER, TORCH, OFFLINE]
 
 
 def _run(block: str) -> dict:
@@ -26,9 +38,18 @@ def _run(block: str) -> dict:
     return namespace
 
 
-def test_the_readme_has_its_three_examples() -> None:
-    assert len(BLOCKS) == 3
-    assert "pyspk.torch" in BLOCKS[1] and "pyspk.pyannote" in BLOCKS[2]
+def test_the_examples_are_where_the_tests_read_them() -> None:
+    assert "pyspk.plan(" in DRIVER and "pyspk.torch" in TORCH and "offline_pipeline" in OFFLINE
+    assert 'Pipeline.from_pretrained("pyannote/speaker-diarization-community-1"' in QUICKSTART
+
+
+def test_the_quickstart_compiles_and_names_what_exists(pyannote) -> None:
+    compile(QUICKSTART, str(README), "exec")
+    from pyannote.audio import Pipeline
+    from pyannote.audio.pipelines.utils.hook import ProgressHook
+
+    assert callable(Pipeline.from_pretrained) and callable(ProgressHook)
+    assert callable(pyannote.accelerate_pipeline)
 
 
 def _bound(entry: Entry, ops: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
