@@ -42,6 +42,7 @@ __all__ = [
     "CudaError",
     "DeviceUnsupported",
     "DriverError",
+    "FileError",
     "GeometryError",
     "GeometryInvalid",
     "GeometryUnimplemented",
@@ -65,6 +66,11 @@ class InferenceOnlyError(RuntimeError):
 class WeightsChangedError(RuntimeError):
     """A planned module's parameters changed after its plans copied them: call
     `replan()`."""
+
+
+class FileError(Exception):
+    """One audio or RTTM file cannot be read or written (`pyspk.files`); the message
+    names it. A corpus run records it against that file and goes on."""
 
 
 class TooLongError(MemoryError):

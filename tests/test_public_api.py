@@ -60,7 +60,7 @@ def test_every_error_class_lives_in_pyspk_errors() -> None:
         for _, value in inspect.getmembers(module, inspect.isclass):
             if issubclass(value, BaseException) and value.__module__ == info.name:
                 defined.add(value)
-    internal = {"pyspk.cli.UsageError", "pyspk.cli.diarize.DiarizeError"}
+    internal = {"pyspk.cli.UsageError", "pyspk.cli._arguments.DiarizeError"}
     missing = {
         f"{c.__module__}.{c.__qualname__}"
         for c in defined

@@ -18,7 +18,8 @@ with warnings.catch_warnings():
     torch = pytest.importorskip("torch")
     importorskip("pyannote.audio", reason="pyannote.audio is missing (pyannote extra)")
 
-from pyspk.cli.diarize import DiarizeError, check_pipeline_folder, load_checkpoint
+from pyspk.cli.diarize import DiarizeError
+from pyspk.cli.trust import check_pipeline_folder, load_checkpoint
 
 
 @pytest.fixture

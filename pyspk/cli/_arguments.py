@@ -14,3 +14,8 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is not at least 1")
     return value
+
+
+class DiarizeError(Exception):
+    """One line for stderr: exit status 2 before any file is diarized; a file that
+    fails later is reported so and the next one goes on (exit status 1 at the end)."""

@@ -21,19 +21,27 @@ loaded by pyannote.audio as it loads it: its files are trusted as its publisher 
 from __future__ import annotations
 
 import argparse
-import io
+import functools
 import os
-import re
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pyspk.cli._arguments import positive_int
+from pyspk.cli._arguments import DiarizeError, positive_int
+from pyspk.cli.trust import check_pipeline_folder, load_checkpoint
+from pyspk.files import (
+    Audio,
+    FileError,
+    audio_header,
+    corpus_files,
+    read_audio,
+    rttm_uri,
+    write_rttm,
+)
 
-__all__ = ["DEMO_SECONDS", "DiarizeError", "add_parser", "run"]
+__all__ = ["DEMO_SECONDS", "DiarizeError", "add_parser", "rttm_uri", "run"]
 
 DEMO_SECONDS = 600.0
 INSTALL_HINT = "pip install 'pyspk-diarize[diarize]'"
@@ -42,23 +50,12 @@ MAX_BATCH = 1024
 """The most chunks a segmentation forward takes (each chunk is 10 s of audio)."""
 
 
-class DiarizeError(Exception):
-    """One line for stderr: exit status 2 before any file is diarized; a file that
-    fails later is reported so and the next one goes on (exit status 1 at the end)."""
-
-
 def batch_size(text: str) -> int:
     """An argparse type: a whole number of 1 to MAX_BATCH."""
     value = positive_int(text)
     if value > MAX_BATCH:
         raise argparse.ArgumentTypeError(f"{value} is more than {MAX_BATCH}")
     return value
-
-
-def rttm_uri(path: str | Path) -> str:
-    """The RTTM uri of an audio file: its name without the extension, each run of
-    whitespace (which would split an RTTM line's fields) made one "_"."""
-    return "_".join(Path(path).stem.split()) or "_"
 
 
 EPILOG = """\
@@ -107,6 +104,16 @@ _OPTIONS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("--device", "CUDA device", {"metavar": "N", "type": int, "default": 0}),
     ("--quiet", "no progress bar", {"action": "store_true"}),
     ("--overwrite", "replace RTTM files that exist already", {"action": "store_true"}),
+    ("--corpus", "corpus mode (with --rttm): AUDIO may be folders and @list files; a "
+     "manifest, and a rerun skips what it records", {"action": "store_true"}),
+    ("--manifest", "corpus mode's JSON-lines record (default DIR/manifest.jsonl)",
+     {"metavar": "FILE", "type": Path}),
+    ("--engines", "corpus mode: accelerated pipelines on the GPU (default 2)",
+     {"metavar": "N", "type": positive_int, "default": 2}),
+    ("--gpus", "corpus mode on Dask: a local cluster of one worker per GPU (N or all)",
+     {"metavar": "N"}),
+    ("--scheduler", "corpus mode on Dask: join the cluster at ADDRESS",
+     {"metavar": "ADDRESS"}),
 )
 # fmt: on
 
@@ -128,17 +135,6 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     return parser
 
 
-@dataclass
-class Audio:
-    path: Path
-    waveform: Any  # (channels, samples) float32 numpy
-    sample_rate: int
-
-    @property
-    def seconds(self) -> float:
-        return self.waveform.shape[1] / self.sample_rate
-
-
 def run(args: argparse.Namespace) -> int:
     """The command; DiarizeError (one line, exit 2) for what the user can fix."""
     try:
@@ -148,6 +144,8 @@ def run(args: argparse.Namespace) -> int:
             if not args.seconds > 10:
                 raise DiarizeError(f"--seconds must be more than 10, not {args.seconds:g}")
             return _demo(args)
+        if args.corpus or args.gpus or args.scheduler or args.manifest:
+            return _corpus(args)
         _check_arguments(args)
         for path in args.audio:
             _check_audio(path)
@@ -165,7 +163,27 @@ def _check_arguments(args: argparse.Namespace) -> None:
         if not candidate.exists():
             raise DiarizeError(f"{path}: no such file")
         if not candidate.is_file():
-            raise DiarizeError(f"{path}: not a file")
+            raise DiarizeError(f"{path}: not a file (folders and @lists: --corpus)")
+    _check_models(args)
+    if args.rttm is not None:
+        _check_rttm_folder(args.rttm)
+        uris = [rttm_uri(path) for path in args.audio]
+        if len(set(uris)) < len(uris):
+            raise DiarizeError("two AUDIO files share a name; their RTTM files would collide")
+        for uri in uris:
+            if (args.rttm / f"{uri}.rttm").exists() and not args.overwrite:
+                raise DiarizeError(
+                    f"{args.rttm / f'{uri}.rttm'} exists: pass --overwrite to replace it"
+                )
+
+
+def _check_rttm_folder(folder: Path) -> None:
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if not existing.is_dir():
+        raise DiarizeError(f"--rttm {folder}: {existing} is not a folder")
+
+
+def _check_models(args: argparse.Namespace) -> None:
     if args.pipeline and (args.segmentation or args.embedding):
         raise DiarizeError("give either --pipeline or --segmentation with --embedding")
     if not args.pipeline:
@@ -178,46 +196,26 @@ def _check_arguments(args: argparse.Namespace) -> None:
         for option, path in checkpoints.items():
             if not path.is_file():
                 raise DiarizeError(f"{option} {path}: no such checkpoint file")
-    if args.rttm is not None:
-        existing = next(p for p in (args.rttm, *args.rttm.parents) if p.exists())
-        if not existing.is_dir():
-            raise DiarizeError(f"--rttm {args.rttm}: {existing} is not a folder")
-        uris = [rttm_uri(path) for path in args.audio]
-        if len(set(uris)) < len(uris):
-            raise DiarizeError("two AUDIO files share a name; their RTTM files would collide")
-        for uri in uris:
-            if (args.rttm / f"{uri}.rttm").exists() and not args.overwrite:
-                raise DiarizeError(
-                    f"{args.rttm / f'{uri}.rttm'} exists: pass --overwrite to replace it"
-                )
-
-
-def _libsndfile(path: str, call: Callable[[Any], Any]) -> Any:
-    """`call(soundfile)` on `path`; DiarizeError for a missing soundfile, or for a file
-    libsndfile cannot read."""
-    try:
-        import soundfile
-    except ImportError as error:
-        raise DiarizeError(f"soundfile is missing ({error}): {INSTALL_HINT}") from None
-    try:
-        return call(soundfile)
-    except (RuntimeError, soundfile.LibsndfileError) as error:
-        raise DiarizeError(f"{path}: not audio that libsndfile reads ({error})") from None
 
 
 def _check_audio(path: str) -> None:
     """DiarizeError unless libsndfile reads the header of `path` (its samples are
     decoded one file at a time, as each is diarized)."""
-    _libsndfile(path, lambda soundfile: soundfile.info(path))
+    _files(lambda: audio_header(path))
 
 
 def _decode(path: str) -> Audio:
-    data, rate = _libsndfile(
-        path, lambda soundfile: soundfile.read(path, dtype="float32", always_2d=True)
-    )
-    if data.shape[0] == 0:
-        raise DiarizeError(f"{path}: holds no samples")
-    return Audio(Path(path), data.T.copy(), int(rate))
+    return _files(lambda: read_audio(path))
+
+
+def _files(call: Callable[[], Any]) -> Any:
+    """`call()`, with a file's FileError, or a missing soundfile, as DiarizeError."""
+    try:
+        return call()
+    except FileError as error:
+        raise DiarizeError(str(error)) from None
+    except ImportError as error:
+        raise DiarizeError(f"soundfile is missing ({error}): {INSTALL_HINT}") from None
 
 
 def _import_stack() -> tuple[Any, Any]:
@@ -254,122 +252,6 @@ def _cuda(torch: Any, ordinal: int) -> Any:
 
 
 # -- checkpoints ----------------------------------------------------------------------
-
-
-SERVED_PIPELINES = frozenset(
-    {
-        "pyannote.audio.pipelines.SpeakerDiarization",
-        "pyannote.audio.pipelines.speaker_diarization.SpeakerDiarization",
-    }
-)
-"""The pipeline classes a local `--pipeline` folder may name without
-`--trust-checkpoints`: pyannote.audio imports whatever module its config.yaml names."""
-
-
-def served_architectures() -> set[tuple[str, str]]:
-    """(module, class) of the models pyspk serves: pyannote's `PyanNet` and the WeSpeaker
-    ResNets. pyannote.audio imports the module a checkpoint names before reading its
-    weights, so a checkpoint naming any other runs that module's code."""
-    from pyannote.audio.models.embedding.wespeaker import BaseWeSpeakerResNet
-    from pyannote.audio.models.segmentation import PyanNet
-
-    served: list[type] = [PyanNet, *BaseWeSpeakerResNet.__subclasses__()]
-    return {(kind.__module__, kind.__name__) for kind in served}
-
-
-def check_checkpoint(path: Path, data: bytes) -> None:
-    """DiarizeError unless the checkpoint `data` (read from `path`) holds only weights,
-    plain containers and pyannote's specification types (`torch.load(weights_only=True)`)
-    and names a model class that pyspk serves."""
-    import pickle
-
-    import torch
-    from pyannote.audio.core.task import Problem, Resolution, Specifications
-
-    try:
-        with torch.serialization.safe_globals([Specifications, Problem, Resolution]):
-            loaded = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as error:
-        found = re.search(r"GLOBAL (\S+)", str(error))
-        needed = f"it names {found.group(1)}" if found else "objects beyond weights"
-        raise DiarizeError(
-            f"{path}: holds more than weights ({needed}), and loading it would run "
-            "code; pass --trust-checkpoints only for a checkpoint you trust"
-        ) from None
-    except Exception as error:
-        raise DiarizeError(f"{path}: not a PyTorch checkpoint ({error})") from None
-    entry = loaded.get("pyannote.audio") if isinstance(loaded, dict) else None
-    architecture = entry.get("architecture") if isinstance(entry, dict) else None
-    named = (
-        (architecture.get("module"), architecture.get("class"))
-        if isinstance(architecture, dict)
-        else (None, None)
-    )
-    if named not in served_architectures():
-        raise DiarizeError(
-            f"{path}: names the model class {named[0]}.{named[1]}, which pyspk does not "
-            "serve, and building it would import that module and run its code; pass "
-            "--trust-checkpoints only for a checkpoint you trust"
-        )
-
-
-def load_checkpoint(path: Path, trust: bool) -> Any:
-    """A pyannote `Model` from a local checkpoint, checked first by `check_checkpoint`
-    unless `trust` (see the module docstring); DiarizeError for what stops it."""
-    from pyannote.audio import Model
-
-    data = _read_checkpoint(path)
-    if not trust:
-        check_checkpoint(path, data)
-    try:
-        model = Model.from_pretrained(io.BytesIO(data))
-    except Exception as error:
-        raise DiarizeError(f"{path}: pyannote.audio cannot load it ({error})") from None
-    if model is None:
-        raise DiarizeError(f"{path}: pyannote.audio cannot load it")
-    return model
-
-
-def check_pipeline_folder(folder: Path) -> None:
-    """DiarizeError unless the local pipeline `folder` chooses no code: its config.yaml
-    names a pipeline of `SERVED_PIPELINES` and no preprocessors, and its two models are
-    `$model/` subfolders of the folder whose checkpoints pass `check_checkpoint`. (Its
-    PLDA is read by numpy without pickles.)"""
-    import yaml
-
-    where = f"--pipeline {folder}"
-    try:
-        config = yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
-        raise DiarizeError(f"{where}: cannot read its config.yaml ({error})") from None
-    pipeline = config.get("pipeline") if isinstance(config, dict) else None
-    name = pipeline.get("name") if isinstance(pipeline, dict) else None
-    trust = "pass --trust-checkpoints only for a pipeline you trust"
-    if not isinstance(pipeline, dict) or name not in SERVED_PIPELINES:
-        raise DiarizeError(
-            f"{where}: its config.yaml names the pipeline {name!r}, which pyspk does not "
-            f"serve, and building it would import that module and run its code; {trust}"
-        )
-    if config.get("preprocessors"):
-        raise DiarizeError(f"{where}: its config.yaml names preprocessor classes; {trust}")
-    params = pipeline.get("params") or {}
-    for key in ("segmentation", "embedding"):
-        value = params.get(key) if isinstance(params, dict) else None
-        inside = isinstance(value, str) and value.startswith("$model/") and "@" not in value
-        checkpoint = folder / str(value).removeprefix("$model/") / "pytorch_model.bin"
-        if not inside or not checkpoint.resolve().is_relative_to(folder.resolve()):
-            raise DiarizeError(
-                f"{where}: its {key} model is {value!r}, not a $model/ subfolder of the "
-                f"folder, whose checkpoint pyspk could check; {trust}"
-            )
-        check_checkpoint(checkpoint, _read_checkpoint(checkpoint))
-
-
-def _read_checkpoint(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as error:
-        raise DiarizeError(f"{path}: cannot read ({error.strerror or error})") from None
 
 
 def _pipeline(args: argparse.Namespace, pa: Any) -> Any:
@@ -485,20 +367,90 @@ def _diarize_one(args: argparse.Namespace, torch: Any, pipeline: Any, path: str)
 
 
 def _write_rttm(annotation: Any, folder: Path | None, uri: str) -> None:
-    """To standard output, or to folder/uri.rttm whole or not at all: written to a
-    temporary file beside it, then renamed over it."""
+    """To standard output, or to folder/uri.rttm whole or not at all."""
     if folder is None:
         annotation.write_rttm(sys.stdout)
         return
-    path = folder / f"{uri}.rttm"
-    partial = folder / f".{uri}.rttm.partial"
+    _files(lambda: write_rttm(annotation, folder / f"{uri}.rttm"))
+
+
+def _corpus(args: argparse.Namespace) -> int:
+    """Corpus mode: the files the inputs name through `diarize_corpus` on this GPU, or
+    `diarize_corpus_on_dask` on a local cluster of one worker per GPU (`--gpus`) or the
+    cluster at `--scheduler`. 1 when any file failed, else 0."""
+    if args.rttm is None:
+        raise DiarizeError("corpus mode writes RTTM files: give --rttm DIR")
+    if not args.audio:
+        raise DiarizeError("no AUDIO file, folder or @list given")
+    if args.gpus and args.scheduler:
+        raise DiarizeError("give either --gpus or --scheduler")
+    _check_models(args)
+    _check_rttm_folder(args.rttm)
+    files = _files(lambda: corpus_files(args.audio))
+    if not files:
+        raise DiarizeError("the inputs name no audio file")
+    options = {} if args.num_speakers is None else {"num_speakers": args.num_speakers}
+    if args.gpus or args.scheduler:
+        run = _corpus_on_dask(args, files, options)
+    else:
+        torch, pa = _import_stack()
+        pipeline = _pipeline(args, pa)
+        pipeline.to(_cuda(torch, args.device))
+        run = pa.diarize_corpus(
+            pipeline,
+            files,
+            args.rttm,
+            manifest=args.manifest,
+            math=args.math,
+            engines=args.engines,
+            accelerate=not args.stock,
+            **options,
+        )
+    print(
+        f"pyspk diarize: {run.done} files diarized, {run.skipped} done before, {run.failed} "
+        f"failed; {run.audio_seconds / 3600:.2f} h of audio in {run.seconds:.1f} s "
+        f"({run.rtfx:.0f}x real time)",
+        file=sys.stderr,
+    )
+    return 1 if run.failed else 0
+
+
+def _corpus_on_dask(args: argparse.Namespace, files: list[Path], options: dict) -> Any:
     try:
-        with open(partial, "w", encoding="utf-8") as handle:
-            annotation.write_rttm(handle)
-        os.replace(partial, path)
-    except OSError as error:
-        partial.unlink(missing_ok=True)
-        raise DiarizeError(f"cannot write {path}: {error.strerror or error}") from None
+        from distributed import Client
+    except ImportError as error:
+        raise DiarizeError(
+            f"Dask is missing ({error}): pip install 'pyspk-diarize[diarize,corpus]'"
+        ) from None
+    _, pa = _import_stack()
+    from pyspk.pyannote.corpus import local_gpu_cluster
+
+    if args.scheduler:
+        client = Client(args.scheduler)
+    else:
+        import torch
+
+        count = torch.cuda.device_count() if args.gpus == "all" else positive_int(args.gpus)
+        client = local_gpu_cluster(count)
+    try:
+        return pa.diarize_corpus_on_dask(
+            functools.partial(_worker_pipeline, args),
+            files,
+            args.rttm,
+            client,
+            manifest=args.manifest,
+            math=args.math,
+            accelerate=not args.stock,
+            **options,
+        )
+    finally:
+        client.close()
+
+
+def _worker_pipeline(args: argparse.Namespace) -> Any:
+    """The pipeline on a Dask worker's device (the first it sees)."""
+    torch, pa = _import_stack()
+    return _pipeline(args, pa).to(torch.device("cuda"))
 
 
 def _demo(args: argparse.Namespace) -> int:

@@ -24,10 +24,11 @@ takes seg_1's library path.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 import torch
@@ -42,6 +43,7 @@ from pyspk.candidate import DenseSite, SegConvSite
 from pyspk.cuda import CudaMath
 from pyspk.cuda.errors import InvalidArgument
 from pyspk.errors import PlanError
+from pyspk.pyannote.corpus import diarize_corpus, diarize_corpus_on_dask
 from pyspk.pyannote.engine import EMBEDDING_BATCH, SEGMENTATION_BATCH, Engine
 from pyspk.pyannote.offline import (  # the offline models, also under this module's name
     COMMUNITY_1_PARAMETERS,
@@ -57,6 +59,10 @@ from pyspk.pyannote.offline import (  # the offline models, also under this modu
 from pyspk.torch import PlannedConv1d, PlannedDense, planned_modules
 from pyspk.torch.resnet import PlannedTrunk
 
+if TYPE_CHECKING:
+    from lightning.fabric.utilities.data import AttributeDict
+    from pyannote.audio.models.embedding.wespeaker.resnet import ResNet
+
 __all__ = [
     "CHUNK_BATCH",
     "COMMUNITY_1_PARAMETERS",
@@ -67,6 +73,8 @@ __all__ = [
     "accelerate",
     "accelerate_pipeline",
     "community_1_pipeline",
+    "diarize_corpus",
+    "diarize_corpus_on_dask",
     "embed_chunks",
     "embed_once_per_chunk",
     "fit_community_plda",
@@ -102,7 +110,10 @@ class Acceleration:
     ) -> None:
         """Swap `parent[key]` (or `parent.key`) for `build()`; a planning refusal leaves
         the module as it is and records why."""
-        original = parent[key] if isinstance(key, int) else getattr(parent, key)
+        # an int key indexes a ModuleList (sincnet.conv1d, linear)
+        original = (
+            cast(nn.ModuleList, parent)[key] if isinstance(key, int) else getattr(parent, key)
+        )
         try:
             planned = build()
         except (PlanError, ValueError) as error:
@@ -147,8 +158,9 @@ def run_all(steps: list[Callable[[], None]]) -> None:
             errors.append(error)
     if errors:
         add_note = getattr(errors[0], "add_note", None)  # Python 3.11 and newer
-        for later in errors[1:] if add_note else ():
-            add_note(f"also raised while undoing: {type(later).__name__}: {later}")
+        if add_note is not None:
+            for later in errors[1:]:
+                add_note(f"also raised while undoing: {type(later).__name__}: {later}")
         raise errors[0]
 
 
@@ -162,7 +174,7 @@ def _restore_attribute(owner: Any, name: str, before: Any) -> None:
 
 def _set_child(parent: nn.Module, key: str | int, module: nn.Module) -> None:
     if isinstance(key, int):
-        parent[key] = module
+        cast(nn.ModuleList, parent)[key] = module  # as in `Acceleration.replace`
     else:
         setattr(parent, key, module)
 
@@ -191,7 +203,7 @@ def accelerate(model: nn.Module, math: CudaMath | str = CudaMath.FP32) -> Accele
         if isinstance(model, PyanNet):
             _accelerate_pyannet(model, acceleration)
         else:
-            resnet = model.resnet
+            resnet = cast("ResNet", model.resnet)  # set by each WeSpeaker subclass
             acceleration.replace(
                 "resnet.seg_1",
                 resnet,
@@ -205,7 +217,7 @@ def accelerate(model: nn.Module, math: CudaMath | str = CudaMath.FP32) -> Accele
     return acceleration
 
 
-def _accelerate_trunk(resnet: nn.Module, acceleration: Acceleration) -> None:
+def _accelerate_trunk(resnet: ResNet, acceleration: Acceleration) -> None:
     """`resnet.forward_frames` on a trunk plan, and `resnet.forward` through it (the
     stock forward runs the same layers inline); a refusal (below the sm80 tier, another
     ResNet) leaves both and records why."""
@@ -219,38 +231,37 @@ def _accelerate_trunk(resnet: nn.Module, acceleration: Acceleration) -> None:
         return resnet.forward_embedding(planned(fbank), weights=weights)
 
     before = {name: resnet.__dict__.get(name) for name in ("forward_frames", "forward")}
-    resnet.forward_frames = planned
-    resnet.forward = forward
+    # instance attributes over the class's methods, removed again by `undo()`
+    resnet.forward_frames = planned  # type: ignore[method-assign]
+    resnet.forward = forward  # type: ignore[method-assign]
     acceleration.modules["resnet.trunk"] = planned
     for name, value in before.items():
-        acceleration.on_undo(lambda n=name, v=value: _restore_attribute(resnet, n, v))
+        acceleration.on_undo(functools.partial(_restore_attribute, resnet, name, value))
 
 
 def _accelerate_pyannet(model: PyanNet, acceleration: Acceleration) -> None:
     math = acceleration.math
     convs, norms = model.sincnet.conv1d, model.sincnet.norm1d
     for index, site in ((1, SegConvSite.CONV1), (2, SegConvSite.CONV2)):
-        conv = convs[index]
+        conv = cast(nn.Conv1d, convs[index])  # SincNet's conv1d[1] and [2] are Conv1d
         # InstanceNorm subtracts each channel's own mean only without running statistics
-        bias = "add" if norms[index].track_running_stats else "drop"
+        bias: Literal["add", "drop"] = "add" if norms[index].track_running_stats else "drop"
         path = f"sincnet.conv1d.{index}"
         acceleration.replace(
             path,
             convs,
             index,
-            lambda conv=conv, site=site, bias=bias, path=path: PlannedConv1d(
-                conv, site, math, bias, path
-            ),
+            functools.partial(PlannedConv1d, conv, site, math, bias, path),
         )
     linears = model.linear
-    for index, site in ((0, DenseSite.LINEAR0), (1, DenseSite.LINEAR1)):
+    for index, dense_site in ((0, DenseSite.LINEAR0), (1, DenseSite.LINEAR1)):
         if index < len(linears):
-            linear, path = linears[index], f"linear.{index}"
+            linear, path = cast(nn.Linear, linears[index]), f"linear.{index}"
             acceleration.replace(
                 path,
                 linears,
                 index,
-                lambda linear=linear, site=site, path=path: PlannedDense(linear, site, math, path),
+                functools.partial(PlannedDense, linear, dense_site, math, path),
             )
     activation = model.activation
     if isinstance(activation, nn.LogSoftmax) and activation.dim in (-1, 2):
@@ -264,7 +275,8 @@ def _accelerate_pyannet(model: PyanNet, acceleration: Acceleration) -> None:
     else:
         acceleration.skipped["classifier"] = f"its activation is {activation}, not LogSoftmax"
     before = model.__dict__.get("forward")  # an instance forward of the caller's, if any
-    model.forward = _planned_pyannet_forward.__get__(model)
+    # an instance attribute over PyanNet.forward, removed again by `undo()`
+    model.forward = _planned_pyannet_forward.__get__(model)  # type: ignore[method-assign]
     acceleration.on_undo(lambda: _restore_attribute(model, "forward", before))
 
 
@@ -272,15 +284,17 @@ def _planned_pyannet_forward(self: PyanNet, waveforms: torch.Tensor) -> torch.Te
     """`PyanNet.forward` (pyannote.audio 4.0) with the activations a plan fuses left to
     the plan: LeakyReLU after each planned linear, LogSoftmax after a planned classifier."""
     outputs = self.sincnet(waveforms)
-    if self.hparams.lstm["monolithic"]:
+    hparams = cast("AttributeDict", self.hparams)  # lightning keeps them in an AttributeDict
+    if hparams.lstm["monolithic"]:
         outputs, _ = self.lstm(rearrange(outputs, "batch feature frame -> batch frame feature"))
     else:
         outputs = rearrange(outputs, "batch feature frame -> batch frame feature")
-        for i, lstm in enumerate(self.lstm):
+        # not monolithic: a ModuleList of one-layer LSTMs
+        for i, lstm in enumerate(cast(nn.ModuleList, self.lstm)):
             outputs, _ = lstm(outputs)
-            if i + 1 < self.hparams.lstm["num_layers"]:
+            if i + 1 < hparams.lstm["num_layers"]:
                 outputs = self.dropout(outputs)
-    if self.hparams.linear["num_layers"] > 0:
+    if hparams.linear["num_layers"] > 0:
         for linear in self.linear:
             outputs = linear(outputs)
             if not isinstance(linear, PlannedDense):
@@ -355,12 +369,12 @@ class ChunkEmbeddings:
             )
             with torch.inference_mode(), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                batch = embed_chunks(
+                embedded = embed_chunks(
                     embedding.model_,
                     waveforms.to(embedding.device),
                     torch.from_numpy(masks[start:stop]).to(embedding.device),
                 )
-            batch = batch.cpu().numpy()
+            batch = embedded.cpu().numpy()
             batches.append(batch)
             if hook is not None:
                 hook("embeddings", batch.reshape(-1, batch.shape[-1]), total=total, completed=index)

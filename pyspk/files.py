@@ -1,0 +1,113 @@
+"""Audio and RTTM files for `pyspk diarize` and corpus runs: which files an input names,
+decoding through soundfile (libsndfile inside), RTTM names, and RTTM files written whole
+or not at all. Imports soundfile only when decoding; nothing of PyTorch."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyspk.errors import FileError
+
+__all__ = [
+    "AUDIO_EXTENSIONS",
+    "Audio",
+    "FileError",
+    "audio_header",
+    "corpus_files",
+    "read_audio",
+    "rttm_uri",
+    "write_rttm",
+]
+
+AUDIO_EXTENSIONS = frozenset({".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".aif", ".aiff"})
+"""What a folder's audio files end with (libsndfile reads these)."""
+
+
+@dataclass
+class Audio:
+    path: Path
+    waveform: Any  # (channels, samples) float32 numpy
+    sample_rate: int
+
+    @property
+    def seconds(self) -> float:
+        return self.waveform.shape[1] / self.sample_rate
+
+
+def rttm_uri(path: str | Path) -> str:
+    """The RTTM uri of an audio file: its name without the extension, each run of
+    whitespace (which would split an RTTM line's fields) made one "_"."""
+    return "_".join(Path(path).stem.split()) or "_"
+
+
+def corpus_files(inputs: Iterable[str | Path]) -> list[Path]:
+    """The audio files `inputs` name, in order, each once: a file as it is; a folder's
+    files ending in `AUDIO_EXTENSIONS`, recursively, sorted; a list file (`@list.txt`),
+    one path a line (blank lines and lines starting with # left out), relative paths
+    taken from the list's folder. FileError for an input that does not exist."""
+    found: list[Path] = []
+    for item in inputs:
+        text = str(item)
+        if text.startswith("@"):
+            listed = Path(text[1:])
+            try:
+                lines = listed.read_text(encoding="utf-8").splitlines()
+            except OSError as error:
+                raise FileError(f"{listed}: cannot read the list ({error.strerror})") from None
+            entries = [line.strip() for line in lines]
+            paths = [listed.parent / entry for entry in entries if entry and entry[0] != "#"]
+            found += corpus_files(paths)
+            continue
+        path = Path(text)
+        if path.is_dir():
+            found += sorted(
+                p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in AUDIO_EXTENSIONS
+            )
+        elif path.is_file():
+            found.append(path)
+        else:
+            raise FileError(f"{path}: no such file or folder")
+    return list(dict.fromkeys(found))
+
+
+def _libsndfile(path: str | Path, call: Callable[[Any], Any]) -> Any:
+    """`call(soundfile)` on `path`; FileError for a file libsndfile cannot read
+    (ImportError where soundfile is missing)."""
+    import soundfile
+
+    try:
+        return call(soundfile)
+    except (RuntimeError, soundfile.LibsndfileError) as error:
+        raise FileError(f"{path}: not audio that libsndfile reads ({error})") from None
+
+
+def audio_header(path: str | Path) -> Any:
+    """soundfile's header of `path` (its samples left undecoded)."""
+    return _libsndfile(path, lambda soundfile: soundfile.info(str(path)))
+
+
+def read_audio(path: str | Path) -> Audio:
+    """`path` decoded to (channels, samples) float32."""
+    data, rate = _libsndfile(
+        path, lambda soundfile: soundfile.read(str(path), dtype="float32", always_2d=True)
+    )
+    if data.shape[0] == 0:
+        raise FileError(f"{path}: holds no samples")
+    return Audio(Path(path), data.T.copy(), int(rate))
+
+
+def write_rttm(annotation: Any, path: Path) -> None:
+    """`annotation` as the RTTM file `path`, whole or not at all: written to a temporary
+    file beside it, then renamed over it."""
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        with open(partial, "w", encoding="utf-8") as handle:
+            annotation.write_rttm(handle)
+        os.replace(partial, path)
+    except OSError as error:
+        partial.unlink(missing_ok=True)
+        raise FileError(f"cannot write {path}: {error.strerror or error}") from None

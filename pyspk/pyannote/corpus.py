@@ -1,0 +1,349 @@
+"""Corpus runs: many files through a pyannote pipeline, each file's RTTM written whole, a
+JSON-lines manifest of what was done, and a rerun that skips it.
+
+- `diarize_corpus`: on this process's GPU. Files are decoded ahead on a bounded queue
+  (at most `decode_ahead` decoded files wait), largest first, and `engines` accelerated
+  copies of the pipeline take them in turn on threads: the GPU passes of the engines run
+  one at a time (their math scopes), so one file's clustering, reconstruction and RTTM
+  run on the host while the next file's models run on the GPU. Each file's output is
+  the one the pipeline gives it alone (the copies hold the same weights).
+- `diarize_corpus_on_dask`: the same files as tasks of a `dask.distributed` cluster, one
+  worker process per GPU (`local_gpu_cluster`, or workers started on other machines),
+  largest first. Each worker builds its pipeline once (`make_pipeline`, a picklable
+  function) and writes each RTTM whole; a file whose worker dies is run again on
+  another. The manifest is written by the calling process alone.
+
+A file that cannot be decoded or diarized is recorded as failed, and the others go on.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import queue
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyspk.files import Audio, FileError, corpus_files, read_audio, rttm_uri, write_rttm
+
+__all__ = [
+    "CorpusRun",
+    "Manifest",
+    "diarize_corpus",
+    "diarize_corpus_on_dask",
+    "local_gpu_cluster",
+]
+
+MANIFEST_NAME = "manifest.jsonl"
+
+
+class Manifest:
+    """A JSON-lines record of finished files, one line each (`path`, `status` "done" or
+    "failed", `audio_seconds`, `seconds`, `rtfx`, `speakers`, `rttm`, `error`), appended
+    and flushed to disk as each file finishes, so that a run killed at any point keeps
+    what it finished."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        # a run killed in the middle of a line left it unended: the next record starts
+        # on a line of its own
+        if self.path.exists() and self.path.stat().st_size > 0:
+            with open(self.path, "rb+") as handle:
+                handle.seek(-1, os.SEEK_END)
+                if handle.read(1) != b"\n":
+                    handle.write(b"\n")
+
+    def done(self) -> set[str]:
+        """The paths whose last record says done and whose RTTM file exists."""
+        last: dict[str, dict] = {}
+        if self.path.exists():
+            for line in self.path.read_text(encoding="utf-8").splitlines():
+                try:
+                    entry = json.loads(line)
+                except json.JSONDecodeError:  # a line cut by a kill: not a finished file
+                    continue
+                if isinstance(entry, dict) and "path" in entry:
+                    last[entry["path"]] = entry
+        return {
+            path
+            for path, entry in last.items()
+            if entry.get("status") == "done" and Path(entry.get("rttm", "")).is_file()
+        }
+
+    def record(self, entry: dict) -> None:
+        line = json.dumps(entry, sort_keys=True) + "\n"
+        with self._lock, open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(line)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+
+@dataclass
+class CorpusRun:
+    """What a corpus run did: files found, diarized, skipped (done before) and failed;
+    seconds of audio diarized and of wall time."""
+
+    files: int = 0
+    done: int = 0
+    skipped: int = 0
+    failed: int = 0
+    audio_seconds: float = 0.0
+    seconds: float = 0.0
+    setup_seconds: float = 0.0
+    """Of `seconds`, before the first file: copying and accelerating the pipelines."""
+
+    @property
+    def rtfx(self) -> float:
+        return self.audio_seconds / self.seconds if self.seconds > 0 else 0.0
+
+    def progress_line(self, entry: dict) -> str:
+        hours = self.audio_seconds / 3600
+        finished = self.done + self.failed
+        todo = self.files - self.skipped
+        what = (
+            f"{entry['speakers']} speakers, {entry['rtfx']:.0f}x"
+            if entry["status"] == "done"
+            else f"failed: {entry['error']}"
+        )
+        return (
+            f"[{finished}/{todo}] {entry['path']}: {what}; {hours:.2f} h done, "
+            f"{self.rtfx:.0f}x real time in aggregate"
+        )
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _plan(
+    inputs: Iterable[str | Path], rttm: Path, manifest: Path | None
+) -> tuple[list[Path], Manifest, CorpusRun]:
+    """The files to run (largest first, those done before left out), the manifest, and
+    the run's counts so far."""
+    files = corpus_files(inputs)
+    rttm.mkdir(parents=True, exist_ok=True)
+    record = Manifest(manifest if manifest is not None else rttm / MANIFEST_NAME)
+    done = record.done()
+    todo = [path for path in files if str(path) not in done]
+    todo.sort(key=lambda path: path.stat().st_size, reverse=True)
+    return todo, record, CorpusRun(files=len(files), skipped=len(files) - len(todo))
+
+
+def diarize_file(
+    pipeline: Any, path: Path, audio: Audio | None, rttm: Path, **options: Any
+) -> dict:
+    """One file through `pipeline`, its RTTM written whole: the manifest entry (a
+    failure is an entry too, with its error). `audio` is the decoded file, or None to
+    decode it here."""
+    import torch
+
+    entry: dict[str, Any] = {"path": str(path), "rttm": str(rttm / f"{rttm_uri(path)}.rttm")}
+    started = time.perf_counter()
+    try:
+        audio = read_audio(path) if audio is None else audio
+        file = {
+            "waveform": torch.from_numpy(audio.waveform),
+            "sample_rate": audio.sample_rate,
+            "uri": rttm_uri(path),
+        }
+        output = pipeline(file, **options)
+        annotation = getattr(output, "speaker_diarization", output)
+        write_rttm(annotation, Path(entry["rttm"]))
+    except Exception as error:  # this file's failure: recorded, and the others go on
+        entry.update(status="failed", error=f"{type(error).__name__}: {error}")
+        return entry
+    seconds = time.perf_counter() - started
+    entry.update(
+        status="done",
+        audio_seconds=audio.seconds,
+        seconds=seconds,
+        rtfx=audio.seconds / seconds,
+        speakers=len(annotation.labels()),
+    )
+    return entry
+
+
+def _count(run: CorpusRun, entry: dict) -> None:
+    if entry["status"] == "done":
+        run.done += 1
+        run.audio_seconds += entry["audio_seconds"]
+    else:
+        run.failed += 1
+
+
+def diarize_corpus(
+    pipeline: Any,
+    inputs: Iterable[str | Path],
+    rttm: Path,
+    *,
+    manifest: Path | None = None,
+    math: str = "fp32",
+    engines: int = 2,
+    decode_ahead: int = 4,
+    accelerate: bool = True,
+    progress: Callable[[str], None] | None = _to_stderr,
+    **options: Any,
+) -> CorpusRun:
+    """Diarizes the audio files `inputs` name (files, folders, `@list` files: see
+    `pyspk.files.corpus_files`) with `pipeline` (a `SpeakerDiarization` on its CUDA
+    device) on `engines` accelerated copies of it in `math` (the stock pipeline where
+    `accelerate` is false), writing `rttm/<uri>.rttm` and the manifest (by default
+    `rttm/manifest.jsonl`). Files the manifest says are done are skipped. `options` go
+    to each pipeline call (e.g. `num_speakers`); `progress` gets one line per file."""
+    from pyspk.pyannote import accelerate_pipeline
+
+    if engines < 1 or decode_ahead < 1:
+        raise ValueError(f"engines and decode_ahead must be positive: {engines}, {decode_ahead}")
+    rttm = Path(rttm)
+    todo, record, run = _plan(inputs, rttm, manifest)
+    if not todo:
+        return run
+    started = time.perf_counter()
+    pipelines = [pipeline, *(copy.deepcopy(pipeline) for _ in range(min(engines, len(todo)) - 1))]
+    accelerations = [accelerate_pipeline(p, math) for p in pipelines] if accelerate else []
+    decoded: queue.Queue = queue.Queue(maxsize=decode_ahead)
+    run.setup_seconds = time.perf_counter() - started
+    lock = threading.Lock()
+
+    def decode_all() -> None:
+        for path in todo:
+            try:
+                decoded.put((path, read_audio(path)))
+            except FileError as error:
+                decoded.put((path, error))
+        for _ in pipelines:
+            decoded.put(None)
+
+    def engine(own: Any) -> None:
+        while (item := decoded.get()) is not None:
+            path, audio = item
+            if isinstance(audio, FileError):
+                entry = {"path": str(path), "status": "failed", "error": str(audio)}
+            else:
+                entry = diarize_file(own, path, audio, rttm, **options)
+            record.record(entry)
+            with lock:
+                _count(run, entry)
+                run.seconds = time.perf_counter() - started
+                if progress is not None:
+                    progress(run.progress_line(entry))
+
+    threads = [threading.Thread(target=decode_all, daemon=True)]
+    threads += [threading.Thread(target=engine, args=(own,)) for own in pipelines]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads[1:]:
+            thread.join()
+    finally:
+        for acceleration in accelerations:
+            acceleration.undo()
+    run.seconds = time.perf_counter() - started
+    return run
+
+
+# -- Dask -----------------------------------------------------------------------------
+
+_WORKER_PIPELINES: dict[tuple, Any] = {}
+_WORKER_LOCK = threading.Lock()
+
+
+def _worker_pipeline(make_pipeline: Callable[[], Any], math: str, accelerate: bool) -> Any:
+    """This worker process's pipeline, built (and accelerated) at its first file."""
+    import pickle
+
+    key = (pickle.dumps(make_pipeline), math, accelerate)
+    with _WORKER_LOCK:
+        if key not in _WORKER_PIPELINES:
+            pipeline = make_pipeline()
+            if accelerate:
+                from pyspk.pyannote import accelerate_pipeline
+
+                accelerate_pipeline(pipeline, math)  # lasts as long as the pipeline
+            _WORKER_PIPELINES[key] = pipeline
+        return _WORKER_PIPELINES[key]
+
+
+def _diarize_on_worker(
+    make_pipeline: Callable[[], Any],
+    path: str,
+    rttm: str,
+    math: str,
+    accelerate: bool,
+    options: dict,
+) -> dict:
+    pipeline = _worker_pipeline(make_pipeline, math, accelerate)
+    return diarize_file(pipeline, Path(path), None, Path(rttm), **options)
+
+
+def diarize_corpus_on_dask(
+    make_pipeline: Callable[[], Any],
+    inputs: Iterable[str | Path],
+    rttm: Path,
+    client: Any,
+    *,
+    manifest: Path | None = None,
+    math: str = "fp32",
+    accelerate: bool = True,
+    progress: Callable[[str], None] | None = _to_stderr,
+    **options: Any,
+) -> CorpusRun:
+    """`diarize_corpus` on the workers of the `dask.distributed` `client`: each file a
+    task, largest first; `make_pipeline()` builds the pipeline on a worker (on the
+    worker's device; each worker builds it once). Files must be readable at the same
+    paths by every worker, and `rttm` writable by them."""
+    from distributed import as_completed
+
+    rttm = Path(rttm).resolve()
+    todo, record, run = _plan(inputs, rttm, manifest)
+    started = time.perf_counter()
+    futures = [
+        client.submit(
+            _diarize_on_worker,
+            make_pipeline,
+            str(path.resolve()),
+            str(rttm),
+            math,
+            accelerate,
+            options,
+            key=f"pyspk-diarize-{index}-{rttm_uri(path)}",
+            priority=len(todo) - index,  # largest first
+            pure=False,
+        )
+        for index, path in enumerate(todo)
+    ]
+    named = {future.key: str(path) for future, path in zip(futures, todo, strict=True)}
+    for future in as_completed(futures):
+        entry = future.result()
+        entry["path"] = named[future.key]  # as the caller named it
+        record.record(entry)
+        _count(run, entry)
+        run.seconds = time.perf_counter() - started
+        if progress is not None:
+            progress(run.progress_line(entry))
+    run.seconds = time.perf_counter() - started
+    return run
+
+
+def local_gpu_cluster(gpus: int) -> Any:
+    """A `distributed.Client` of a local cluster with one single-threaded worker process
+    per GPU, worker i seeing only GPU i (set before anything in it initialises CUDA)."""
+    from distributed import Client, LocalCluster, WorkerPlugin
+
+    class PinDevice(WorkerPlugin):
+        name = "pyspk-pin-device"
+
+        def setup(self, worker: Any) -> None:
+            os.environ["CUDA_VISIBLE_DEVICES"] = str(worker.name)
+
+    cluster = LocalCluster(n_workers=gpus, threads_per_worker=1, processes=True)
+    client = Client(cluster)
+    client.register_plugin(PinDevice())
+    return client

@@ -1,0 +1,82 @@
+"""Corpus mode on the GPU: two accelerated engines sharing the one GPU (`diarize_corpus`)
+and two Dask worker processes sharing it give each file the RTTM an accelerated pipeline
+gives it alone, in FP32 math."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+SECONDS = (95.0, 40.0, 70.0, 30.0, 55.0)
+
+
+def gpu_pipeline(weights: Path):
+    """The random-weight pipeline with the segmentation weights saved at `weights`, on
+    the GPU (picklable by reference, for Dask's workers: every process gets the same
+    weights)."""
+    import torch
+
+    from pyspk.pyannote.offline import offline_pipeline, segmentation_3_0, wespeaker_resnet34
+
+    segmentation = segmentation_3_0(seed=0)
+    segmentation.load_state_dict(torch.load(weights, map_location="cpu"))
+    built = offline_pipeline(segmentation, wespeaker_resnet34(seed=1))
+    return built.to(torch.device("cuda"))
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory, torch, pyannote) -> tuple[Path, Path, Path]:
+    """WAV files, the calibrated segmentation's weights, and each file's RTTM from one
+    accelerated pipeline, one file at a time."""
+    soundfile = pytest.importorskip("soundfile")
+    from pyspk.pyannote.corpus import diarize_file
+    from pyspk.pyannote.offline import segmentation_3_0
+    from pyspk.testing.synthetic import recording
+
+    folder = tmp_path_factory.mktemp("audio")
+    for index, seconds in enumerate(SECONDS):
+        waveform = recording(seconds, seed=70 + index).waveform
+        soundfile.write(folder / f"f{index}.wav", waveform, 16000)
+    weights = folder.parent / "segmentation.pt"
+    fitted = segmentation_3_0(seed=0, fit_to=recording(200, seed=11), device="cuda")
+    torch.save(fitted.state_dict(), weights)
+    alone = tmp_path_factory.mktemp("alone")
+    pipeline = gpu_pipeline(weights)
+    with pyannote.accelerate_pipeline(pipeline, "fp32"):
+        for path in sorted(folder.glob("*.wav")):
+            assert diarize_file(pipeline, path, None, alone)["status"] == "done"
+    return folder, weights, alone
+
+
+def _rttms(folder: Path) -> dict[str, str]:
+    return {path.name: path.read_text() for path in sorted(folder.glob("*.rttm"))}
+
+
+def test_two_engines_on_one_gpu_give_each_file_its_own_output(pyannote, corpus, tmp_path):
+    folder, weights, alone = corpus
+    run = pyannote.diarize_corpus(
+        gpu_pipeline(weights), [folder], tmp_path, engines=2, progress=None
+    )
+    assert (run.done, run.failed) == (len(SECONDS), 0)
+    assert _rttms(tmp_path) == _rttms(alone)
+
+
+def test_two_dask_workers_on_one_gpu_give_each_file_its_own_output(pyannote, corpus, tmp_path):
+    import functools
+
+    distributed = pytest.importorskip("distributed")
+    folder, weights, alone = corpus
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        run = pyannote.diarize_corpus_on_dask(
+            functools.partial(gpu_pipeline, weights), [folder], tmp_path, client, progress=None
+        )
+    assert (run.done, run.failed) == (len(SECONDS), 0)
+    assert _rttms(tmp_path) == _rttms(alone)

@@ -1,0 +1,202 @@
+"""Corpus runs on the CPU with the stock pyannote pipeline (random-weight models): which
+files an input names, the manifest and the rerun that skips what it records, a corrupt
+file among good ones, bounded decoding, and a Dask cluster of two worker processes that
+loses one mid-run and still writes every file's RTTM as a single process does."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pyspk.files import FileError, corpus_files, rttm_uri
+from tests.optional import importorskip
+
+os.environ.setdefault("PYANNOTE_METRICS_ENABLED", "false")
+
+SECONDS = (10.5, 12.0, 14.0, 11.0)
+
+
+def cpu_pipeline():
+    """The stock pipeline of the random-weight models, on the CPU (picklable by
+    reference, for Dask's workers)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from pyspk.pyannote.offline import offline_pipeline, segmentation_3_0, wespeaker_resnet34
+
+        return offline_pipeline(segmentation_3_0(seed=0), wespeaker_resnet34(seed=1))
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """Four short conversations as WAV files in nested folders, and a corrupt .wav."""
+    soundfile = importorskip("soundfile", reason="soundfile is missing (diarize extra)")
+    from pyspk.testing.synthetic import recording
+
+    folder = tmp_path_factory.mktemp("corpus")
+    (folder / "a" / "b").mkdir(parents=True)
+    places = ["one.wav", "a/two.wav", "a/b/three.flac", "a/b/four.wav"]
+    for index, (place, seconds) in enumerate(zip(places, SECONDS, strict=True)):
+        soundfile.write(folder / place, recording(seconds, seed=60 + index).waveform, 16000)
+    (folder / "a" / "broken.wav").write_bytes(b"RIFF\x00\x00\x00\x00not audio at all")
+    (folder / "notes.txt").write_text("not audio, and not an audio extension\n")
+    return folder
+
+
+def _stack() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        importorskip("torch", reason="PyTorch is missing")
+        importorskip("pyannote.audio", reason="pyannote.audio is missing (pyannote extra)")
+
+
+def test_inputs_name_files_folders_and_lists(corpus, tmp_path):
+    listing = tmp_path / "list.txt"
+    listing.write_text(f"# two of them\n{corpus / 'one.wav'}\n\n{corpus / 'a' / 'two.wav'}\n")
+    found = corpus_files([corpus / "a", f"@{listing}", corpus / "one.wav"])
+    assert [p.relative_to(corpus).as_posix() for p in found] == [
+        "a/b/four.wav",
+        "a/b/three.flac",
+        "a/broken.wav",
+        "a/two.wav",
+        "one.wav",
+    ]
+    with pytest.raises(FileError, match="no such file or folder"):
+        corpus_files([corpus / "missing.wav"])
+
+
+def _rttms(folder: Path) -> dict[str, str]:
+    return {path.name: path.read_text() for path in sorted(folder.glob("*.rttm"))}
+
+
+def _entries(manifest: Path) -> list[dict]:
+    return [json.loads(line) for line in manifest.read_text().splitlines()]
+
+
+def test_a_run_records_each_file_resumes_and_keeps_decoding_bounded(corpus, tmp_path, monkeypatch):
+    """Two engines over the corpus: every good file's RTTM equals a single pipeline's;
+    the corrupt file is recorded as failed; a rerun after an interruption (a cut manifest
+    line, a partial RTTM) redoes only what the manifest does not say is done; decoded
+    files waiting never exceed `decode_ahead`."""
+    _stack()
+    from pyspk.pyannote import corpus as corpus_module
+    from pyspk.pyannote.corpus import diarize_corpus, diarize_file
+
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    pipeline = cpu_pipeline()
+    good = [p for p in corpus_files([corpus]) if p.name != "broken.wav"]
+    for path in good:
+        assert diarize_file(pipeline, path, None, alone)["status"] == "done"
+
+    waiting, most = [0], [0]
+    read = corpus_module.read_audio
+
+    def counted(path):
+        audio = read(path)
+        waiting[0] += 1
+        most[0] = max(most[0], waiting[0])
+        return audio
+
+    diarize = corpus_module.diarize_file
+
+    def consumed(*args, **kwargs):
+        waiting[0] -= 1
+        return diarize(*args, **kwargs)
+
+    monkeypatch.setattr(corpus_module, "read_audio", counted)
+    monkeypatch.setattr(corpus_module, "diarize_file", consumed)
+    out = tmp_path / "out"
+    lines: list[str] = []
+    # the first run sees two files only, as a run killed after them would have left
+    first = diarize_corpus(
+        pipeline,
+        [corpus / "one.wav", corpus / "a" / "two.wav"],
+        out,
+        accelerate=False,
+        progress=lines.append,
+    )
+    assert (first.done, first.failed, first.skipped) == (2, 0, 0)
+    manifest = out / "manifest.jsonl"
+    with open(manifest, "a") as handle:
+        handle.write('{"path": "cut by a ki')  # a kill in the middle of a line
+    (out / ".three.rttm.partial").write_text("half")
+    run = diarize_corpus(
+        pipeline, [corpus], out, accelerate=False, decode_ahead=1, progress=lines.append
+    )
+    assert (run.files, run.done, run.skipped, run.failed) == (5, 2, 2, 1)
+    assert most[0] <= 1 + 2  # the queue's one, and one in each engine's hands
+    assert _rttms(out) == _rttms(alone)
+    records = {}
+    for line in manifest.read_text().splitlines():
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        records[Path(entry["path"]).name] = entry
+    assert records["broken.wav"]["status"] == "failed"
+    assert "libsndfile" in records["broken.wav"]["error"]
+    assert {name for name, e in records.items() if e["status"] == "done"} == {p.name for p in good}
+    assert any("x real time in aggregate" in line for line in lines)
+    again = diarize_corpus(pipeline, [corpus], out, accelerate=False, progress=None)
+    assert (again.done, again.skipped, again.failed) == (0, 4, 1)  # the broken file again
+
+
+def test_dask_workers_write_what_one_process_writes_when_one_dies(corpus, tmp_path):
+    """A LocalCluster of two worker processes; one is killed while files are being
+    diarized. Every good file's RTTM equals a single process's, and the manifest has one
+    record per file."""
+    _stack()
+    importorskip("distributed", reason="dask.distributed is missing (corpus extra)")
+    from distributed import Client, LocalCluster
+
+    from pyspk.pyannote.corpus import diarize_corpus_on_dask, diarize_file
+
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    pipeline = cpu_pipeline()
+    good = [p for p in corpus_files([corpus]) if p.name != "broken.wav"]
+    for path in good:
+        diarize_file(pipeline, path, None, alone)
+    out = tmp_path / "dask"
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        killed: list[int] = []
+
+        def kill_a_busy_worker() -> None:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and not killed:
+                busy = [worker for worker, keys in client.processing().items() if keys]
+                if busy:
+                    pid = client.run(os.getpid, workers=[busy[0]])[busy[0]]
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+                time.sleep(0.05)
+
+        killer = threading.Thread(target=kill_a_busy_worker)
+        killer.start()
+        run = diarize_corpus_on_dask(
+            cpu_pipeline, [corpus], out, client, accelerate=False, progress=None
+        )
+        killer.join()
+    assert killed, "no worker was busy to be killed"
+    assert (run.done, run.failed) == (4, 1)
+    assert _rttms(out) == _rttms(alone)
+    entries = _entries(out / "manifest.jsonl")
+    assert sorted(Path(e["path"]).name for e in entries) == sorted(
+        p.name for p in corpus_files([corpus])
+    )
+    assert not list(out.glob(".*.partial"))
+    assert rttm_uri(good[0]) + ".rttm" in _rttms(out)
+    assert np.isfinite([e["seconds"] for e in entries if e["status"] == "done"]).all()
