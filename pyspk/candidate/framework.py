@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar, runtime_checkable
 
 import attrs
@@ -180,13 +180,31 @@ class SegConvSpec(_Spec[SegConvSite]):
 
 # --- coverage ----------------------------------------------------------------------
 
+# typed attrs converters: a bare `tuple` converter leaves mypy an unsolved type variable
+
+
+def _int_tuple(items: Iterable[int]) -> tuple[int, ...]:
+    return tuple(items)
+
+
+def _str_tuple(items: Iterable[str]) -> tuple[str, ...]:
+    return tuple(items)
+
+
+def _entry_tuple(items: Iterable[CoverageEntry]) -> tuple[CoverageEntry, ...]:
+    return tuple(items)
+
+
+def _speed_tuple(items: Iterable[ArchitectureSpeed]) -> tuple[ArchitectureSpeed, ...]:
+    return tuple(items)
+
 
 @attrs.frozen
 class Batches:
     """The batches a coverage entry admits: `only` lists them, None admits every batch."""
 
     only: tuple[int, ...] | None = attrs.field(
-        default=None, converter=attrs.converters.optional(tuple)
+        default=None, converter=attrs.converters.optional(_int_tuple)
     )
 
     @classmethod
@@ -214,7 +232,7 @@ class Maths(enum.Enum):
 
 @attrs.frozen
 class CoverageEntry:
-    layers: tuple[str, ...] = attrs.field(converter=tuple)
+    layers: tuple[str, ...] = attrs.field(converter=_str_tuple)
     batches: Batches
     maths: Maths
 
@@ -226,7 +244,7 @@ class CoverageEntry:
 class Coverage:
     """What an area plans: a union of coverage entries."""
 
-    entries: tuple[CoverageEntry, ...] = attrs.field(converter=tuple)
+    entries: tuple[CoverageEntry, ...] = attrs.field(converter=_entry_tuple)
 
     def covers(self, layer: str | BoundaryId, batch: int, math: CudaMath) -> bool:
         name = layer.name() if isinstance(layer, BoundaryId) else layer
@@ -297,7 +315,7 @@ class BroadEvidence:
     Refuses fewer than two architectures, any speedup under 1.05x, and an architecture
     measured twice: one fast device is not evidence for a family."""
 
-    architectures: tuple[ArchitectureSpeed, ...] = attrs.field(converter=tuple)
+    architectures: tuple[ArchitectureSpeed, ...] = attrs.field(converter=_speed_tuple)
     note: str
     minimum_capability: ComputeCapability
     tier: PtxTier

@@ -272,6 +272,7 @@ def _run_pins(args: argparse.Namespace) -> int:
     forced, forced_by = _forced_tier(args)
     named = _named_device(args)
     if named is None:
+        absent: str | None
         try:
             local = local_device()
         except CudaError as error:
@@ -371,6 +372,7 @@ def _check(args: argparse.Namespace, record: dict[str, Any], picks: Sequence[Pic
         changes = diff(recorded, picks)
     except ValueError as error:
         raise UsageError(f"{path}: {error}") from None
+    assert isinstance(recorded, dict)  # `diff` refuses any other record
     args.status = 1 if changes else 0  # kept when the reader closes the pipe early
 
     if args.json:

@@ -21,6 +21,11 @@ class InvalidArgument(TypeError, ValueError):
 class DriverError(CudaError):
     """A CUDA driver call returned an error."""
 
+    call: str
+    result_name: str
+    result_text: str
+    code: int
+
     def __init__(self, call: str, result_name: str, result_text: str, code: int) -> None:
         message = f"{call} failed: {result_name} ({code}): {result_text}"
         super().__init__(

@@ -253,15 +253,15 @@ class Launch:
             (item if isinstance(item, tuple) else (f"p{index}", item))
             for index, item in enumerate(signature)
         ]
-        signature = tuple(kind for _, kind in named)
-        unknown = [kind for kind in signature if kind not in PARAM_KINDS]
+        kinds = tuple(kind for _, kind in named)
+        unknown = [kind for kind in kinds if kind not in PARAM_KINDS]
         if unknown:
             raise InvalidArgument(
                 f"unknown kernel parameter kinds {unknown}; use {list(PARAM_KINDS)}"
             )
-        if len(values) != len(signature):
+        if len(values) != len(kinds):
             raise InvalidArgument(
-                f"{kernel.name}: {len(values)} values for {len(signature)} parameters"
+                f"{kernel.name}: {len(values)} values for {len(kinds)} parameters"
             )
         self.kernel = kernel
         self.grid = _dims(grid, "grid")
@@ -269,13 +269,11 @@ class Launch:
         self.shared = operator.index(shared)
         if self.shared < 0:
             raise InvalidArgument(f"dynamic shared memory cannot be {self.shared} bytes")
-        self.signature = signature
+        self.signature = kinds
         self._names = tuple(name for name, _ in named)
         if len(set(self._names)) != len(self._names):
             raise InvalidArgument(f"{kernel.name}: parameter names repeat in {self._names}")
-        fields = [
-            (name, PARAM_KINDS[kind]) for name, kind in zip(self._names, signature, strict=True)
-        ]
+        fields = [(name, PARAM_KINDS[kind]) for name, kind in zip(self._names, kinds, strict=True)]
         block_type = type("KernelParams", (ctypes.Structure,), {"_fields_": fields})
         self._params = block_type()
         for index, value in enumerate(values):

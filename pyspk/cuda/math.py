@@ -20,7 +20,7 @@ class CudaMath(enum.Enum):
     @classmethod
     def parse(cls, text: str | CudaMath) -> CudaMath:
         """`text` ("fp32", "tf32", any case), or a `CudaMath` as it is."""
-        if isinstance(text, cls):
+        if isinstance(text, CudaMath):
             return text
         wanted = text.strip().lower()
         for math in cls:

@@ -9,6 +9,7 @@ check every plan entry point applies to the buffers it is given (`pyspk.cuda.buf
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import operator
 import threading
@@ -381,7 +382,7 @@ class CudaRuntime:
             found = finalizer.detach()
             if found is not None:
                 _, _, executable, users = found[2]
-                attempt(lambda executable=executable: self._destroy_graph(executable))
+                attempt(functools.partial(self._destroy_graph, executable))
                 for user in users:
                     attempt(user.graph_closed)
         self._graphs.clear()
@@ -398,7 +399,7 @@ class CudaRuntime:
                 pending.append(found[2][0])
         self._allocations.clear()
         for ptr in pending:
-            attempt(lambda ptr=ptr: self._free_now(ptr))
+            attempt(functools.partial(self._free_now, ptr))
         if stream is not None and self._owns_stream:
             attempt(lambda: driver.call("cuStreamDestroy", stream))
         attempt(lambda: driver.call("cuDevicePrimaryCtxRelease", self._cudevice))
@@ -472,7 +473,7 @@ class CudaRuntime:
                 return
             pending, self._deferred = self._deferred, []
         for ptr in pending:
-            _quietly(lambda ptr=ptr: self._free_now(ptr))
+            _quietly(functools.partial(self._free_now, ptr))
 
     def _destroy_graph(self, executable: Any) -> None:
         driver.call("cuGraphExecDestroy", executable)

@@ -42,7 +42,7 @@ import warnings
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -58,6 +58,9 @@ from pyspk.pyannote import _chunks, _clustering, _steps
 from pyspk.pyannote._graphs import STREAMS, Forward
 from pyspk.pyannote.fbank import Fbank
 from pyspk.torch import library_math
+
+if TYPE_CHECKING:
+    from lightning.fabric.utilities.data import AttributeDict
 
 __all__ = ["EMBEDDING_BATCH", "SEGMENTATION_BATCH", "Engine", "RunReport"]
 
@@ -208,7 +211,8 @@ class Engine:
             return reason
         if pipeline.klustering == "OracleClustering":
             return "oracle clustering reads the reference, not embeddings"
-        if embedding.hparams.sample_rate != model.hparams.sample_rate:
+        # lightning keeps the hyperparameters in an AttributeDict
+        if cast("AttributeDict", embedding.hparams).sample_rate != model.hparams.sample_rate:
             return "the two models read different sample rates"
         return None
 
@@ -227,6 +231,7 @@ class Engine:
         """How each forward runs ("graph", or "eager" and why)."""
         if self.unserved is not None:
             return {"engine": f"stock apply ({self.unserved})"}
+        assert self._segment is not None and self._embed is not None  # made when served
         return {forward.name: forward.note for forward in (self._segment, self._embed)}
 
     def close(self) -> None:

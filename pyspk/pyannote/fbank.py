@@ -3,12 +3,17 @@ its constants made once on the device."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 import torch
 import torch.nn.functional as F
 import torchaudio.compliance.kaldi as kaldi
 from pyannote.audio.models.embedding.wespeaker import BaseWeSpeakerResNet
 
 from pyspk.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from lightning.fabric.utilities.data import AttributeDict
 
 __all__ = ["Fbank"]
 
@@ -24,7 +29,7 @@ class Fbank:
         reason = self.unsupported(model)
         if reason is not None:
             raise InvalidArgument(f"Fbank: {reason}")
-        hp = model.hparams
+        hp = cast("AttributeDict", model.hparams)  # lightning keeps them in an AttributeDict
         rate = hp.sample_rate
         self.window_size = int(rate * hp.frame_length * 0.001)
         self.window_shift = int(rate * hp.frame_shift * 0.001)
@@ -42,7 +47,7 @@ class Fbank:
     @staticmethod
     def unsupported(model: BaseWeSpeakerResNet) -> str | None:
         """Why `Fbank` cannot stand for this model's fbank, or None."""
-        hp = model.hparams
+        hp = cast("AttributeDict", model.hparams)  # lightning keeps them in an AttributeDict
         settings = {
             "dither": (hp.dither, 0.0),
             "window_type": (hp.window_type, "hamming"),

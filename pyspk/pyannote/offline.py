@@ -8,8 +8,9 @@ folder that `Pipeline.from_pretrained(folder)` loads as it loads a downloaded on
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -93,7 +94,9 @@ def segmentation_3_0(
 def _calibrate(model: PyanNet, recording: Recording, ridge: float = 1e-3) -> None:
     """`segmentation_3_0`'s calibration on `recording`, in float64, in place."""
     rate = recording.sample_rate
-    duration = model.specifications.duration
+    specifications = model.specifications
+    assert not isinstance(specifications, tuple)  # `segmentation_3_0`'s model has one task
+    duration = specifications.duration
     window = round(duration * rate)
     starts = np.arange(0, recording.seconds - duration + 1e-9, 3.0)
     chunks = torch.stack(
@@ -113,7 +116,7 @@ def _calibrate(model: PyanNet, recording: Recording, ridge: float = 1e-3) -> Non
         return torch.cat(captured).reshape(-1, captured[0].shape[-1]).double().cpu()
 
     with torch.no_grad():
-        for linear in model.linear:
+        for linear in cast("Iterable[nn.Linear]", model.linear):  # a ModuleList of Linears
             x = inputs_of(linear)
             weight, bias = linear.weight.double().cpu(), linear.bias.double().cpu()
             before = x @ weight.T + bias

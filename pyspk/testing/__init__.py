@@ -152,9 +152,9 @@ def _fp16_floor(site: Site, ops: dict[str, np.ndarray]) -> np.ndarray:
     x, w = np.abs(ops["x"].astype(np.float64)), np.abs(ops["w"].astype(np.float64))
     if site.is_conv():
         batch = x.shape[0]
-        x_sums = reference.conv_absolute_sum(
-            site.framework_site(), batch, ops["x"], np.ones_like(ops["w"])
-        )
+        conv_site = site.framework_site()
+        assert isinstance(conv_site, SegConvSite)  # the convolutions' sites
+        x_sums = reference.conv_absolute_sum(conv_site, batch, ops["x"], np.ones_like(ops["w"]))
         w_rows = w.reshape(w.shape[0], -1)
         x_max = x.reshape(batch, -1).max(axis=1)
         floor = x_max[:, None, None] * w_rows.sum(axis=1)[None, :, None]

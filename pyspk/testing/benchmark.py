@@ -161,7 +161,7 @@ def forced_pin(
 
 def new_row(case: Case, pin: SegdensePin, *, forced: bool, simt: bool) -> dict[str, Any]:
     """A result row with every field present; the GPU run fills in the measurements."""
-    fields = pin.fields()
+    fields: dict[str, object] = dict(pin.fields())  # a plain dict: two keys popped
     splits = pin.splits()
     return {
         "key": case.key(),
@@ -552,7 +552,7 @@ def write_outputs(
         return [f"report {markdown}", f"data {data}"]
     title = f"segdense speedup over the library, {meta['device']['name']} ({meta['tier']})"
     try:
-        chart = write_chart(out / f"{stem}.png", rows, title)
+        chart_line = write_chart(out / f"{stem}.png", rows, title)
     except Exception as error:  # the report and data are written; the chart is an extra
-        chart = f"chart failed: {type(error).__name__}: {error}"
-    return [f"report {markdown}", f"data {data}", chart]
+        chart_line = f"chart failed: {type(error).__name__}: {error}"
+    return [f"report {markdown}", f"data {data}", chart_line]

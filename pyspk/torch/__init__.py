@@ -169,8 +169,12 @@ class _Planned(nn.Module):
 
     _context: str
     site: DenseSite | SegConvSite
+    weight: torch.Tensor
+    bias: torch.Tensor | None
 
-    def __init__(self, module: nn.Module, math: CudaMath | str, name: str | None) -> None:
+    def __init__(
+        self, module: nn.Linear | nn.Conv1d, math: CudaMath | str, name: str | None
+    ) -> None:
         super().__init__()
         if name is not None:
             self._context += f" ({name})"
@@ -349,6 +353,9 @@ class PlannedDense(_Planned):
     rows are those of batch 1 or 32 (589 or 18,848 for the segmentation heads, 3 or 96
     for seg_1), the module's library path otherwise."""
 
+    site: DenseSite
+    bias: torch.Tensor  # a Linear without one is refused
+
     def __init__(
         self,
         linear: nn.Linear,
@@ -420,6 +427,8 @@ class PlannedConv1d(_Planned):
     where what follows cancels a per-channel constant (in PyanNet a max-pool and then an
     InstanceNorm, which subtracts each channel's mean); the library path then drops it
     too, so both paths compute the same function."""
+
+    site: SegConvSite
 
     def __init__(
         self,

@@ -14,7 +14,7 @@ records) and refuses a call after the parameters changed (`WeightsChangedError`)
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -43,7 +43,7 @@ __all__ = ["PlannedTrunk", "trunk_weights"]
 CONTEXT = "pyspk.torch.resnet"
 
 
-def _norm(module: nn.Module) -> BatchNorm:
+def _norm(module: object) -> BatchNorm:
     if not isinstance(module, nn.BatchNorm2d) or module.running_mean is None:
         raise InvalidArgument(f"{CONTEXT}: expected a BatchNorm2d with running statistics")
 
@@ -61,7 +61,7 @@ def _norm(module: nn.Module) -> BatchNorm:
     )
 
 
-def _fold(site: TrunkSite, conv: nn.Module, norm: nn.Module) -> FoldedConv:
+def _fold(site: TrunkSite, conv: object, norm: object) -> FoldedConv:
     if not isinstance(conv, nn.Conv2d) or conv.bias is not None:
         raise InvalidArgument(f"{CONTEXT}: {site} expects a Conv2d without bias")
     shape = site.shape
@@ -113,9 +113,9 @@ class PlannedTrunk:
             raise InvalidArgument(f"{CONTEXT}: streams must be 1 or 2, not {streams!r}")
         self.resnet = resnet
         self.math = CudaMath.parse(math)
-        self._library: Callable[[torch.Tensor], torch.Tensor] = type(resnet).forward_frames.__get__(
-            resnet
-        )
+        # the class's forward_frames (a WeSpeaker ResNet's; nn.Module declares none)
+        stock = cast(Any, type(resnet)).forward_frames
+        self._library: Callable[[torch.Tensor], torch.Tensor] = stock.__get__(resnet)
         device = next(resnet.parameters()).device
         if device.type != "cuda":
             raise InvalidArgument(f"{CONTEXT}: the model is on {device}, not a CUDA device")

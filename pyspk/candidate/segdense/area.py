@@ -137,7 +137,7 @@ class Area:
         # the producer refuses a bias given to a convolution or missing for a dense site
         spec = (
             SegConvSpec(framework_site, batch, math)
-            if conv
+            if isinstance(framework_site, SegConvSite)
             else DenseSpec(framework_site, batch, math)
         )
         candidate = SegConvOxide if conv else DenseOxide

@@ -194,10 +194,15 @@ class Producer(PlanLifetime):
         workspace = _workspace(config.kind, shape)
         partials = 0 if scratch is None else _scratch_address(scratch, workspace, runtime.ordinal)
         n, k = shape.n, shape.k
-        packed = (
-            pack_weight(config.kind, weights, n, k) if on_host else gather_map(config.kind, n, k)
-        )
-        host, layout = (packed, None) if on_host else (None, (config.kind, n, k, packed))
+        host: np.ndarray | None = None
+        layout: tuple[Kind, int, int, np.ndarray] | None = None
+        if on_host:
+            assert weights is not None  # read above for the packs made on the host
+            host = pack_weight(config.kind, weights, n, k)
+        else:
+            entries = gather_map(config.kind, n, k)
+            assert entries is not None  # None only for the packs made on the host
+            layout = (config.kind, n, k, entries)
         owned: list[DeviceBuffer] = []
         flag = None
         try:
@@ -367,7 +372,11 @@ def _buffers(
     (`partials`, a caller's checked scratch, or a buffer of the plan's own; 0 without
     split-K); and for a gather its map (kept by the runtime for every plan of the
     layout) and a zeroed flag for non-finite weights, freed after planning."""
-    weight = runtime.upload(host) if layout is None else runtime.alloc_zeros(layout[3].size)
+    if layout is None:
+        assert host is not None  # the caller packs on the host exactly when it has no layout
+        weight = runtime.upload(host)
+    else:
+        weight = runtime.alloc_zeros(layout[3].size)
     owned.append(weight)
     bias = None if biases is None else runtime.upload(biases)
     if bias is not None:
@@ -402,12 +411,15 @@ def _launches(
     kind = config.kind
     weights = [weight.ptr, len(weight)]
     reduction = Reduction.shape(kind.splits) if isinstance(kind, Split) else None
+    params: tuple[tuple[str, str], ...]
     if isinstance(kind, (Conv, TensorConv)):
         params, values = CONV_PARAMS, [0, shape.input_len, *weights, 0, shape.output_len]
     elif reduction is None:
+        assert bias is not None  # `_check` refuses a dense site without its bias
         params = DENSE_PARAMS
         values = [0, shape.input_len, *weights, bias.ptr, shape.n, 0, shape.output_len]
     else:
+        assert bias is not None  # `_check` refuses a dense site without its bias
         workspace = _workspace(kind, shape)
         params = DENSE_PARAMS
         values = [0, shape.input_len, *weights, bias.ptr, shape.n, partials, workspace]

@@ -5,6 +5,7 @@ attributes (never of run-time timing)."""
 from __future__ import annotations
 
 import enum
+from typing import TypedDict
 
 import attrs
 
@@ -64,7 +65,9 @@ class Hardware:
     def half_split_fits(self) -> bool:
         """One resident block per SM gives `spk_segdense_embed_b32_f16` at least
         HALF_MIN_SPLITS slices, and a block can opt in to its shared memory."""
-        slices = self.splits(*Entry.EMBED_B32_F16.split_resident())
+        residency = Entry.EMBED_B32_F16.split_resident()
+        assert residency is not None  # EMBED_B32_F16 is a split-K entry
+        slices = self.splits(*residency)
         return slices >= HALF_MIN_SPLITS and self.shared_optin >= HALF_SHARED
 
     def splits(self, tiles: int, resident: int) -> int:
@@ -469,6 +472,16 @@ def _unimplemented_batch(site: Site, batch: int) -> GeometryUnimplemented:
     )
 
 
+class PinFields(TypedDict):
+    """`SegdensePin.fields`: what a pin runs, as reports record it."""
+
+    entry: str
+    kernel: str
+    splits: int | None
+    block: int
+    shared: int
+
+
 @attrs.frozen
 class SegdensePin:
     """The complete execution choice of one segdense plan: the entry the device rule
@@ -560,7 +573,7 @@ class SegdensePin:
         """The split-K slice count, for split-K entries."""
         return self.choice.splits if self.choice.entry.is_split() else None
 
-    def fields(self) -> dict[str, str | int | None]:
+    def fields(self) -> PinFields:
         """What the pin runs, as reports record it: entry name, kernel, split-K slices
         (None without split-K), block threads and dynamic shared bytes."""
         config = self.config()

@@ -346,8 +346,8 @@ class TrunkPlan(OrderedPlanLifetime):
                     self._bound.clear()
                 bound = self._bound[key] = [launch.bind(key) for launch in self._launches]
             ordered = self._order.before(key)
-            for launch in bound:
-                launch()
+            for call in bound:
+                call()
             self._order.after(key, ordered)
         finally:
             self._release()
