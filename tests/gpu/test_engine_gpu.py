@@ -334,7 +334,7 @@ def test_a_dropped_acceleration_lasts_as_long_as_its_pipeline(torch, pyannote):
         f"free device memory: {before / 2**20:.1f} MiB, accelerated {held / 2**20:.1f} MiB, "
         f"pipeline dropped {after / 2**20:.1f} MiB"
     )
-    # building, calibrating and running a stock pipeline, pyspk aside, moved the free
-    # memory by 0 to 14 MiB from one pipeline to the next on the H200 (the libraries'
-    # own state); the trunk plans alone hold 2.3 GB
+    # a new stock pipeline built, calibrated and run, pyspk aside, left 12 MiB less free
+    # memory than the one before it on the H200 (the libraries' own state); the trunk
+    # plans alone hold 2.3 GB
     assert before - after <= 16 * 2**20
