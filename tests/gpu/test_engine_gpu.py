@@ -338,3 +338,56 @@ def test_a_dropped_acceleration_lasts_as_long_as_its_pipeline(torch, pyannote):
     # memory than the one before it on the H200 (the libraries' own state); the trunk
     # plans alone hold 2.3 GB
     assert before - after <= 16 * 2**20
+
+
+def test_fp32_and_tf32_pipelines_in_two_threads_keep_their_own_math(torch, pyannote, pipeline):
+    """A TF32 pipeline and an FP32 one, each in its own thread, three rounds: the FP32
+    output is its serial FP32 output, and the caller's TF32 switches are as they were."""
+    import copy
+
+    from tests.concurrency import run_together
+
+    file = synthetic_file(torch, 60.0, 26)
+    other = copy.deepcopy(pipeline)
+    switches = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    with (
+        pyannote.accelerate_pipeline(pipeline, "fp32"),
+        pyannote.accelerate_pipeline(other, "tf32"),
+    ):
+        serial = tracks(pipeline(dict(file)))
+        for _ in range(3):
+            got: dict[str, list] = {}
+
+            def diarize(name: str, own, got: dict = got) -> None:
+                got[name] = tracks(own(dict(file)))
+
+            run_together(diarize, [("fp32", pipeline), ("tf32", other)])
+            assert got["fp32"] == serial
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == switches
+
+
+def test_a_capture_while_another_thread_allocates_and_synchronizes(torch, pyannote, pipeline):
+    """The engine captures its graphs in thread-local mode: another thread allocating
+    and synchronizing meanwhile neither breaks the capture nor sends it to eager."""
+    import threading
+
+    file = synthetic_file(torch, 30.0, 27)
+    with pyannote.accelerate_pipeline(pipeline, "fp32"):
+        serial = tracks(pipeline(dict(file)))
+    stop = threading.Event()
+
+    def busy() -> None:
+        while not stop.is_set():
+            torch.empty(1 << 20, device="cuda").fill_(1.0)
+            torch.cuda.synchronize()
+
+    worker = threading.Thread(target=busy)
+    worker.start()
+    try:
+        acceleration = pyannote.accelerate_pipeline(pipeline, "fp32")
+    finally:
+        stop.set()
+        worker.join()
+    with acceleration:
+        assert acceleration.engine.describe() == {"segmentation": "graph", "embedding": "graph"}
+        assert tracks(pipeline(dict(file))) == serial
