@@ -22,8 +22,8 @@
 // input patch (with its one-pixel border) in shared memory, read along the bins that are
 // contiguous in the fbank; each thread then computes four channels of one position at a
 // time, so the eight threads of a position store its 128 output bytes together (one
-// position per thread, reading the fbank per frame: 420.8 against 147.7 us per launch, ncu,
-// in a trunk forward at batch 32).
+// position per thread, reading the fbank per frame, was slower: docs/performance.md, "The
+// ResNet34 trunk").
 constexpr u32 STEM_THREADS = 256;
 constexpr u32 STEM_TILE_BINS = 8;
 constexpr u32 STEM_TILE_FRAMES = 32;

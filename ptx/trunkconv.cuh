@@ -19,7 +19,7 @@
 // stage); padding and positions past the batch's items are zero-filled copies that read
 // nothing, or (STRIP) a row of zeros read in place of the strip row.
 //
-// Maths, on FP16 products (twice TF32's mma.sync rate: 620 against 310 TFLOPS measured):
+// Maths, on FP16 products (twice TF32's mma.sync rate, docs/performance.md):
 // every operand is scaled by a power of two into FP16's range, so the scaling itself is
 // exact. A weight column n is scaled at plan time by 2^s_n, putting its largest
 // magnitude in [2^14, 2^15). An activation row is scaled by its chunk's own power of

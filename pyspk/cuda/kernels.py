@@ -35,7 +35,11 @@ from pyspk.cuda.manifest import (
 )
 from pyspk.cuda.tier import ComputeCapability, PtxTier
 
-__all__ = ["Kernel", "Launch", "LoadedKernels", "load_kernels"]
+__all__ = ["BOUND_STREAMS", "Kernel", "Launch", "LoadedKernels", "load_kernels"]
+
+BOUND_STREAMS = 16
+"""Caller streams a plan keeps its launches bound to (`Launch.bind`); past this many it
+starts afresh, so a caller cycling through streams cannot grow it without end."""
 
 # Kernel parameter kinds of the calling convention (ptx/common.cuh): every buffer is a
 # 64-bit pointer followed by its element count as a 64-bit unsigned integer; scalars are

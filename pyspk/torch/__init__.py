@@ -90,6 +90,22 @@ def shared_runtime(device: torch.device | int | None = None) -> CudaRuntime:
         return _RUNTIMES[ordinal]
 
 
+def check_planned_call(
+    context: str, tensors: list[torch.Tensor], unchanged: bool, changed: str
+) -> None:
+    """What every planned module checks before it enqueues: no autograd recording
+    through `tensors` (the input and the parameters), `InferenceOnlyError`; the weights
+    still those it planned from (`unchanged`), else `WeightsChangedError` saying
+    `changed`."""
+    if torch.is_grad_enabled() and any(tensor.requires_grad for tensor in tensors):
+        raise InferenceOnlyError(
+            f"{context}: pyspk plans are inference-only; call under "
+            "torch.inference_mode() or torch.no_grad()"
+        )
+    if not unchanged:
+        raise WeightsChangedError(f"{context}: {changed}")
+
+
 def tensor_state(tensors: Iterable[torch.Tensor]) -> tuple[int, ...]:
     """What a parameter change alters: each tensor's identity and storage, and its
     version counter (inference tensors keep none); a plan compares it before each call."""
@@ -265,21 +281,14 @@ class _Planned(nn.Module):
         plan = self._plans.get(key)
         if plan is None:
             return None
-        if torch.is_grad_enabled() and (
-            x.requires_grad
-            or self.weight.requires_grad
-            or (self.bias is not None and self.bias.requires_grad)
-        ):
-            raise InferenceOnlyError(
-                f"{self._context}: pyspk plans are inference-only; call under "
-                "torch.inference_mode() or torch.no_grad()"
-            )
-        if self._state() != self._planned_state:
-            raise WeightsChangedError(
-                f"{self._context}: the parameters changed after planning (an in-place "
-                "update, load_state_dict, a new Parameter or .to()); call replan() to plan "
-                "from the new weights"
-            )
+        parameters = [self.weight] if self.bias is None else [self.weight, self.bias]
+        check_planned_call(
+            self._context,
+            [x, *parameters],
+            self._state() == self._planned_state,
+            "the parameters changed after planning (an in-place update, load_state_dict, a "
+            "new Parameter or .to()); call replan() to plan from the new weights",
+        )
         return plan, pieces
 
     def _enqueue(

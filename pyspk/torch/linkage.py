@@ -2,9 +2,8 @@
 scipy's dendrogram to the bit, and the Euclidean distances it starts from with scipy's
 `pdist` to the bit (the cluster module, `ptx/cluster.cu`).
 
-scipy runs these methods through its generic algorithm on one core: for the 3558
-embeddings of a diarized hour that was 0.25 to 0.46 s on the H200's host, most of the
-clustering step. The kernel runs the same algorithm step for step on one block: the same
+scipy runs these methods through its generic algorithm on one core, most of the
+clustering step's time (docs/performance.md, "The diarization engine"). The kernel runs the same algorithm step for step on one block: the same
 distance updates rounded as scipy rounds them, the same choice among equal distances,
 and scipy's heap operated in scipy's order, so the merges, their order and the linkage
 matrix are scipy's. Where scipy would go on from a state the kernel does not follow

@@ -35,8 +35,7 @@ from pyspk.candidate.trunk import (
 )
 from pyspk.cuda.errors import InvalidArgument
 from pyspk.cuda.math import CudaMath
-from pyspk.errors import InferenceOnlyError, WeightsChangedError
-from pyspk.torch import shared_runtime, tensor_state
+from pyspk.torch import check_planned_call, shared_runtime, tensor_state
 
 __all__ = ["PlannedTrunk", "trunk_weights"]
 
@@ -146,18 +145,12 @@ class PlannedTrunk:
             or fbank.shape[0] == 0
         ):
             return self._library(fbank)
-        if torch.is_grad_enabled() and (
-            fbank.requires_grad or any(p.requires_grad for p in self.resnet.parameters())
-        ):
-            raise InferenceOnlyError(
-                f"{CONTEXT}: pyspk plans are inference-only; call under "
-                "torch.inference_mode() or torch.no_grad()"
-            )
-        if self._state() != self._planned_state:
-            raise WeightsChangedError(
-                f"{CONTEXT}: the trunk's parameters or statistics changed after planning; "
-                "plan again"
-            )
+        check_planned_call(
+            CONTEXT,
+            [fbank, *self.resnet.parameters()],
+            self._state() == self._planned_state,
+            "the trunk's parameters or statistics changed after planning; plan again",
+        )
         fbank = fbank.contiguous()
         chunks = fbank.shape[0]
         output = torch.empty((chunks, *OUTPUT_SHAPE), device=fbank.device, dtype=torch.float32)

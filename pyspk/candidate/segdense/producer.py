@@ -50,7 +50,7 @@ from pyspk.cuda.errors import (
     DriverError,
     InvalidArgument,
 )
-from pyspk.cuda.kernels import buffer_params
+from pyspk.cuda.kernels import BOUND_STREAMS, buffer_params
 from pyspk.cuda.lifetime import PlanLifetime
 from pyspk.cuda.manifest import KernelModule
 from pyspk.cuda.runtime import free_after_error
@@ -86,8 +86,6 @@ GATHER_KERNEL = f"{KERNEL_PREFIX}pack_gather"
 _PACK_BLOCK = 1024
 
 
-# caller streams a plan keeps launchers bound to; past this many it starts afresh
-_BOUND_STREAMS = 16
 # a plan's main launcher and its reduction's (None without split-K), bound to one stream
 _Launchers = tuple[Callable[[], None], Callable[[], None] | None]
 
@@ -318,7 +316,7 @@ class Producer(PlanLifetime):
                 raise BufferLayoutError(CONTEXT, buffer, f"overlaps the {name}")
 
     def _bind_stream(self, stream: int) -> _Launchers:
-        if len(self._stream_launchers) >= _BOUND_STREAMS:
+        if len(self._stream_launchers) >= BOUND_STREAMS:
             self._stream_launchers.clear()
         reduce = self._reduce
         launchers = (self._main.bind(stream), None if reduce is None else reduce.bind(stream))

@@ -37,7 +37,7 @@ from pyspk.candidate.trunk.shapes import (
 )
 from pyspk.cuda.buffers import DeviceBuffer, device_address
 from pyspk.cuda.errors import ClosedError, InvalidArgument
-from pyspk.cuda.kernels import buffer_params
+from pyspk.cuda.kernels import BOUND_STREAMS, buffer_params
 from pyspk.cuda.lifetime import OrderedPlanLifetime
 from pyspk.cuda.manifest import KernelModule
 from pyspk.cuda.math import CudaMath
@@ -342,7 +342,7 @@ class TrunkPlan(OrderedPlanLifetime):
             key = stream if stream is not None else self.runtime.stream
             bound = self._bound.get(key)
             if bound is None:
-                if len(self._bound) >= 16:
+                if len(self._bound) >= BOUND_STREAMS:
                     self._bound.clear()
                 bound = self._bound[key] = [launch.bind(key) for launch in self._launches]
             ordered = self._order.before(key)
