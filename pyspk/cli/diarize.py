@@ -281,34 +281,46 @@ def _pipeline(args: argparse.Namespace, pa: Any) -> Any:
 
 
 class Progress:
-    """A one-line progress bar on stderr, redrawn in place where stderr is a terminal
-    (silent elsewhere); a pyannote pipeline hook."""
+    """Each step's progress bar on stderr, drawn by rich (pyannote.audio's own progress
+    library) where stderr is a terminal, silent elsewhere; a pyannote pipeline hook."""
 
     def __init__(self, label: str, enabled: bool) -> None:
         self.label = label
-        self.enabled = enabled and sys.stderr.isatty()
-        self.started = time.perf_counter()
+        self._bars: Any = None
+        self._tasks: dict[str, Any] = {}
+        if enabled and sys.stderr.isatty():
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                Progress,
+                TaskProgressColumn,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
+            self._bars = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TaskProgressColumn(),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
+            self._bars.start()
 
     def __call__(self, step: str, artefact: Any, file: Any = None, **counts: int | None) -> None:
         """pyannote's hook call: a step's name and artefact, and for steps that count,
         `total` and `completed`."""
         total, completed = counts.get("total"), counts.get("completed")
-        if not self.enabled or total is None or completed is None:
+        if self._bars is None or total is None or completed is None:
             return
-        width = 30
-        done = min(max(completed / max(total, 1), 0.0), 1.0)
-        bar = "#" * round(done * width) + "-" * (width - round(done * width))
-        seconds = time.perf_counter() - self.started
-        print(
-            f"\r{self.label}: {step:<12} [{bar}] {done:4.0%} {seconds:6.1f} s",
-            end="",
-            file=sys.stderr,
-            flush=True,
-        )
+        if step not in self._tasks:
+            self._tasks[step] = self._bars.add_task(f"{self.label}: {step}", total=total)
+        self._bars.update(self._tasks[step], completed=completed, total=total)
 
     def close(self) -> None:
-        if self.enabled:
-            print("\r" + " " * 79 + "\r", end="", file=sys.stderr, flush=True)
+        if self._bars is not None:
+            self._bars.stop()
 
 
 # -- running --------------------------------------------------------------------------
