@@ -15,7 +15,7 @@ from pyspk.cuda.manifest import KernelModule
 from pyspk.cuda.tier import ComputeCapability
 from tests.fake_driver import CUstream, FakeApi, Handle, Result
 
-PTX = Path(__file__).resolve().parent.parent / "ptx"
+PTX = Path(__file__).resolve().parents[2] / "ptx"
 
 
 # -- prepared launches ----------------------------------------------------------------

@@ -20,7 +20,7 @@ from pyspk.cuda.profiles import profile
 from pyspk.testing import benchmark
 from tests.repo import load_tool
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 H200 = profile("h200")
 # the tuples whose H200 pick is an FP32-product entry real in the sm75 tier
 H200_SIMT = [

@@ -25,7 +25,7 @@ from pyspk.cuda.tier import ComputeCapability, PtxTier
 from tests.fake_driver import FakeApi
 from tests.repo import load_tool
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PTX = ROOT / "ptx"
 
 
