@@ -150,6 +150,18 @@ def build_parser() -> argparse.ArgumentParser:
         "per tuple. Without a driver or GPU it prints what it can and says why.",
     )
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
+    info.add_argument(
+        "--pipeline",
+        metavar="ID_OR_FOLDER",
+        help="also say whether accelerate_pipeline would serve this pyannote pipeline "
+        "(loaded on the CPU, checked as pyspk diarize checks it)",
+    )
+    info.add_argument("--token", metavar="TOKEN", help="Hugging Face token (default: HF_TOKEN)")
+    info.add_argument(
+        "--trust-checkpoints",
+        action="store_true",
+        help="load a local pipeline folder whose checkpoints need more than weights_only",
+    )
     info.set_defaults(run=_run_info, tier=None)
 
     from pyspk.cli import diarize  # its heavy imports wait until it runs
@@ -163,6 +175,8 @@ def _run_info(args: argparse.Namespace) -> int:
 
     forced, _ = _forced_tier(args)
     report = info.collect(forced, force_ptx_from_env())
+    if args.pipeline:
+        report["pipeline"] = info.pipeline_service(args)
     if args.json:
         _print_json(report)
     else:

@@ -5,6 +5,7 @@ part that cannot be had says why instead."""
 
 from __future__ import annotations
 
+import argparse
 import importlib.metadata
 import platform
 from typing import Any
@@ -97,6 +98,36 @@ def collect(forced: PtxTier | None = None, force_ptx: bool = False) -> dict[str,
     return report
 
 
+def pipeline_service(args: Any) -> dict[str, str]:
+    """Whether `accelerate_pipeline` would serve the pipeline `args.pipeline` names (a
+    Hugging Face id or a local folder, loaded on the CPU as `pyspk diarize` loads it):
+    its class and clustering, and "served" or the reason the engine would run its stock
+    `apply`; "error" where it cannot be loaded."""
+    from pyspk.cli import diarize
+
+    try:
+        _, pa = diarize._import_stack()
+        loading = argparse.Namespace(
+            pipeline=args.pipeline,
+            token=args.token,
+            trust_checkpoints=args.trust_checkpoints,
+            segmentation=None,
+            embedding=None,
+        )
+        pipeline = diarize._pipeline(loading, pa)
+    except diarize.DiarizeError as error:
+        return {"name": args.pipeline, "error": str(error)}
+    from pyspk.pyannote.engine import unserved_configuration
+
+    reason = unserved_configuration(pipeline)
+    return {
+        "name": args.pipeline,
+        "class": type(pipeline).__name__,
+        "clustering": str(getattr(pipeline, "klustering", "-")),
+        "served": "yes" if reason is None else f"no: {reason}",
+    }
+
+
 def render(report: dict[str, Any]) -> str:
     """The report as text, one fact a line and a table of picks per device."""
     lines = [
@@ -129,5 +160,14 @@ def render(report: dict[str, Any]) -> str:
             lines.append(
                 f"  {pick['boundary']:<14} b{pick['batch']:<3} {pick['math']}  "
                 f"{pick['entry']}{splits}{built}"
+            )
+    service = report.get("pipeline")
+    if service is not None:
+        if "error" in service:
+            lines.append(f"pipeline {service['name']}: {service['error']}")
+        else:
+            lines.append(
+                f"pipeline {service['name']}: {service['class']}, {service['clustering']}; "
+                f"accelerate_pipeline serves it: {service['served']}"
             )
     return "\n".join(lines)

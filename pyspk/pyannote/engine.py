@@ -62,7 +62,13 @@ from pyspk.torch import library_math
 if TYPE_CHECKING:
     from lightning.fabric.utilities.data import AttributeDict
 
-__all__ = ["EMBEDDING_BATCH", "SEGMENTATION_BATCH", "Engine", "RunReport"]
+__all__ = [
+    "EMBEDDING_BATCH",
+    "SEGMENTATION_BATCH",
+    "Engine",
+    "RunReport",
+    "unserved_configuration",
+]
 
 SEGMENTATION_BATCH = 128
 """Chunks per segmentation forward: the 4-layer BiLSTM's time per chunk falls steeply
@@ -197,24 +203,11 @@ class Engine:
 
     @staticmethod
     def _unserved(pipeline: Any) -> str | None:
-        inference = getattr(pipeline, "_segmentation", None)
-        model = getattr(inference, "model", None)
-        if model is None or not model.specifications.powerset:
-            return "the segmentation model has no powerset classes"
-        if getattr(inference, "device", torch.device("cpu")).type != "cuda":
+        reason = unserved_configuration(pipeline)
+        device = getattr(pipeline._segmentation, "device", torch.device("cpu"))
+        if reason is None and device.type != "cuda":
             return "the pipeline is not on a CUDA device"
-        embedding = getattr(getattr(pipeline, "_embedding", None), "model_", None)
-        if not isinstance(embedding, BaseWeSpeakerResNet):
-            return "the embedding model is not a pyannote WeSpeaker ResNet"
-        reason = Fbank.unsupported(embedding)
-        if reason is not None:
-            return reason
-        if pipeline.klustering == "OracleClustering":
-            return "oracle clustering reads the reference, not embeddings"
-        # lightning keeps the hyperparameters in an AttributeDict
-        if cast("AttributeDict", embedding.hparams).sample_rate != model.hparams.sample_rate:
-            return "the two models read different sample rates"
-        return None
+        return reason
 
     def _segment_eager(self, waveforms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         scores = self._segmentation_model(waveforms)
@@ -577,6 +570,29 @@ class Engine:
         output = _steps.name_speakers(pipeline, file, diarization, exclusive_diarization, centroids)
         report.steps["reconstruction"] = time.perf_counter() - reconstruction
         return output
+
+
+def unserved_configuration(pipeline: Any) -> str | None:
+    """Why the engine would run `pipeline`'s stock `apply`, whatever its device (None:
+    it serves it): a segmentation model without powerset classes, an embedding model that
+    is not a WeSpeaker ResNet (or whose fbank `Fbank` does not reproduce), oracle
+    clustering, or models of two sample rates."""
+    inference = getattr(pipeline, "_segmentation", None)
+    model = getattr(inference, "model", None)
+    if model is None or not model.specifications.powerset:
+        return "the segmentation model has no powerset classes"
+    embedding = getattr(getattr(pipeline, "_embedding", None), "model_", None)
+    if not isinstance(embedding, BaseWeSpeakerResNet):
+        return "the embedding model is not a pyannote WeSpeaker ResNet"
+    reason = Fbank.unsupported(embedding)
+    if reason is not None:
+        return reason
+    if pipeline.klustering == "OracleClustering":
+        return "oracle clustering reads the reference, not embeddings"
+    # lightning keeps the hyperparameters in an AttributeDict
+    if cast("AttributeDict", embedding.hparams).sample_rate != model.hparams.sample_rate:
+        return "the two models read different sample rates"
+    return None
 
 
 def _float_waveform(file: Any) -> bool:

@@ -3,12 +3,13 @@ scipy's dendrogram to the bit, and the Euclidean distances it starts from with s
 `pdist` to the bit (the cluster module, `ptx/cluster.cu`).
 
 scipy runs these methods through its generic algorithm on one core, most of the
-clustering step's time (docs/performance.md, "The diarization engine"). The kernel runs the same algorithm step for step on one block: the same
-distance updates rounded as scipy rounds them, the same choice among equal distances,
-and scipy's heap operated in scipy's order, so the merges, their order and the linkage
-matrix are scipy's. Where scipy would go on from a state the kernel does not follow
-(NaN distances), the kernel stops and `device_linkage` returns None for the caller to
-run scipy, as it does for distances scipy refuses. Needs PyTorch (buffers and streams)
+clustering step's time (docs/performance.md, "The diarization engine"). The kernel runs
+the same algorithm step for step on one block: the same distance updates rounded as
+scipy rounds them, the same choice among equal distances, and scipy's heap operated in
+scipy's order, so the merges, their order and the linkage matrix are scipy's. Where
+scipy would go on from a state the kernel does not follow (NaN distances), the kernel
+stops and `device_linkage` returns None for the caller to run scipy, as it does for
+distances scipy refuses. Needs PyTorch (buffers and streams)
 and a CUDA device.
 """
 

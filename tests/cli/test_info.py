@@ -81,3 +81,41 @@ def test_each_device_with_its_artifact_and_picks(
     code, out, _ = run(capsys, "info")
     assert code == 0
     assert "loads: tier sm75, segdense.sm75.ptx (JIT) (forced by PYSPK_FORCE_PTX_JIT=1)" in out
+
+
+def test_it_says_whether_accelerate_pipeline_serves_a_pipeline(capsys, tmp_path, monkeypatch):
+    """`--pipeline FOLDER`: a written community-1-shaped folder is served; one whose
+    clustering is oracle is not, with the engine's reason; a missing one is one line."""
+    import os
+    import warnings
+
+    from tests.optional import importorskip
+
+    os.environ.setdefault("PYANNOTE_METRICS_ENABLED", "false")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        importorskip("torch", reason="PyTorch is missing")
+        importorskip("pyannote.audio", reason="pyannote.audio is missing (pyannote extra)")
+        from pyspk.pyannote import offline
+        from pyspk.testing.synthetic import recording
+
+    monkeypatch.setattr(driver, "_api", None)
+    monkeypatch.setattr(driver, "_load", lambda: (_ for _ in ()).throw(driver.NoDriverError("x")))
+    segmentation, embedding = offline.segmentation_3_0(seed=0), offline.wespeaker_resnet34(seed=1)
+    plda = offline.fit_community_plda(embedding, recording(30, seed=12, speakers=4), tmp_path)
+    folder = offline.write_pipeline(tmp_path / "community-1", segmentation, embedding, plda)
+    code, out, _ = run(capsys, "info", "--pipeline", str(folder))
+    assert code == 0
+    assert f"pipeline {folder}: SpeakerDiarization, VBxClustering; " in out
+    assert out.rstrip().endswith("accelerate_pipeline serves it: yes")
+    config = folder / "config.yaml"
+    text = config.read_text().replace("VBxClustering", "OracleClustering")
+    config.write_text(
+        text.replace("  clustering:\n    threshold: 0.6\n    Fa: 0.07\n    Fb: 0.8\n", "")
+    )
+    code, out, _ = run(capsys, "info", "--json", "--pipeline", str(folder))
+    served = json.loads(out)["pipeline"]["served"]
+    # pyannote builds no embedding model for oracle clustering: the engine's first reason
+    assert served == "no: the embedding model is not a pyannote WeSpeaker ResNet"
+    code, out, _ = run(capsys, "info", "--pipeline", str(tmp_path / "missing"))
+    assert code == 0 and f"pipeline {tmp_path / 'missing'}: --pipeline" in out
