@@ -72,7 +72,12 @@ NVCC_FLAGS = (
     "--prec-div=true",
     "--prec-sqrt=true",
     "-I.",
+    "-I../common",
 )
+# the CUDA sources under ptx_dir: one folder per module and one shared by all; headers
+# are included by name, and nvcc runs in the module's folder
+SOURCES = "src"
+COMMON = "common"
 PTXAS_FLAGS = ("-O3",)
 # the most lines one CUDA source may have: past it, split the family along a natural seam
 # or move measurement prose to docs/performance.md
@@ -133,12 +138,23 @@ def cubin_name(module: str, tier: Tier, arch: str) -> str:
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"', re.MULTILINE)
 
 
+def source_path(ptx_dir: Path, name: str, module: str | None = None) -> Path:
+    """Where the source `name` lives: in `module`'s folder (any module's where None) or
+    the common one; the common folder's path where it is nowhere."""
+    modules = MODULES if module is None else (module,)
+    for folder in (*modules, COMMON):
+        path = ptx_dir / SOURCES / folder / name
+        if path.is_file():
+            return path
+    return ptx_dir / SOURCES / COMMON / name
+
+
 def source_files(ptx_dir: Path, module: str) -> list[str]:
     """The module's source and every header it includes, directly or through another
-    header, relative to `ptx_dir`."""
+    header, by name (`source_path` finds each)."""
     names, pending = [f"{module}.cu"], [f"{module}.cu"]
     while pending:
-        path = ptx_dir / pending.pop()
+        path = source_path(ptx_dir, pending.pop(), module)
         if not path.is_file():
             continue  # verify_artifacts reports it
         for header in _INCLUDE.findall(_COMMENT.sub("", path.read_text(encoding="utf-8"))):
@@ -268,12 +284,12 @@ def spills(resources: Mapping[str, Mapping[str, int]]) -> list[str]:
 
 
 def compile_ptx(source_dir: Path, module: str, tier: Tier) -> str:
-    """nvcc's PTX for one tier, header pinned. Runs in `source_dir` with a relative file
-    name so no absolute path can reach the output."""
+    """nvcc's PTX for one tier, header pinned. Runs in the module's source folder with a
+    relative file name so no absolute path can reach the output."""
     with tempfile.TemporaryDirectory(prefix="pyspk-ptx-") as scratch:
         out = Path(scratch) / ptx_name(module, tier)
         command = [find_tool("nvcc"), *NVCC_FLAGS, f"-arch={tier.virtual}"]
-        run([*command, f"{module}.cu", "-o", str(out)], cwd=source_dir)
+        run([*command, f"{module}.cu", "-o", str(out)], cwd=source_dir / SOURCES / module)
         return pin_header(out.read_text(encoding="utf-8"), tier)
 
 
@@ -300,7 +316,7 @@ def _build_into(source_dir: Path, staging: Path, say: Callable[[str], None]) -> 
     modules: dict[str, Any] = {}
     for module in MODULES:
         sources = {
-            name: sha256((source_dir / name).read_bytes())
+            name: sha256(source_path(source_dir, name, module).read_bytes())
             for name in source_files(source_dir, module)
         }
         tiers: dict[str, Any] = {}
@@ -475,7 +491,7 @@ def source_problems(ptx_dir: Path = PTX_DIR) -> list[str]:
     problems = []
     for module in MODULES:
         for name in source_files(ptx_dir, module):
-            path = ptx_dir / name
+            path = source_path(ptx_dir, name, module)
             if not path.is_file():
                 continue  # verify_artifacts reports it
             text = path.read_text(encoding="utf-8")
@@ -506,9 +522,9 @@ def cuda_constants(ptx_dir: Path = PTX_DIR) -> tuple[dict[str, tuple[str, int | 
     sources = {}
     for module in MODULES:
         for name in source_files(ptx_dir, module):
-            if (ptx_dir / name).is_file():
-                code = _COMMENT.sub("", (ptx_dir / name).read_text(encoding="utf-8"))
-                sources[name] = code
+            path = source_path(ptx_dir, name, module)
+            if path.is_file():
+                sources[name] = _COMMENT.sub("", path.read_text(encoding="utf-8"))
     found: dict[str, tuple[str, int | float]] = {}
     problems = []
     for constant, (home, pattern) in CUDA_CONSTANTS.items():
@@ -620,7 +636,10 @@ def pyspk_problems(ptx_dir: Path = PTX_DIR) -> list[str]:
         text, value = found[constant]
         for where, python in expected[constant]:
             if not _same(value, python):
-                problems.append(f"{constant} differs: {text} in ptx/{home}, {python!r} in {where}")
+                home_path = source_path(ptx_dir, home).relative_to(ptx_dir).as_posix()
+                problems.append(
+                    f"{constant} differs: {text} in ptx/{home_path}, {python!r} in {where}"
+                )
     for module in MODULES:
         for tier in TIERS:
             path = ptx_dir / ptx_name(module, tier)
@@ -635,16 +654,16 @@ def pyspk_problems(ptx_dir: Path = PTX_DIR) -> list[str]:
     return problems
 
 
-def _header_alone(ptx_dir: Path, header: str, tier: Tier, scratch: Path) -> str | None:
-    """nvcc's complaint when `header`, included twice by a file of its own, does not
-    compile for `tier` with the build's flags; None when it does."""
+def _header_alone(folder: Path, header: str, tier: Tier, scratch: Path) -> str | None:
+    """nvcc's complaint when `header` (in the source `folder`), included twice by a file
+    of its own, does not compile for `tier` with the build's flags; None when it does."""
     stem = f"{header.replace('.', '_')}.{tier.name}"
     unit = scratch / f"{stem}.cu"
     unit.write_text(f'#include "{header}"\n#include "{header}"\n', encoding="utf-8")
     command = [find_tool("nvcc"), *NVCC_FLAGS, f"-arch={tier.virtual}"]
     result = subprocess.run(
         [*command, str(unit), "-o", str(scratch / f"{stem}.ptx")],
-        cwd=ptx_dir,
+        cwd=folder,
         capture_output=True,
         text=True,
         check=False,
@@ -660,14 +679,14 @@ def _header_alone(ptx_dir: Path, header: str, tier: Tier, scratch: Path) -> str 
 def header_problems(ptx_dir: Path = PTX_DIR) -> list[str]:
     """Headers that do not compile on their own in some tier (each is compiled alone,
     with the build's nvcc flags, for every tier's virtual architecture, in parallel)."""
-    headers = sorted(path.name for path in ptx_dir.glob("*.cuh"))
+    headers = sorted((path.name, path.parent) for path in (ptx_dir / SOURCES).glob("*/*.cuh"))
     problems = []
     with tempfile.TemporaryDirectory(prefix="pyspk-headers-") as scratch:
-        jobs = [(header, tier) for header in headers for tier in TIERS]
+        jobs = [(header, folder, tier) for header, folder in headers for tier in TIERS]
         with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
             futures = {
-                job: pool.submit(_header_alone, ptx_dir, job[0], job[1], Path(scratch))
-                for job in jobs
+                (header, tier): pool.submit(_header_alone, folder, header, tier, Path(scratch))
+                for header, folder, tier in jobs
             }
             for (header, tier), future in futures.items():
                 error = future.result()
@@ -712,8 +731,10 @@ def verify_artifacts(ptx_dir: Path = PTX_DIR) -> list[str]:
     if sorted(modules) != sorted(MODULES):
         problems.append(f"{MANIFEST_NAME}: modules {sorted(modules)}, expected {sorted(MODULES)}")
 
-    def check_file(name: str, recorded: str | None, stale: str = "") -> bytes | None:
-        path = ptx_dir / name
+    def check_file(
+        name: str, recorded: str | None, stale: str = "", path: Path | None = None
+    ) -> bytes | None:
+        path = ptx_dir / name if path is None else path
         if not path.is_file():
             problems.append(f"{name} is missing")
             return None
@@ -734,7 +755,7 @@ def verify_artifacts(ptx_dir: Path = PTX_DIR) -> list[str]:
             )
         for name in expected_sources:
             stale = f"{name} changed since the last build: run `python tools/kernels.py build`"
-            check_file(name, recorded_sources.get(name), stale)
+            check_file(name, recorded_sources.get(name), stale, source_path(ptx_dir, name, module))
 
         tiers = body.get("tiers", {})
         if sorted(tiers) != sorted(tier.name for tier in TIERS):

@@ -41,7 +41,7 @@ BOUND_STREAMS = 16
 """Caller streams a plan keeps its launches bound to (`Launch.bind`); past this many it
 starts afresh, so a caller cycling through streams cannot grow it without end."""
 
-# Kernel parameter kinds of the calling convention (ptx/common.cuh): every buffer is a
+# Kernel parameter kinds of the calling convention (ptx/src/common/common.cuh): every buffer is a
 # 64-bit pointer followed by its element count as a 64-bit unsigned integer; scalars are
 # 32-bit unsigned
 PARAM_KINDS: Mapping[str, type[ctypes._SimpleCData]] = {

@@ -112,8 +112,8 @@ def tensor_bound(
     entry: Entry, exact: np.ndarray, scale: np.ndarray, ops: dict[str, np.ndarray]
 ) -> np.ndarray:
     """Per-output error a tensor-core entry may show against float64, from the bounds
-    stated in ptx/segconv_mma.cuh, seggemm_mma.cuh and seggemm_half.cuh (u = 2^-24; no accumulator
-    chains more than s = ceil(k / 8) k-steps of the mma):
+    stated in ptx/src/segdense/segconv_mma.cuh, seggemm_mma.cuh and seggemm_half.cuh
+    (u = 2^-24; no accumulator chains more than s = ceil(k / 8) k-steps of the mma):
 
     TF32 products (both operands rounded, ties away): each term errs by at most
     (2^-11 + 2^-11 + 2^-22) |a b|, and each of the s chained mma truncates at most

@@ -1,6 +1,6 @@
 """`scipy.cluster.hierarchy.linkage` for the centroid and median methods on the GPU, with
 scipy's dendrogram to the bit, and the Euclidean distances it starts from with scipy's
-`pdist` to the bit (the cluster module, `ptx/cluster.cu`).
+`pdist` to the bit (the cluster module, `ptx/src/cluster/cluster.cu`).
 
 scipy runs these methods through its generic algorithm on one core, most of the
 clustering step's time (docs/performance.md, "The diarization engine"). The kernel runs

@@ -264,7 +264,7 @@ def test_committed_artifacts_are_current() -> None:
 
 
 def test_check_notices_a_changed_source(copy: Path) -> None:
-    source = copy / "segdense.cu"
+    source = copy / "src" / "segdense" / "segdense.cu"
     source.write_text(source.read_text() + "\n// edited\n")
     assert any("segdense.cu changed" in problem for problem in tool.verify_artifacts(copy))
 
@@ -301,9 +301,9 @@ def test_sources_are_short_and_guarded() -> None:
 
 
 def test_check_notices_a_long_or_unguarded_header(copy: Path) -> None:
-    header = copy / "linear.cuh"
+    header = copy / "src" / "segdense" / "linear.cuh"
     header.write_text(header.read_text().replace("#pragma once\n", ""))
-    family = copy / "segconv.cuh"
+    family = copy / "src" / "segdense" / "segconv.cuh"
     text = family.read_text()
     family.write_text(text + "// note\n" * (701 - text.count("\n")))
     assert tool.source_problems(copy) == [
@@ -324,14 +324,15 @@ def test_cuda_constants_and_kernel_names_match_pyspk() -> None:
 
 
 def test_a_cuda_constant_unlike_pyspk_is_named_with_both_values(copy: Path) -> None:
-    model = copy / "model.cuh"
+    model = copy / "src" / "segdense" / "model.cuh"
     text = model.read_text()
     assert "constexpr u32 ITEM_ROWS = 589;" in text
     model.write_text(
         text.replace("constexpr u32 ITEM_ROWS = 589;", "constexpr u32 ITEM_ROWS = 590;")
     )
     assert tool.pyspk_problems(copy) == [
-        f"ITEM_ROWS differs: 590 in ptx/model.cuh, 589 in DenseSite.{site}.dimensions()[0]"
+        f"ITEM_ROWS differs: 590 in ptx/src/segdense/model.cuh, 589 in "
+        f"DenseSite.{site}.dimensions()[0]"
         for site in ("LINEAR0", "LINEAR1", "CLASSIFIER")
     ]
 
@@ -346,14 +347,16 @@ def test_a_python_constant_unlike_the_kernels_is_named_with_both_values(
     monkeypatch.setattr(shapes, "SELECT_ROWS", 17)
     monkeypatch.setattr(shapes, "EMBED_MAX_SPLITS", 64)
     assert tool.pyspk_problems(PTX) == [
-        "LEAKY_SLOPE differs: 0.01f in ptx/model.cuh, 0.02 in pyspk.reference.LEAKY_SLOPE",
-        "EMBED_MAX_SPLITS differs: 128 in ptx/model.cuh, 64 in shapes.EMBED_MAX_SPLITS",
-        "SELECT_ROWS differs: 16 in ptx/seggemm_mma.cuh, 17 in shapes.SELECT_ROWS",
+        "LEAKY_SLOPE differs: 0.01f in ptx/src/segdense/model.cuh, 0.02 in "
+        "pyspk.reference.LEAKY_SLOPE",
+        "EMBED_MAX_SPLITS differs: 128 in ptx/src/segdense/model.cuh, 64 in "
+        "shapes.EMBED_MAX_SPLITS",
+        "SELECT_ROWS differs: 16 in ptx/src/segdense/seggemm_mma.cuh, 17 in shapes.SELECT_ROWS",
     ]
 
 
 def test_a_constant_is_defined_once(copy: Path) -> None:
-    classifier = copy / "classifier.cuh"
+    classifier = copy / "src" / "segdense" / "classifier.cuh"
     classifier.write_text(
         classifier.read_text() + "namespace spk { constexpr u32 ITEM_ROWS = 589; }\n"
     )
@@ -383,8 +386,13 @@ def _nvcc_missing() -> bool:
 
 @pytest.mark.skipif(_nvcc_missing(), reason="needs the CUDA toolkit's nvcc")
 def test_a_header_that_does_not_stand_alone_is_named(tmp_path: Path) -> None:
-    (tmp_path / "types.cuh").write_text("#pragma once\ntypedef unsigned int u32;\n")
-    (tmp_path / "user.cuh").write_text(
+    folder = tmp_path / "src" / "segdense"
+    folder.mkdir(parents=True)
+    (tmp_path / "src" / "common").mkdir()
+    (tmp_path / "src" / "common" / "types.cuh").write_text(
+        "#pragma once\ntypedef unsigned int u32;\n"
+    )
+    (folder / "user.cuh").write_text(
         "#pragma once\n__device__ inline u32 twice(u32 v) { return 2 * v; }\n"
     )
     problems = tool.header_problems(tmp_path)
@@ -393,7 +401,7 @@ def test_a_header_that_does_not_stand_alone_is_named(tmp_path: Path) -> None:
         "header it uses):"
         for tier in tool.TIERS
     ]
-    (tmp_path / "user.cuh").write_text(
+    (folder / "user.cuh").write_text(
         '#pragma once\n#include "types.cuh"\n__device__ inline u32 twice(u32 v) { return 2 * v; }\n'
     )
     assert tool.header_problems(tmp_path) == []

@@ -1,6 +1,6 @@
 """The segdense kernels themselves on a device, launched directly: both tiers load with
 every entry resolved, the pack layouts, each reduction bit for bit against a numpy
-emulation of the order documented in ptx/segdense.cu, the embedding products against
+emulation of the order documented in ptx/src/segdense/segdense.cu, the embedding products against
 float64, and launches off the fixed geometry leaving their output untouched."""
 
 from __future__ import annotations

@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     from pyspk.cuda.runtime import CudaRuntime
 
 
-# the entries' parameter lists in the calling convention of ptx/common.cuh (each buffer a
+# the entries' parameter lists in the calling convention of ptx/src/common/common.cuh (each buffer a
 # 64-bit pointer and its 64-bit element count, scalars 32-bit unsigned), named so that
 # launches are set by name
 CONV_PARAMS = (*buffer_params("x"), *buffer_params("w"), *buffer_params("y"))

@@ -1,8 +1,8 @@
 """The trunk area's fixed facts: the ResNet34 trunk's convolutions at batch 32 chunks of
 80 mel bins x 998 frames, one site per distinct shape, and the launch of each.
 
-The launch constants mirror `ptx/trunkconv.cuh` and `ptx/trunk.cu` (`tools/kernels.py
-check` holds them equal)."""
+The launch constants mirror `ptx/src/trunk/trunkconv.cuh` and `ptx/src/trunk/trunk.cu`
+(`tools/kernels.py check` holds them equal)."""
 
 from __future__ import annotations
 
