@@ -148,3 +148,44 @@ def trunk(fbank: npt.ArrayLike, weights: TrunkWeights) -> np.ndarray:
             shortcut = trunk_conv(x, block.shortcut.weight, block.shortcut.bias, stride)
         x = trunk_conv(h, block.conv2.weight, block.conv2.bias, 1, residual=shortcut, relu=True)
     return x.transpose(0, 3, 1, 2)
+
+
+LstmDirection = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+"""One direction of one LSTM layer: `weight_ih` [4H, in], `weight_hh` [4H, H], `bias_ih`
+and `bias_hh` [4H], gates in PyTorch's order (input, forget, cell, output)."""
+
+
+def _sigmoid(values: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * values))
+
+
+def _lstm_direction(x: np.ndarray, weights: LstmDirection, reverse: bool) -> np.ndarray:
+    weight_ih, weight_hh, bias_ih, bias_hh = (np.asarray(w, np.float64) for w in weights)
+    batch, steps, _ = x.shape
+    hidden = weight_hh.shape[1]
+    inputs = x @ weight_ih.T + (bias_ih + bias_hh)  # every step's input part at once
+    h = np.zeros((batch, hidden))
+    c = np.zeros((batch, hidden))
+    out = np.empty((batch, steps, hidden))
+    for step in range(steps - 1, -1, -1) if reverse else range(steps):
+        gates = inputs[:, step] + h @ weight_hh.T
+        i, f, g, o = np.split(gates, 4, axis=1)
+        c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
+        h = _sigmoid(o) * np.tanh(c)
+        out[:, step] = h
+    return out
+
+
+def bilstm(x: npt.ArrayLike, layers: list[tuple[LstmDirection, LstmDirection]]) -> np.ndarray:
+    """A stacked bidirectional LSTM as PyTorch's `nn.LSTM(batch_first=True,
+    bidirectional=True)` computes it, zero initial states: x [batch, steps, features] ->
+    [batch, steps, 2H], each layer's forward and reverse outputs concatenated."""
+    values = np.asarray(x, np.float64)
+    if values.ndim != 3:
+        raise InvalidArgument(f"x must be [batch, steps, features], not {values.shape}")
+    for forward, backward in layers:
+        values = np.concatenate(
+            [_lstm_direction(values, forward, False), _lstm_direction(values, backward, True)],
+            axis=2,
+        )
+    return values
