@@ -46,3 +46,21 @@ def test_the_license_file_matches_the_metadata() -> None:
 
 def test_the_gpu_extra_brings_the_library_path() -> None:
     assert any(item.startswith("torch") for item in _project()["optional-dependencies"]["gpu"])
+
+
+def test_no_module_over_600_lines_and_no_function_over_80() -> None:
+    """The package's size rule: a module past 600 lines or a function past 80 is split
+    along a seam of what it does."""
+    import ast
+
+    long = []
+    for path in sorted((ROOT / "pyspk").rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        if len(text.splitlines()) > 600:
+            long.append(f"{path.relative_to(ROOT)}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > 80:
+                    long.append(f"{path.relative_to(ROOT)}: {node.name} has {length} lines")
+    assert long == []

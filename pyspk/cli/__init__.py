@@ -141,6 +141,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pins.set_defaults(run=_run_pins)
 
+    _add_info_parser(commands)
+
+    from pyspk.cli import diarize  # its heavy imports wait until it runs
+
+    diarize.add_parser(commands)
+    return parser
+
+
+def _add_info_parser(commands: Any) -> None:
+    """`pyspk info` and its options on `commands` (argparse subparsers)."""
     info = commands.add_parser(
         "info",
         help="versions, the driver, and what each visible GPU would load and run",
@@ -163,11 +173,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="load a local pipeline folder whose checkpoints need more than weights_only",
     )
     info.set_defaults(run=_run_info, tier=None)
-
-    from pyspk.cli import diarize  # its heavy imports wait until it runs
-
-    diarize.add_parser(commands)
-    return parser
 
 
 def _run_info(args: argparse.Namespace) -> int:

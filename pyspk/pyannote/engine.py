@@ -154,8 +154,7 @@ class Engine:
         self.segmentation_batch = segmentation_batch
         self.embedding_batch = embedding_batch
         self.overlap = overlap
-        self.last_run: RunReport | None = None
-        """The report of the last `apply` to finish."""
+        self.last_run: RunReport | None = None  # the report of the last `apply` to finish
         self.closed = False
         # one apply at a time: the forwards' static inputs and outputs, the two streams
         # and the report are the engine's own
@@ -596,7 +595,6 @@ def unserved_configuration(pipeline: Any) -> str | None:
 
 
 def _float_waveform(file: Any) -> bool:
-    """False for a file whose in-memory waveform holds integer samples, which the stock
-    models refuse (pyannote decodes files on disk to float32)."""
+    """False for an in-memory waveform of integer samples, which the stock models refuse."""
     waveform = file.get("waveform") if isinstance(file, Mapping) else None
     return not isinstance(waveform, torch.Tensor) or waveform.is_floating_point()

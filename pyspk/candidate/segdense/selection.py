@@ -269,8 +269,7 @@ class Entry(enum.Enum):
     LINEAR0_B32 = "linear0_b32"
     LINEAR0_B32_SELECT = "linear0_b32_select"
     LINEAR1_B1 = "linear1_b1"
-    # TF32 math: plain FP32 SIMT sums in both tiers (ptx/src/segdense/seglinear.cuh), without
-    # linear1_b1's float64 or compensated ones
+    # TF32 math: plain FP32 SIMT sums in both tiers, not linear1_b1's compensated ones
     LINEAR1_B1_TF32 = "linear1_b1_tf32"
     LINEAR1_B32 = "linear1_b32"
     LINEAR1_B32_TF32 = "linear1_b32_tf32"
