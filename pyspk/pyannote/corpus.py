@@ -221,19 +221,24 @@ def diarize_corpus(
         for _ in pipelines:
             decoded.put(None)
 
+    raised: list[BaseException] = []  # what stopped an engine (not a file's failure)
+
     def engine(own: Any) -> None:
-        while (item := decoded.get()) is not None:
-            path, audio = item
-            if isinstance(audio, FileError):
-                entry = {"path": str(path), "status": "failed", "error": str(audio)}
-            else:
-                entry = diarize_file(own, path, audio, rttm, **options)
-            record.record(entry)
-            with lock:
-                _count(run, entry)
-                run.seconds = time.perf_counter() - started
-                if progress is not None:
-                    progress(run.progress_line(entry))
+        try:
+            while (item := decoded.get()) is not None:
+                path, audio = item
+                if isinstance(audio, FileError):
+                    entry = {"path": str(path), "status": "failed", "error": str(audio)}
+                else:
+                    entry = diarize_file(own, path, audio, rttm, **options)
+                record.record(entry)
+                with lock:
+                    _count(run, entry)
+                    run.seconds = time.perf_counter() - started
+                    if progress is not None:
+                        progress(run.progress_line(entry))
+        except BaseException as error:  # the manifest's disk, the caller's progress
+            raised.append(error)
 
     threads = [threading.Thread(target=decode_all, daemon=True)]
     threads += [threading.Thread(target=engine, args=(own,)) for own in pipelines]
@@ -245,6 +250,8 @@ def diarize_corpus(
     finally:
         for acceleration in accelerations:
             acceleration.undo()
+    if raised:
+        raise raised[0]
     run.seconds = time.perf_counter() - started
     return run
 

@@ -149,6 +149,22 @@ def test_a_run_records_each_file_resumes_and_keeps_decoding_bounded(corpus, tmp_
     assert (again.done, again.skipped, again.failed) == (0, 4, 1)  # the broken file again
 
 
+def test_an_error_outside_any_file_stops_the_run_and_is_raised(corpus, tmp_path):
+    """What stops an engine (here the caller's progress callback) is not a file's
+    failure: the run ends and raises it, after the files already finished were recorded."""
+    _stack()
+    from pyspk.pyannote.corpus import diarize_corpus
+
+    def broken(line: str) -> None:
+        raise RuntimeError("the progress display broke")
+
+    with pytest.raises(RuntimeError, match="progress display broke"):
+        diarize_corpus(
+            cpu_pipeline(), [corpus / "one.wav"], tmp_path, accelerate=False, progress=broken
+        )
+    assert [entry["status"] for entry in _entries(tmp_path / "manifest.jsonl")] == ["done"]
+
+
 def test_dask_workers_write_what_one_process_writes_when_one_dies(corpus, tmp_path):
     """A LocalCluster of two worker processes; one is killed while files are being
     diarized. Every good file's RTTM equals a single process's, and the manifest has one
