@@ -258,8 +258,15 @@ def _pipeline(args: argparse.Namespace, pa: Any) -> Any:
     if args.pipeline:
         from pyannote.audio import Pipeline
 
-        if Path(args.pipeline).is_dir() and not args.trust_checkpoints:
-            check_pipeline_folder(Path(args.pipeline))
+        local = Path(args.pipeline)
+        if local.exists() and not args.trust_checkpoints:
+            # pyannote reads a folder's config.yaml, or a config file given itself
+            if local.is_file() and local.name != "config.yaml":
+                raise DiarizeError(
+                    f"--pipeline {local}: a local pipeline is a folder holding config.yaml "
+                    "(or that config.yaml); --trust-checkpoints loads others"
+                )
+            check_pipeline_folder(local if local.is_dir() else local.parent)
 
         token = args.token or os.environ.get("HF_TOKEN")
         try:

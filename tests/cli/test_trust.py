@@ -137,3 +137,30 @@ def test_a_folder_whose_checkpoint_names_another_module_is_refused(folder, trap,
     with pytest.raises(DiarizeError, match="does not serve"):
         check_pipeline_folder(copy)
     assert not marker.exists()
+
+
+def test_a_config_file_given_itself_is_checked_as_its_folder(folder, trap, tmp_path, capsys):
+    """`--pipeline path/config.yaml` (pyannote reads a config file given itself) takes
+    the folder's check; another local file is refused; the module never runs."""
+    import shutil
+
+    import numpy as np
+
+    from pyspk.cli import main
+
+    soundfile = pytest.importorskip("soundfile")
+    name, marker = trap
+    copy = shutil.copytree(folder, tmp_path / "copy")
+    config = copy / "config.yaml"
+    config.write_text(
+        config.read_text().replace("pyannote.audio.pipelines.SpeakerDiarization", f"{name}.Model")
+    )
+    soundfile.write(tmp_path / "talk.wav", np.zeros(16000, dtype=np.float32), 16000)
+    for given in (config, copy / "plda" / "plda.npz"):
+        assert main(["diarize", str(tmp_path / "talk.wav"), "--pipeline", str(given)]) == 2
+        error = capsys.readouterr().err
+        assert (
+            error.count("\n") == 1
+            and f"--pipeline {given.parent if given == config else given}" in error
+        )
+    assert not marker.exists()
