@@ -107,6 +107,8 @@ def write_rttm(annotation: Any, path: Path) -> None:
     try:
         with open(partial, "w", encoding="utf-8") as handle:
             annotation.write_rttm(handle)
+            handle.flush()
+            os.fsync(handle.fileno())  # on disk before a manifest can say it is done
         os.replace(partial, path)
     except OSError as error:
         partial.unlink(missing_ok=True)

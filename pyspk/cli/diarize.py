@@ -105,7 +105,8 @@ _OPTIONS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("--quiet", "no progress bar", {"action": "store_true"}),
     ("--overwrite", "replace RTTM files that exist already", {"action": "store_true"}),
     ("--corpus", "corpus mode (with --rttm): AUDIO may be folders and @list files; a "
-     "manifest, and a rerun skips what it records", {"action": "store_true"}),
+     "manifest, and a rerun skips what it records as done (and writes again the RTTM "
+     "files it does not)", {"action": "store_true"}),
     ("--manifest", "corpus mode's JSON-lines record (default DIR/manifest.jsonl)",
      {"metavar": "FILE", "type": Path}),
     ("--engines", "corpus mode: accelerated pipelines on the GPU (default 2)",
@@ -423,6 +424,8 @@ def _corpus(args: argparse.Namespace) -> int:
             math=args.math,
             engines=args.engines,
             accelerate=not args.stock,
+            segmentation_batch=args.batch,
+            **({"progress": None} if args.quiet else {}),
             **options,
         )
     print(
@@ -441,15 +444,22 @@ def _corpus_on_dask(args: argparse.Namespace, files: list[Path], options: dict) 
         raise DiarizeError(
             f"Dask is missing ({error}): pip install 'pyspk-diarize[diarize,corpus]'"
         ) from None
-    _, pa = _import_stack()
+    torch, pa = _import_stack()
     from pyspk.pyannote.corpus import local_gpu_cluster
 
+    # the workers may run elsewhere: the models by absolute path
+    for name in ("segmentation", "embedding"):
+        if getattr(args, name) is not None:
+            setattr(args, name, getattr(args, name).resolve())
+    if args.pipeline and Path(args.pipeline).exists():
+        args.pipeline = str(Path(args.pipeline).resolve())
     if args.scheduler:
         client = Client(args.scheduler)
     else:
-        import torch
-
-        count = torch.cuda.device_count() if args.gpus == "all" else positive_int(args.gpus)
+        visible = torch.cuda.device_count()
+        count = visible if args.gpus == "all" else _gpu_count(args.gpus)
+        if not 1 <= count <= visible:
+            raise DiarizeError(f"--gpus {args.gpus}: this machine has {visible} CUDA devices")
         client = local_gpu_cluster(count)
     try:
         return pa.diarize_corpus_on_dask(
@@ -460,10 +470,21 @@ def _corpus_on_dask(args: argparse.Namespace, files: list[Path], options: dict) 
             manifest=args.manifest,
             math=args.math,
             accelerate=not args.stock,
+            **({"progress": None} if args.quiet else {}),
             **options,
         )
     finally:
-        client.close()
+        if args.scheduler:
+            client.close()
+        else:
+            client.shutdown()  # the local cluster with it
+
+
+def _gpu_count(text: str) -> int:
+    try:
+        return positive_int(text)
+    except argparse.ArgumentTypeError as error:
+        raise DiarizeError(f"--gpus {text}: {error} (or all)") from None
 
 
 def _worker_pipeline(args: argparse.Namespace) -> Any:

@@ -128,6 +128,14 @@ def _plan(
     """The files to run (largest first, those done before left out), the manifest, and
     the run's counts so far."""
     files = corpus_files(inputs)
+    named: dict[str, Path] = {}
+    for path in files:
+        other = named.setdefault(rttm_uri(path), path)
+        if other != path:
+            raise FileError(
+                f"{other} and {path} would both write {rttm_uri(path)}.rttm: rename one, or "
+                "run them apart"
+            )
     rttm.mkdir(parents=True, exist_ok=True)
     record = Manifest(manifest if manifest is not None else rttm / MANIFEST_NAME)
     done = record.done()
@@ -188,16 +196,19 @@ def diarize_corpus(
     engines: int = 2,
     decode_ahead: int = 4,
     accelerate: bool = True,
+    segmentation_batch: int | None = None,
     progress: Callable[[str], None] | None = _to_stderr,
     **options: Any,
 ) -> CorpusRun:
     """Diarizes the audio files `inputs` name (files, folders, `@list` files: see
     `pyspk.files.corpus_files`) with `pipeline` (a `SpeakerDiarization` on its CUDA
     device) on `engines` accelerated copies of it in `math` (the stock pipeline where
-    `accelerate` is false), writing `rttm/<uri>.rttm` and the manifest (by default
-    `rttm/manifest.jsonl`). Files the manifest says are done are skipped. `options` go
-    to each pipeline call (e.g. `num_speakers`); `progress` gets one line per file."""
-    from pyspk.pyannote import accelerate_pipeline
+    `accelerate` is false; `segmentation_batch` as `accelerate_pipeline` takes it),
+    writing `rttm/<uri>.rttm` and the manifest (by default `rttm/manifest.jsonl`). Files
+    the manifest says are done are skipped, and an RTTM it does not record as done is
+    written again. `options` go to each pipeline call (e.g. `num_speakers`); `progress`
+    gets one line per file."""
+    from pyspk.pyannote import SEGMENTATION_BATCH, accelerate_pipeline
 
     if engines < 1 or decode_ahead < 1:
         raise ValueError(f"engines and decode_ahead must be positive: {engines}, {decode_ahead}")
@@ -207,53 +218,107 @@ def diarize_corpus(
         return run
     started = time.perf_counter()
     pipelines = [pipeline, *(copy.deepcopy(pipeline) for _ in range(min(engines, len(todo)) - 1))]
-    accelerations = [accelerate_pipeline(p, math) for p in pipelines] if accelerate else []
-    decoded: queue.Queue = queue.Queue(maxsize=decode_ahead)
-    run.setup_seconds = time.perf_counter() - started
-    lock = threading.Lock()
+    batch = SEGMENTATION_BATCH if segmentation_batch is None else segmentation_batch
+    accelerations = []
+    try:
+        if accelerate:
+            for own in pipelines:
+                accelerations.append(accelerate_pipeline(own, math, segmentation_batch=batch))
+        run.setup_seconds = time.perf_counter() - started
+        _Engines(pipelines, todo, decode_ahead, rttm, options).run(record, run, progress, started)
+    finally:
+        for acceleration in accelerations:
+            acceleration.undo()
+    run.seconds = time.perf_counter() - started
+    return run
 
-    def decode_all() -> None:
-        for path in todo:
+
+class _Engines:
+    """One thread decoding the files ahead into a bounded queue, and one thread per
+    pipeline diarizing what it takes from it. What stops an engine (not a file's
+    failure: the manifest's disk, the caller's progress) stops the run: the others end
+    after their current file, and `run` raises it."""
+
+    def __init__(
+        self, pipelines: list[Any], todo: list[Path], ahead: int, rttm: Path, options: dict
+    ) -> None:
+        self.pipelines, self.todo, self.rttm, self.options = pipelines, todo, rttm, options
+        self.decoded: queue.Queue = queue.Queue(maxsize=ahead)
+        self.stop = threading.Event()
+        self.raised: list[BaseException] = []
+        self.lock = threading.Lock()
+
+    def offer(self, item: Any) -> bool:
+        """Queues `item` unless the run stops first."""
+        while not self.stop.is_set():
             try:
-                decoded.put((path, read_audio(path)))
-            except FileError as error:
-                decoded.put((path, error))
-        for _ in pipelines:
-            decoded.put(None)
+                self.decoded.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
 
-    raised: list[BaseException] = []  # what stopped an engine (not a file's failure)
+    def take(self) -> Any:
+        """The next decoded file, or None at the end or when the run stops."""
+        while not self.stop.is_set():
+            try:
+                return self.decoded.get(timeout=0.1)
+            except queue.Empty:
+                continue
+        return None
 
-    def engine(own: Any) -> None:
+    def decode_all(self) -> None:
         try:
-            while (item := decoded.get()) is not None:
+            for path in self.todo:
+                try:
+                    item: tuple[Path, Any] = (path, read_audio(path))
+                except Exception as error:  # this file's: recorded against it
+                    item = (path, error)
+                if not self.offer(item):
+                    return
+        finally:
+            for _ in self.pipelines:
+                self.offer(None)
+
+    def engine(
+        self, own: Any, record: Manifest, run: CorpusRun, progress: Any, started: float
+    ) -> None:
+        try:
+            while (item := self.take()) is not None:
                 path, audio = item
-                if isinstance(audio, FileError):
-                    entry = {"path": str(path), "status": "failed", "error": str(audio)}
+                if isinstance(audio, Exception):
+                    error = audio if isinstance(audio, FileError) else repr(audio)
+                    entry = {"path": str(path), "status": "failed", "error": f"{error}"}
                 else:
-                    entry = diarize_file(own, path, audio, rttm, **options)
+                    entry = diarize_file(own, path, audio, self.rttm, **self.options)
                 record.record(entry)
-                with lock:
+                with self.lock:
                     _count(run, entry)
                     run.seconds = time.perf_counter() - started
                     if progress is not None:
                         progress(run.progress_line(entry))
-        except BaseException as error:  # the manifest's disk, the caller's progress
-            raised.append(error)
+        except BaseException as error:
+            self.raised.append(error)
+            self.stop.set()
 
-    threads = [threading.Thread(target=decode_all, daemon=True)]
-    threads += [threading.Thread(target=engine, args=(own,)) for own in pipelines]
-    try:
-        for thread in threads:
-            thread.start()
-        for thread in threads[1:]:
-            thread.join()
-    finally:
-        for acceleration in accelerations:
-            acceleration.undo()
-    if raised:
-        raise raised[0]
-    run.seconds = time.perf_counter() - started
-    return run
+    def run(self, record: Manifest, run: CorpusRun, progress: Any, started: float) -> None:
+        threads = [
+            threading.Thread(target=self.engine, args=(own, record, run, progress, started))
+            for own in self.pipelines
+        ]
+        try:
+            threading.Thread(target=self.decode_all, daemon=True).start()
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        finally:
+            self.stop.set()  # ^C here: each engine ends after its current file
+            for thread in threads:
+                if thread.is_alive():
+                    thread.join()
+        if self.raised:
+            raise self.raised[0]
 
 
 # -- Dask -----------------------------------------------------------------------------
@@ -328,7 +393,10 @@ def diarize_corpus_on_dask(
     ]
     named = {future.key: str(path) for future, path in zip(futures, todo, strict=True)}
     for future in as_completed(futures):
-        entry = future.result()
+        try:
+            entry = future.result()
+        except Exception as error:  # e.g. KilledWorker: the file killed worker after worker
+            entry = {"status": "failed", "error": f"{type(error).__name__}: {error}"}
         entry["path"] = named[future.key]  # as the caller named it
         record.record(entry)
         _count(run, entry)

@@ -151,7 +151,8 @@ def test_a_run_records_each_file_resumes_and_keeps_decoding_bounded(corpus, tmp_
 
 def test_an_error_outside_any_file_stops_the_run_and_is_raised(corpus, tmp_path):
     """What stops an engine (here the caller's progress callback) is not a file's
-    failure: the run ends and raises it, after the files already finished were recorded."""
+    failure: the other engine ends after its current file, no file is started after,
+    and the run raises it with the finished files recorded."""
     _stack()
     from pyspk.pyannote.corpus import diarize_corpus
 
@@ -159,10 +160,36 @@ def test_an_error_outside_any_file_stops_the_run_and_is_raised(corpus, tmp_path)
         raise RuntimeError("the progress display broke")
 
     with pytest.raises(RuntimeError, match="progress display broke"):
-        diarize_corpus(
-            cpu_pipeline(), [corpus / "one.wav"], tmp_path, accelerate=False, progress=broken
+        diarize_corpus(cpu_pipeline(), [corpus], tmp_path, accelerate=False, progress=broken)
+    entries = _entries(tmp_path / "manifest.jsonl")
+    assert 1 <= len(entries) <= 2  # one file in each engine's hands at most
+
+
+def test_a_decoding_error_of_any_kind_is_that_files_and_names_are_unique(
+    corpus, tmp_path, monkeypatch
+):
+    """A decoder that fails otherwise than libsndfile does (memory) records the file as
+    failed and the run ends; two files of one RTTM name are refused before any work."""
+    _stack()
+    from pyspk.pyannote import corpus as corpus_module
+
+    def no_memory(path):
+        raise MemoryError(f"{path} is too long")
+
+    monkeypatch.setattr(corpus_module, "read_audio", no_memory)
+    run = corpus_module.diarize_corpus(
+        cpu_pipeline(), [corpus], tmp_path / "out", accelerate=False, progress=None
+    )
+    assert (run.done, run.failed) == (0, 5)
+    errors = [entry["error"] for entry in _entries(tmp_path / "out" / "manifest.jsonl")]
+    assert all(error.startswith("MemoryError(") for error in errors)
+    twin = tmp_path / "twin"
+    twin.mkdir()
+    (twin / "one.flac").write_bytes((corpus / "one.wav").read_bytes())
+    with pytest.raises(FileError, match=r"would both write one\.rttm"):
+        corpus_module.diarize_corpus(
+            cpu_pipeline(), [corpus / "one.wav", twin], tmp_path / "twins", accelerate=False
         )
-    assert [entry["status"] for entry in _entries(tmp_path / "manifest.jsonl")] == ["done"]
 
 
 def test_dask_workers_write_what_one_process_writes_when_one_dies(corpus, tmp_path):
