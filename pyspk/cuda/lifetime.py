@@ -94,11 +94,11 @@ def free_all(buffers: list[DeviceBuffer]) -> None:
 
 
 class StreamOrder:
-    """Orders a plan's enqueues on the GPU whatever streams they come on: an enqueue on
-    another stream than the last one waits for the last one's work (`cuStreamWaitEvent`
-    on an event recorded after it), so the buffers the plan owns (activations, chunk
-    maxima) serve one enqueue at a time, as they must. The host lock alone orders only
-    the queueing: two streams would run the kernels at once on the same buffers.
+    """Orders a plan's enqueues on the GPU whatever streams they come on: an enqueue waits
+    for the last one's work (`cuStreamWaitEvent` on an event recorded after it), so the
+    buffers the plan owns (activations, chunk maxima) serve one enqueue at a time. The
+    host lock alone orders only the queueing: two streams would run the kernels at once
+    on the same buffers.
 
     An enqueue into a stream that captures a graph is left out (a capture may not wait
     on work outside it); the graph's replays run in the order of the streams they are
@@ -111,13 +111,16 @@ class StreamOrder:
         self._last: int | None = None  # the stream of the last enqueue not captured
 
     def before(self, stream: Any) -> bool:
-        """Makes `stream` (a `CUstream` or an int handle) wait for the last enqueue on
-        another stream; False (and no wait) when `stream` captures."""
+        """Makes `stream` (a `CUstream` or an int handle) wait for the last enqueue; False
+        (and no wait) when `stream` captures."""
         stream = _stream(stream)
         status = driver.call("cuStreamIsCapturing", stream)
         if int(status) != 0:  # CU_STREAM_CAPTURE_STATUS_NONE
             return False
-        if self._last is not None and self._last != int(stream):
+        # every enqueue after the first waits, on its own stream too: handles do not name
+        # streams uniquely (each thread's per-thread default stream has the same one),
+        # and a wait on work already ordered before it costs nothing on the GPU
+        if self._last is not None:
             driver.call("cuStreamWaitEvent", stream, self._done, 0)
         return True
 

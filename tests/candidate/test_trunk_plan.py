@@ -145,10 +145,10 @@ def test_enqueue_checks_before_launching(fake, runtime, weights) -> None:
 
 @pytest.mark.parametrize("single", [False, True], ids=["trunk", "convolution"])
 def test_an_enqueue_on_another_stream_waits_for_the_last(fake, runtime, weights, single) -> None:
-    """The plan's buffers serve one enqueue at a time on the GPU: an enqueue on a new
-    stream waits for the event recorded after the last enqueue; one on the same stream
-    needs no wait; one into a capturing stream neither waits nor records; `close()`
-    destroys the event."""
+    """The plan's buffers serve one enqueue at a time on the GPU: every enqueue after the
+    first waits for the event recorded after the last one, on its own stream too (stream
+    handles are not unique: every thread's per-thread default stream shares one); one
+    into a capturing stream neither waits nor records; `close()` destroys the event."""
     if single:
         shape = TrunkSite.LAYER2_DOWN.shape
         conv = FoldedConv.of(
@@ -172,6 +172,7 @@ def test_an_enqueue_on_another_stream_waits_for_the_last(fake, runtime, weights,
     plan.enqueue(x, y, stream=one)
     assert fake.event_calls == [
         ("record", event, one),
+        ("wait", one, event),
         ("record", event, one),
         ("wait", two, event),
         ("record", event, two),

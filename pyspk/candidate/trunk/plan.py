@@ -150,8 +150,8 @@ class ConvPlan(OrderedPlanLifetime):
     """One convolution of the trunk (any site, the stem included) at batch 32 chunks:
     `enqueue(x, y, residual=None, items=32, relu=..., nchw=False)` on NHWC buffers (the
     stem reads the fbank `[items, 998, 80]`). Its chunk maxima buffer serves one enqueue
-    at a time, whatever the streams: an enqueue on another stream than the last waits
-    for it on the GPU (`StreamOrder`)."""
+    at a time, whatever the streams: each enqueue waits for the last one on the GPU
+    (`StreamOrder`)."""
 
     def __init__(self, runtime: CudaRuntime, math: CudaMath, conv: FoldedConv) -> None:
         _check_tier(runtime)
@@ -226,8 +226,8 @@ class TrunkPlan(OrderedPlanLifetime):
     """The whole trunk: fbank `[items, 998, 80]` -> `[items, 256, 10, 125]`, as the
     model's `forward_frames`. Owns its folded weights, three activation buffers of 32
     chunks of the widest layer (327 MB each), one for the shortcuts (164 MB) and the
-    chunk maxima; they serve one enqueue at a time: an enqueue on another stream than
-    the last waits for it on the GPU (`StreamOrder`). Graphs that hold the plan are
+    chunk maxima; they serve one enqueue at a time: each enqueue waits for the last one
+    on the GPU, whatever the streams (`StreamOrder`). Graphs that hold the plan are
     ordered by the streams they replay on: replay them in turn."""
 
     def __init__(self, runtime: CudaRuntime, math: CudaMath, weights: TrunkWeights) -> None:
