@@ -19,6 +19,7 @@ __all__ = [
     "audio_header",
     "corpus_files",
     "read_audio",
+    "rttm_twins",
     "rttm_uri",
     "write_rttm",
 ]
@@ -42,6 +43,18 @@ def rttm_uri(path: str | Path) -> str:
     """The RTTM uri of an audio file: its name without the extension, each run of
     whitespace (which would split an RTTM line's fields) made one "_"."""
     return "_".join(Path(path).stem.split()) or "_"
+
+
+def rttm_twins(paths: Iterable[str | Path]) -> tuple[Path, Path] | None:
+    """The first two of `paths` with one RTTM uri (whose RTTM files would be one file),
+    or None."""
+    seen: dict[str, Path] = {}
+    for path in map(Path, paths):
+        uri = rttm_uri(path)
+        if uri in seen:
+            return seen[uri], path
+        seen[uri] = path
+    return None
 
 
 def corpus_files(inputs: Iterable[str | Path]) -> list[Path]:

@@ -37,6 +37,7 @@ from pyspk.files import (
     audio_header,
     corpus_files,
     read_audio,
+    rttm_twins,
     rttm_uri,
     write_rttm,
 )
@@ -168,10 +169,9 @@ def _check_arguments(args: argparse.Namespace) -> None:
     _check_models(args)
     if args.rttm is not None:
         _check_rttm_folder(args.rttm)
-        uris = [rttm_uri(path) for path in args.audio]
-        if len(set(uris)) < len(uris):
+        if rttm_twins(args.audio) is not None:
             raise DiarizeError("two AUDIO files share a name; their RTTM files would collide")
-        for uri in uris:
+        for uri in map(rttm_uri, args.audio):
             if (args.rttm / f"{uri}.rttm").exists() and not args.overwrite:
                 raise DiarizeError(
                     f"{args.rttm / f'{uri}.rttm'} exists: pass --overwrite to replace it"

@@ -30,7 +30,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pyspk.files import Audio, FileError, corpus_files, read_audio, rttm_uri, write_rttm
+from pyspk.files import (
+    Audio,
+    FileError,
+    corpus_files,
+    read_audio,
+    rttm_twins,
+    rttm_uri,
+    write_rttm,
+)
 
 __all__ = [
     "CorpusRun",
@@ -128,14 +136,13 @@ def _plan(
     """The files to run (largest first, those done before left out), the manifest, and
     the run's counts so far."""
     files = corpus_files(inputs)
-    named: dict[str, Path] = {}
-    for path in files:
-        other = named.setdefault(rttm_uri(path), path)
-        if other != path:
-            raise FileError(
-                f"{other} and {path} would both write {rttm_uri(path)}.rttm: rename one, or "
-                "run them apart"
-            )
+    twins = rttm_twins(files)
+    if twins is not None:
+        first, second = twins
+        raise FileError(
+            f"{first} and {second} would both write {rttm_uri(second)}.rttm: rename one, or "
+            "run them apart"
+        )
     rttm.mkdir(parents=True, exist_ok=True)
     record = Manifest(manifest if manifest is not None else rttm / MANIFEST_NAME)
     done = record.done()

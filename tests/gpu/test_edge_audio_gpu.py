@@ -11,7 +11,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from tests.gpu.diarization import tracks
+from tests.gpu.diarization import calibrated_pipeline, tracks
 
 pytestmark = pytest.mark.gpu
 
@@ -83,11 +83,7 @@ def _outcome(pipeline, file: dict) -> tuple[str, object]:
 
 @pytest.fixture(scope="module")
 def pipeline(torch, pyannote):
-    from pyspk.testing.synthetic import recording
-
-    segmentation = pyannote.segmentation_3_0(seed=0, fit_to=recording(200, seed=11), device="cuda")
-    built = pyannote.offline_pipeline(segmentation, pyannote.wespeaker_resnet34(seed=1))
-    return built.to(torch.device("cuda"))
+    return calibrated_pipeline(torch, pyannote)
 
 
 @pytest.fixture(scope="module")

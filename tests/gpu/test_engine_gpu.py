@@ -26,7 +26,7 @@ import pytest
 
 from pyspk.cuda import CudaMath
 from pyspk.testing import torch_replay_matches_eager
-from tests.gpu.diarization import synthetic_file, tracks
+from tests.gpu.diarization import calibrated_pipeline, synthetic_file, tracks
 
 pytestmark = pytest.mark.gpu
 
@@ -35,11 +35,7 @@ SECONDS = 150.0
 
 @pytest.fixture(scope="module")
 def pipeline(torch, pyannote):
-    from pyspk.testing.synthetic import recording
-
-    segmentation = pyannote.segmentation_3_0(seed=0, fit_to=recording(200, seed=11), device="cuda")
-    built = pyannote.offline_pipeline(segmentation, pyannote.wespeaker_resnet34(seed=1))
-    return built.to(torch.device("cuda"))
+    return calibrated_pipeline(torch, pyannote)
 
 
 @pytest.fixture(scope="module")
