@@ -111,7 +111,9 @@ class FakeApi(types.SimpleNamespace):
         # modules and launches
         self.CUresult = Result
         self.CUfunction_attribute = types.SimpleNamespace(
-            CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8, CU_FUNC_ATTRIBUTE_NUM_REGS=4
+            CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8,
+            CU_FUNC_ATTRIBUTE_NUM_REGS=4,
+            CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES=1,
         )
         self.missing: frozenset[str] = frozenset()
         self.loaded: list[bytes] = []

@@ -64,3 +64,39 @@ def test_no_module_over_600_lines_and_no_function_over_80() -> None:
                 if length > 80:
                     long.append(f"{path.relative_to(ROOT)}: {node.name} has {length} lines")
     assert long == []
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["pyspk/pyannote/_steps.py", "pyspk/pyannote/_clustering.py", "pyspk/candidate/cluster"],
+)
+def test_the_host_steps_and_the_cluster_area_import_no_torch(path: str) -> None:
+    """No import of torch or pyspk.torch at any level, lazy ones included: the cluster
+    area plans on a pyspk runtime and the steps take numpy arrays."""
+    import ast
+
+    files = sorted((ROOT / path).rglob("*.py")) if (ROOT / path).is_dir() else [ROOT / path]
+    found = []
+    for file in files:
+        for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            found += [
+                f"{file.name}:{node.lineno} {name}"
+                for name in names
+                if name.split(".")[0] == "torch" or name.startswith("pyspk.torch")
+            ]
+    assert found == []
+
+
+def test_the_cluster_area_loads_without_torch() -> None:
+    import subprocess
+    import sys
+
+    probe = "import sys, pyspk.candidate.cluster; print('torch' in sys.modules)"
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "False"

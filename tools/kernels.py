@@ -450,7 +450,7 @@ TRUNK_CONSTANTS = {
     "MAXIMA_THREADS": "trunk.cu",
 }
 
-# The cluster module's constants, each `pyspk.torch.linkage.<name>`, all in cluster.cu
+# The cluster module's constants, each `pyspk.candidate.cluster.plan.<name>`, all in cluster.cu
 LINKAGE_CONSTANTS = (
     "LINKAGE_THREADS",
     "NEIGHBOUR_THREADS",
@@ -552,10 +552,10 @@ def cuda_constants(ptx_dir: Path = PTX_DIR) -> tuple[dict[str, tuple[str, int | 
 def python_constants() -> dict[str, list[tuple[str, int | float]]]:
     """pyspk's value of each of CUDA_CONSTANTS, read now: `{name: [(where, value), ...]}`."""
     from pyspk import reference
+    from pyspk.candidate.cluster import plan as linkage
     from pyspk.candidate.framework import DenseSite
     from pyspk.candidate.segdense import shapes
     from pyspk.candidate.trunk import shapes as trunk_shapes
-    from pyspk.torch import linkage
 
     def dimension(site: DenseSite, axis: int) -> tuple[str, int]:
         return f"DenseSite.{site.name}.dimensions()[{axis}]", site.dimensions()[axis]
@@ -581,10 +581,7 @@ def python_constants() -> dict[str, list[tuple[str, int | float]]]:
             name: [(f"trunk.shapes.{name}", getattr(trunk_shapes, name))]
             for name in TRUNK_CONSTANTS
         },
-        **{
-            name: [(f"pyspk.torch.linkage.{name}", getattr(linkage, name))]
-            for name in LINKAGE_CONSTANTS
-        },
+        **{name: [(f"cluster.plan.{name}", getattr(linkage, name))] for name in LINKAGE_CONSTANTS},
     }
 
 
@@ -609,7 +606,7 @@ def python_kernels() -> dict[str, dict[str, str]]:
     trunk[trunk_shapes.CLEAR_KERNEL] = "shapes.CLEAR_KERNEL"
     trunk[trunk_shapes.CHUNK_MAX_KERNEL] = "shapes.CHUNK_MAX_KERNEL"
     cluster = {
-        name: "pyspk.torch.linkage"
+        name: "pyspk.candidate.cluster"
         for name in ("spk_linkage_neighbours", "spk_linkage_merge", "spk_pdist_euclidean")
     }
     return {"segdense": segdense, "trunk": trunk, "cluster": cluster}

@@ -7,6 +7,7 @@ from pyspk.cuda.device import DeviceAttributes
 from pyspk.cuda.errors import check_len
 from pyspk.cuda.events import EventPhases
 from pyspk.cuda.kernels import LoadedKernels
+from pyspk.cuda.lifetime import Plan
 from pyspk.cuda.manifest import KernelModule
 from pyspk.cuda.math import CudaMath
 from pyspk.cuda.runtime import CudaRuntime, Graph
@@ -22,6 +23,7 @@ __all__ = [
     "Graph",
     "KernelModule",
     "LoadedKernels",
+    "Plan",
     "PtxTier",
     "buffer_interface",
     "check_len",

@@ -1,6 +1,7 @@
-"""Float32 device buffers and the one check every plan entry point applies to the buffers
-it is given: a pyspk `DeviceBuffer`, or any object with `__cuda_array_interface__`
-(PyTorch tensors, CuPy arrays), float32, C-contiguous, on the right device."""
+"""Device buffers (float32, float64 or int32) and the one check every plan entry point
+applies to the buffers it is given: a pyspk `DeviceBuffer`, or any object with
+`__cuda_array_interface__` (PyTorch tensors, CuPy arrays), of the dtype the entry takes
+(float32 unless it says otherwise), C-contiguous, on the right device."""
 
 from __future__ import annotations
 
@@ -13,7 +14,13 @@ from typing import Any, Protocol
 import numpy as np
 
 from pyspk.cuda import driver
-from pyspk.cuda.errors import BufferLayoutError, CudaError, DriverError, check_len
+from pyspk.cuda.errors import (
+    BufferLayoutError,
+    CudaError,
+    DriverError,
+    InvalidArgument,
+    check_len,
+)
 
 
 class BufferOwner(Protocol):
@@ -36,7 +43,10 @@ class BufferOwner(Protocol):
 
 
 __all__ = [
+    "DTYPES",
     "FLOAT32",
+    "FLOAT64",
+    "INT32",
     "ITEM_BYTES",
     "DeviceBuffer",
     "buffer_interface",
@@ -45,21 +55,27 @@ __all__ = [
 ]
 
 FLOAT32 = np.dtype("<f4")
-ITEM_BYTES = 4
+FLOAT64 = np.dtype("<f8")
+INT32 = np.dtype("<i4")
+# the element types a runtime allocates and a plan entry may take; float32 is the default
+DTYPES = (FLOAT32, FLOAT64, INT32)
+ITEM_BYTES = 4  # float32's, the plans' activations and weights
 # __cuda_array_interface__ v3 writes the legacy default stream as 1, never 0
 _CAI_LEGACY_STREAM = 1
 
 
 class DeviceBuffer:
-    """A 1-D float32 allocation made by a `CudaRuntime`; freed by `free()`, by the runtime's
-    `close()`, or when garbage-collected."""
+    """A 1-D allocation of `length` elements of `dtype` (one of `DTYPES`) made by a
+    `CudaRuntime`; freed by `free()`, by the runtime's `close()`, or when
+    garbage-collected."""
 
-    dtype = np.dtype(np.float32)
-
-    def __init__(self, runtime: BufferOwner, ptr: int, length: int) -> None:
+    def __init__(
+        self, runtime: BufferOwner, ptr: int, length: int, dtype: np.dtype = FLOAT32
+    ) -> None:
         self._runtime = runtime
         self._ptr = ptr
         self._len = length
+        self.dtype = supported_dtype(dtype)
         self._finalizer: weakref.finalize | None = None
         if ptr:
             self._finalizer = weakref.finalize(self, runtime._release_collected, ptr)
@@ -87,7 +103,7 @@ class DeviceBuffer:
 
     @property
     def nbytes(self) -> int:
-        return self._len * ITEM_BYTES
+        return self._len * self.dtype.itemsize
 
     @property
     def ordinal(self) -> int:
@@ -101,11 +117,16 @@ class DeviceBuffer:
         return {
             "version": 3,
             "shape": (self._len,),
-            "typestr": "<f4",
+            "typestr": self.dtype.str,
             "data": (self.ptr, False),
             "strides": None,
             "stream": handle if handle != 0 else _CAI_LEGACY_STREAM,
         }
+
+    def prefix(self, count: int) -> BufferPrefix:
+        """Its first `count` elements, as a CUDA array that keeps this buffer alive: for
+        plans that take exact lengths, on a buffer sized for the largest call."""
+        return BufferPrefix(self, count)
 
     def free(self) -> None:
         """Free the memory now (idempotent)."""
@@ -114,17 +135,51 @@ class DeviceBuffer:
 
     def __repr__(self) -> str:
         state = " freed" if self.freed else ""
-        return f"DeviceBuffer(ptr={self._ptr:#x}, len={self._len}, device={self.ordinal}{state})"
+        kind = "" if self.dtype == FLOAT32 else f", dtype={self.dtype.name}"
+        return (
+            f"DeviceBuffer(ptr={self._ptr:#x}, len={self._len}{kind}, device={self.ordinal}{state})"
+        )
 
 
-def _c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+class BufferPrefix:
+    """The first `count` elements of a `DeviceBuffer`, by `__cuda_array_interface__`."""
+
+    def __init__(self, buffer: DeviceBuffer, count: int) -> None:
+        if not 0 <= count <= buffer.len:
+            raise InvalidArgument(f"{buffer!r} has no prefix of {count} elements")
+        self.buffer = buffer
+        self.count = count
+        self.dtype = buffer.dtype
+
+    def __len__(self) -> int:
+        return self.count
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        return {**self.buffer.__cuda_array_interface__, "shape": (self.count,)}
+
+
+def supported_dtype(dtype: object) -> np.dtype:
+    """`dtype` as one of `DTYPES` (little-endian), or `InvalidArgument`."""
+    try:
+        found = np.dtype(dtype)  # type: ignore[call-overload]
+    except TypeError as error:
+        raise InvalidArgument(f"{dtype!r} is no dtype") from error
+    found = found.newbyteorder("<") if found.byteorder == ">" else found
+    if found not in DTYPES:
+        names = ", ".join(kind.name for kind in DTYPES)
+        raise InvalidArgument(f"device buffers hold {names}, not {found}")
+    return found
+
+
+def _c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> bool:
     """Whether byte `strides` lay `shape` out densely in C order (extent-1 axes and empty
     arrays place no constraint, as in numpy)."""
     if len(strides) != len(shape):
         return False
     if 0 in shape:
         return True
-    expected = ITEM_BYTES
+    expected = itemsize
     for extent, stride in zip(reversed(shape), reversed(strides), strict=True):
         if extent != 1 and stride != expected:
             return False
@@ -140,8 +195,9 @@ def buffer_interface(
     *,
     expected_len: int | None = None,
     writable: bool = False,
+    dtype: np.dtype = FLOAT32,
 ) -> tuple[int, int, int | None]:
-    """Check that `obj` is a C-contiguous float32 buffer on device `ordinal` (of
+    """Check that `obj` is a C-contiguous buffer of `dtype` on device `ordinal` (of
     `expected_len` elements, where given; writable for outputs, so read-only views are
     refused); return its (device pointer, elements, producer stream).
 
@@ -154,6 +210,10 @@ def buffer_interface(
         if obj.ordinal != ordinal:
             raise BufferLayoutError(
                 context, buffer, f"lives on device {obj.ordinal}, expected device {ordinal}"
+            )
+        if obj.dtype != dtype:
+            raise BufferLayoutError(
+                context, buffer, f"holds {obj.dtype.name}, expected {np.dtype(dtype).name}"
             )
         if expected_len is not None:
             check_len(context, expected_len, obj.len, buffer)
@@ -175,7 +235,7 @@ def buffer_interface(
             f"is a {type(obj).__name__}, not a DeviceBuffer or an object with "
             "__cuda_array_interface__ (a CUDA tensor or array)",
         )
-    _check_float32(cai.get("typestr"), context, buffer)
+    _check_dtype(cai.get("typestr"), dtype, context, buffer)
     try:
         shape = tuple(int(extent) for extent in cai["shape"])
         ptr = int(cai["data"][0])
@@ -185,7 +245,9 @@ def buffer_interface(
             context, buffer, f"has a malformed __cuda_array_interface__ ({error!r})"
         ) from error
     strides = cai.get("strides")
-    if strides is not None and not _c_contiguous(shape, tuple(int(s) for s in strides)):
+    itemsize = np.dtype(dtype).itemsize
+    strides = None if strides is None else tuple(int(stride) for stride in strides)
+    if strides is not None and not _c_contiguous(shape, strides, itemsize):
         raise BufferLayoutError(
             context,
             buffer,
@@ -196,8 +258,8 @@ def buffer_interface(
         raise BufferLayoutError(context, buffer, "has a mask; masked arrays are not supported")
     if writable and readonly:
         raise BufferLayoutError(context, buffer, "is read-only but is written to")
-    if ptr % ITEM_BYTES:
-        raise BufferLayoutError(context, buffer, f"address {ptr:#x} is not 4-byte aligned")
+    if ptr % itemsize:
+        raise BufferLayoutError(context, buffer, f"address {ptr:#x} is not {itemsize}-byte aligned")
     count = math.prod(shape)
     if expected_len is not None:
         check_len(context, expected_len, count, buffer)
@@ -207,13 +269,15 @@ def buffer_interface(
     return ptr, count, (int(stream) if stream is not None else None)
 
 
-def _check_float32(typestr: object, context: str, buffer: str) -> None:
+def _check_dtype(typestr: object, expected: np.dtype, context: str, buffer: str) -> None:
     try:
-        dtype = np.dtype(typestr)  # type: ignore[call-overload]
+        found = np.dtype(typestr)  # type: ignore[call-overload]
     except (TypeError, ValueError):
-        dtype = None
-    if dtype != FLOAT32:
-        raise BufferLayoutError(context, buffer, f"has typestr {typestr!r}, expected float32")
+        found = None
+    if found != expected:
+        raise BufferLayoutError(
+            context, buffer, f"has typestr {typestr!r}, expected {np.dtype(expected).name}"
+        )
 
 
 def _check_device_memory(ptr: int, context: str, buffer: str, ordinal: int) -> None:
@@ -244,10 +308,11 @@ def device_address(
     ordinal: int,
     *,
     writable: bool = False,
+    dtype: np.dtype = FLOAT32,
 ) -> int:
     """`buffer_interface`'s pointer, with a fast path for a live `DeviceBuffer` of the right
-    length on `ordinal`, which needs no check beyond those three; the enqueue path calls
-    this twice per launch, so it is kept to a few attribute reads."""
+    length and dtype on `ordinal`, which needs no check beyond those; the enqueue path
+    calls this twice per launch, so it is kept to a few attribute reads."""
     if type(obj) is DeviceBuffer:
         finalizer = obj._finalizer
         if (
@@ -255,9 +320,10 @@ def device_address(
             and finalizer.alive
             and obj._len == expected_len
             and obj._runtime._ordinal == ordinal
+            and obj.dtype == dtype
         ):
             return obj._ptr
-    else:
+    elif dtype == FLOAT32:
         torch = sys.modules.get("torch")
         # a PyTorch tensor answers the same questions directly, several times faster
         # than building its __cuda_array_interface__ and querying the pointer's device
@@ -274,5 +340,5 @@ def device_address(
             return obj.data_ptr()
     # anything else, and every failure, takes the full check and its error
     return buffer_interface(
-        obj, context, buffer, ordinal, expected_len=expected_len, writable=writable
+        obj, context, buffer, ordinal, expected_len=expected_len, writable=writable, dtype=dtype
     )[0]

@@ -1,11 +1,12 @@
-"""The lifetime every plan shares: the lock an enqueue holds, `close()`, and the graphs
-captured with `CudaRuntime.capture` that keep a closed plan's buffers alive; and
-`StreamOrder`, for plans whose buffers serve one enqueue at a time on the GPU."""
+"""`Plan`, the shape of every kernel area's plans; the lifetime they share (the lock an
+enqueue holds, `close()`, and the graphs captured with `CudaRuntime.capture` that keep a
+closed plan's buffers alive); and `StreamOrder`, for plans whose buffers serve one
+enqueue at a time on the GPU."""
 
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from pyspk.cuda import driver
 from pyspk.cuda.errors import ClosedError
@@ -15,6 +16,32 @@ if TYPE_CHECKING:
     from pyspk.cuda.runtime import CudaRuntime
 
 _Plan = TypeVar("_Plan", bound="PlanLifetime")
+
+
+@runtime_checkable
+class Plan(Protocol):
+    """What a plan of every kernel area is. It is planned from a `CudaRuntime` (segdense:
+    `Area.plan`; trunk: `plan_trunk`, `plan_conv`; cluster: `plan_pdist`,
+    `plan_linkage`) and owns its device buffers from then on. `enqueue` takes the
+    buffers one launch reads and writes, checked by `buffer_interface`'s rules, and
+    queues the area's kernels, by their named launch signatures, on the keyword `stream`
+    (an int handle) or the runtime's; several threads may call it. `close()` (or leaving
+    a `with` block) frees the buffers once no enqueue or live captured graph needs them;
+    an enqueue after it raises `ClosedError` and launches nothing."""
+
+    @property
+    def runtime(self) -> CudaRuntime: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    def enqueue(self, *buffers: Any, stream: int | None = None, **options: Any) -> None: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *exc: object) -> None: ...
 
 
 class PlanLifetime:

@@ -1,4 +1,4 @@
-"""A device's primary context and one stream, with float32 device buffers and CUDA graphs.
+"""A device's primary context and one stream, with device buffers and CUDA graphs.
 
 `CudaRuntime` retains the device's primary context, the one the CUDA runtime (and so
 PyTorch and CuPy) uses, so pointers and streams pass freely between them and pyspk in one
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from pyspk.cuda import driver
-from pyspk.cuda.buffers import FLOAT32, ITEM_BYTES, DeviceBuffer, buffer_interface
+from pyspk.cuda.buffers import FLOAT32, DeviceBuffer, buffer_interface, supported_dtype
 from pyspk.cuda.device import DeviceAttributes
 from pyspk.cuda.errors import (
     ClosedError,
@@ -191,48 +191,70 @@ class CudaRuntime:
 
     # -- memory ----------------------------------------------------------------------
 
-    def alloc_zeros(self, count: int) -> DeviceBuffer:
-        """A buffer of `count` float32 zeros, already zero when this returns."""
-        buffer = self._alloc(count)
+    def alloc_zeros(self, count: int, dtype: np.dtype = FLOAT32) -> DeviceBuffer:
+        """A buffer of `count` zeros of `dtype` (float32, float64 or int32), already zero
+        when this returns."""
+        buffer = self._alloc(count, dtype)
         if buffer.len:
             try:
                 ptr = driver.api().CUdeviceptr(buffer.ptr)
-                driver.call("cuMemsetD32Async", ptr, 0, buffer.len, self._stream)
+                words = buffer.nbytes // 4  # every dtype's size is a multiple of 4 bytes
+                driver.call("cuMemsetD32Async", ptr, 0, words, self._stream)
                 self.synchronize()
             except BaseException:
                 _quietly(buffer.free)  # the error being raised is the one to see
                 raise
         return buffer
 
-    def upload(self, array: np.ndarray) -> DeviceBuffer:
-        """A new buffer holding `array` as flattened, C-ordered float32."""
-        host = np.ascontiguousarray(array, dtype=FLOAT32).reshape(-1)
-        buffer = self._alloc(host.size)
-        if buffer.len:
-            try:
-                ptr = driver.api().CUdeviceptr(buffer.ptr)
-                driver.call("cuMemcpyHtoDAsync", ptr, host.ctypes.data, host.nbytes, self._stream)
-                # waiting keeps `host` alive for the copy and makes the data visible to
-                # every stream, not only this one
-                self.synchronize()
-            except BaseException:
-                _quietly(buffer.free)  # the error being raised is the one to see
-                raise
+    def upload(self, array: np.ndarray, dtype: np.dtype = FLOAT32) -> DeviceBuffer:
+        """A new buffer holding `array` flattened, C-ordered, as `dtype` (float32 unless
+        given)."""
+        host = np.ascontiguousarray(array, dtype=supported_dtype(dtype)).reshape(-1)
+        buffer = self._alloc(host.size, host.dtype)
+        try:
+            self.write(buffer, host)
+        except BaseException:
+            _quietly(buffer.free)  # the error being raised is the one to see
+            raise
         return buffer
 
-    def download(self, buffer: object) -> np.ndarray:
-        """Copy a float32 device buffer (DeviceBuffer or CUDA-array-interface object) to a
-        1-D numpy array, after the work pending on its stream and on this runtime's."""
+    def write(self, buffer: DeviceBuffer, array: np.ndarray) -> None:
+        """Copies `array` (flattened, C-ordered, as the buffer's dtype) into the start of
+        `buffer`, a live buffer of this runtime's device, and waits for the copy."""
+        if buffer.freed or buffer.ordinal != self._ordinal:
+            raise InvalidArgument(
+                f"CudaRuntime.write: {buffer!r} is no live buffer of device {self._ordinal}"
+            )
+        host = np.ascontiguousarray(array, dtype=buffer.dtype).reshape(-1)
+        if host.size > buffer.len:
+            raise InvalidArgument(f"CudaRuntime.write: {host.size} elements do not fit {buffer!r}")
+        if host.size:
+            self._make_current()
+            ptr = driver.api().CUdeviceptr(buffer.ptr)
+            driver.call("cuMemcpyHtoDAsync", ptr, host.ctypes.data, host.nbytes, self._stream)
+            # waiting keeps `host` alive for the copy and makes the data visible to every
+            # stream, not only this one
+            self.synchronize()
+
+    def download(self, buffer: object, dtype: np.dtype | None = None) -> np.ndarray:
+        """Copy a device buffer (DeviceBuffer or CUDA-array-interface object) of `dtype`
+        (None: a DeviceBuffer's own, else float32) to a 1-D numpy array, after the work
+        pending on its stream and on this runtime's."""
+        if dtype is None:
+            dtype = buffer.dtype if isinstance(buffer, DeviceBuffer) else FLOAT32
+        dtype = supported_dtype(dtype)
         ptr, count, producer = buffer_interface(
-            buffer, "CudaRuntime.download", "buffer", self._ordinal
+            buffer, "CudaRuntime.download", "buffer", self._ordinal, dtype=dtype
         )
-        return self.read(ptr, count, producer)
+        return self.read(ptr, count, producer, dtype)
 
-    def read(self, ptr: int, count: int, producer: int | None) -> np.ndarray:
-        """`count` float32s at device address `ptr` (already checked, as
+    def read(
+        self, ptr: int, count: int, producer: int | None, dtype: np.dtype = FLOAT32
+    ) -> np.ndarray:
+        """`count` elements of `dtype` at device address `ptr` (already checked, as
         `buffer_interface` checks a buffer) as a new numpy array, after the work pending
         on the stream `producer` and on this runtime's."""
-        host = np.empty(count, dtype=FLOAT32)
+        host = np.empty(count, dtype=dtype)
         if count:
             self._make_current()
             api = driver.api()
@@ -253,14 +275,18 @@ class CudaRuntime:
                 self._constants[key] = buffer
             return buffer
 
-    def copy(self, dst: object, src: object) -> None:
-        """Enqueue a device-to-device copy of all of `src` into `dst` (equal lengths), on
-        the runtime's stream after the work pending on the streams that produce them."""
+    def copy(self, dst: object, src: object, dtype: np.dtype = FLOAT32) -> None:
+        """Enqueue a device-to-device copy of all of `src` into `dst` (equal lengths, both
+        of `dtype`), on the runtime's stream after the work pending on the streams that
+        produce them."""
         context = "CudaRuntime.copy"
+        dtype = supported_dtype(dtype)
         dst_ptr, dst_len, dst_stream = buffer_interface(
-            dst, context, "dst", self._ordinal, writable=True
+            dst, context, "dst", self._ordinal, writable=True, dtype=dtype
         )
-        src_ptr, src_len, src_stream = buffer_interface(src, context, "src", self._ordinal)
+        src_ptr, src_len, src_stream = buffer_interface(
+            src, context, "src", self._ordinal, dtype=dtype
+        )
         check_len(context, dst_len, src_len, "src")
         if dst_len:
             self.order_after(src_stream)
@@ -271,7 +297,7 @@ class CudaRuntime:
                 "cuMemcpyDtoDAsync",
                 api.CUdeviceptr(dst_ptr),
                 api.CUdeviceptr(src_ptr),
-                dst_len * ITEM_BYTES,
+                dst_len * dtype.itemsize,
                 self._stream,
             )
 
@@ -436,15 +462,16 @@ class CudaRuntime:
                 f"primary context of device {self._ordinal}; pass a stream of that device"
             )
 
-    def _alloc(self, count: int) -> DeviceBuffer:
+    def _alloc(self, count: int, dtype: np.dtype = FLOAT32) -> DeviceBuffer:
         count = operator.index(count)
+        dtype = supported_dtype(dtype)
         if count < 0:
             raise InvalidArgument(f"a buffer cannot hold {count} elements")
         if count == 0:
-            return DeviceBuffer(self, 0, 0)  # the driver allocates no zero-byte blocks
+            return DeviceBuffer(self, 0, 0, dtype)  # the driver allocates no zero-byte blocks
         self._make_current()
-        ptr = int(driver.call("cuMemAlloc", count * ITEM_BYTES))
-        return DeviceBuffer(self, ptr, count)
+        ptr = int(driver.call("cuMemAlloc", count * dtype.itemsize))
+        return DeviceBuffer(self, ptr, count, dtype)
 
     def _release(self, ptr: int) -> None:
         self._allocations.pop(ptr, None)

@@ -1,12 +1,12 @@
 """pyannote.audio's clustering steps with pyspk's parts in them, each with pyannote's
 result to the bit: the pairwise distances and the centroid linkage on the GPU
-(`pyspk.torch.linkage`; on the host, the distances on several threads), the embedding filter
+(`pyspk.candidate.cluster`; on the host, the distances on several threads), the embedding filter
 on booleans, and the constrained assignment of every chunk solved at once.
 
 `cluster` runs a pipeline's clustering: for `AgglomerativeClustering` and
 `VBxClustering` their own code (pyannote.audio 4.0) with those parts in place of
 scipy's and their own; any other clustering as it is. Needs numpy, scipy and
-pyannote.audio; PyTorch only where the linkage runs on a device.
+pyannote.audio, and no PyTorch.
 """
 
 from __future__ import annotations
@@ -69,24 +69,24 @@ def pdist_euclidean(points: np.ndarray, threads: int | None = None) -> np.ndarra
 DEVICE_LINKAGE_MIN_POINTS = 512
 
 
-def linkage_on(device: Any = None) -> Callable[..., np.ndarray]:
+def linkage_on(
+    device_linkage: Callable[[np.ndarray, str], np.ndarray | None] | None = None,
+) -> Callable[..., np.ndarray]:
     """`scipy.cluster.hierarchy.linkage` of observations with scipy's dendrogram to the
-    bit, or scipy's own error: the centroid and median methods on the CUDA `device`
-    where one is given and there are enough observations (the distances and the merges
-    both there, `pyspk.torch.linkage`), else the Euclidean distances from `pdist_euclidean`
-    (the same condensed matrix) and scipy's linkage of them."""
+    bit, or scipy's own error: the centroid and median methods by `device_linkage` (a
+    `pyspk.candidate.cluster.DeviceLinkage`: the distances and the merges on its
+    device) where one is given and there are enough observations, else the Euclidean
+    distances from `pdist_euclidean` (the same condensed matrix) and scipy's linkage of
+    them."""
 
     def linkage(y: np.ndarray, method: str = "single", metric: str = "euclidean", **kwargs: Any):
         from scipy.cluster.hierarchy import linkage as scipy_linkage
 
         if metric != "euclidean" or np.ndim(y) != 2 or kwargs:
             return scipy_linkage(y, method=method, metric=metric, **kwargs)
-        if device is not None and _on_device(method, len(y)):
-            from pyspk.torch.linkage import device_linkage, device_pdist
-
+        if device_linkage is not None and _on_device(method, len(y)):
             # None for distances scipy refuses, or NaN where the kernel steps aside
-            distances = device_pdist(np.asarray(y, dtype=np.float64), device)
-            dendrogram = device_linkage(distances, method, device)
+            dendrogram = device_linkage(np.asarray(y), method)
             if dendrogram is not None:
                 return dendrogram
         check_host_distances(len(y))
@@ -111,7 +111,7 @@ def check_host_distances(count: int) -> None:
 
 
 def _on_device(method: str, count: int) -> bool:
-    from pyspk.torch.linkage import MAX_POINTS, METHODS
+    from pyspk.candidate.cluster import MAX_POINTS, METHODS
 
     return method in METHODS and DEVICE_LINKAGE_MIN_POINTS <= count <= MAX_POINTS
 
@@ -289,14 +289,14 @@ def constrained_argmax(soft_clusters: np.ndarray) -> np.ndarray:
 
 def cluster(
     clustering: Any,
-    linkage_device: Any = None,
+    device_linkage: Callable[[np.ndarray, str], np.ndarray | None] | None = None,
     timings: Timings | None = None,
     clean: np.ndarray | None = None,
     **arguments: Any,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`clustering(**arguments)` (a pipeline's clustering step). pyannote's
     `AgglomerativeClustering` and `VBxClustering` run their own code with
-    `linkage_on(linkage_device)` in place of scipy's linkage, `filter_embeddings` for
+    `linkage_on(device_linkage)` in place of scipy's linkage, `filter_embeddings` for
     binary segmentations, and (VBx, or agglomerative with constrained assignment)
     `constrained_argmax`; any other clustering runs as it is. `timings`, when given,
     receives the seconds of the steps pyspk serves ("filter", "linkage",
@@ -312,7 +312,7 @@ def cluster(
         return clustering(**arguments)
     timings = {} if timings is None else timings
     timed = _Timed(timings)
-    swapped = {"linkage": timed("linkage", linkage_on(linkage_device))}
+    swapped = {"linkage": timed("linkage", linkage_on(device_linkage))}
     if "cluster_vbx" in stock.__code__.co_names:
         swapped["cluster_vbx"] = timed("vbx", stock.__globals__["cluster_vbx"])
     fast = types.FunctionType(

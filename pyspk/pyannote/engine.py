@@ -51,13 +51,15 @@ from pyannote.audio.pipelines.speaker_diarization import DiarizeOutput
 from pyannote.audio.pipelines.utils.diarization import set_num_speakers
 from pyannote.core import Annotation, SlidingWindow, SlidingWindowFeature
 
+from pyspk.candidate.cluster import DeviceLinkage
 from pyspk.cuda import CudaMath
 from pyspk.cuda.errors import ClosedError, InvalidArgument
 from pyspk.errors import TooLongError, available_host_memory
 from pyspk.pyannote import _chunks, _clustering, _steps
 from pyspk.pyannote._graphs import STREAMS, Forward
+from pyspk.pyannote._report import RunReport
 from pyspk.pyannote.fbank import Fbank
-from pyspk.torch import library_math
+from pyspk.torch import library_math, shared_runtime
 
 if TYPE_CHECKING:
     from lightning.fabric.utilities.data import AttributeDict
@@ -77,34 +79,6 @@ Python code")."""
 
 EMBEDDING_BATCH = 32
 """Chunks per embedding forward: 96 (chunk, speaker) rows, pyspk's seg_1 plan."""
-
-
-@dataclass
-class RunReport:
-    """What one `Engine.apply` measured: wall seconds, the seconds of each step, and
-    the models' outputs before the host steps."""
-
-    audio_seconds: float
-    chunks: int
-    seconds: float = 0.0
-    steps: dict[str, float] = field(default_factory=dict)
-    setup: float = 0.0
-    """Seconds from the call to the GPU's first work (reading and uploading the audio),
-    part of the segmentation step."""
-    gpu: float = 0.0
-    """Seconds of the GPU's work, from its first segmentation to its last embedding."""
-    overlapped: tuple[str, ...] = ("speaker_counting",)
-    """Steps run while the GPU works on the embeddings (off the critical path); the
-    speaker counting's time includes the clustering filter's frame counts."""
-    scores: np.ndarray | None = None
-    """(chunks, frames, powerset classes) log-probabilities of the segmentation model."""
-    embeddings: np.ndarray | None = None
-    """(chunks, local speakers, dimension) embeddings, as `get_embeddings` returns."""
-    clustering: dict[str, float] = field(default_factory=dict)
-    """Seconds of the clustering's parts that pyspk serves ("filter", "linkage",
-    "assignment", and with VBx "plda" and "vbx"), and "embeddings_clustered"."""
-    speakers: int = 0
-    """Clusters the clustering found (its largest label plus one)."""
 
 
 @dataclass
@@ -162,6 +136,7 @@ class Engine:
         self.unserved = self._unserved(pipeline)
         self._segment: Forward | None = None
         self._embed: Forward | None = None
+        self._linkage: DeviceLinkage | None = None
         if self.unserved is not None:
             return
         inference = pipeline._segmentation
@@ -169,6 +144,8 @@ class Engine:
         self._segmentation_model = inference.model
         self._conversion = inference.conversion
         self._embedding_model = pipeline._embedding.model_
+        # the clustering's distances and merges; its buffers grow to the largest file's
+        self._linkage = DeviceLinkage(shared_runtime(self.device))
         seg_stream, emb_stream = STREAMS.take(self.device, 2)
         self._streams = (seg_stream, emb_stream)
         # given back at close, or when an engine never closed is collected
@@ -233,7 +210,7 @@ class Engine:
             if self.closed:
                 return
             self.closed = True
-            for forward in (self._segment, self._embed):
+            for forward in (self._segment, self._embed, self._linkage):
                 if forward is not None:
                     forward.close()
             if self.unserved is None:
@@ -525,7 +502,7 @@ class Engine:
         clustering = time.perf_counter()
         hard_clusters, _, centroids = _clustering.cluster(
             pipeline.clustering,
-            linkage_device=self.device,
+            device_linkage=self._linkage,
             timings=report.clustering,
             clean=clean,
             embeddings=embeddings,

@@ -102,9 +102,13 @@ def test_vbx_with_the_device_linkage_is_pyannotes(torch, pipeline, tied):
     }
     stock = pipeline.clustering(**arguments)
     timings: dict[str, float] = {}
-    ours = _clustering.cluster(
-        pipeline.clustering, linkage_device=torch.device("cuda", 0), timings=timings, **arguments
-    )
+    from pyspk.candidate.cluster import DeviceLinkage
+    from pyspk.torch import shared_runtime
+
+    with DeviceLinkage(shared_runtime(0)) as linkage:
+        ours = _clustering.cluster(
+            pipeline.clustering, device_linkage=linkage, timings=timings, **arguments
+        )
     for mine, theirs in zip(ours, stock, strict=True):
         assert mine.dtype == theirs.dtype and np.array_equal(mine, theirs, equal_nan=True)
     assert timings["embeddings_clustered"] >= _clustering.DEVICE_LINKAGE_MIN_POINTS

@@ -1,7 +1,8 @@
 """The cluster module on the GPU: `device_linkage` gives scipy's linkage matrix bit for
 bit (random embeddings, ties, both places of its state, distances on the device), steps
 aside where scipy meets NaN, and is clean under compute-sanitizer; `device_pdist` gives
-scipy's `pdist` bit for bit."""
+scipy's `pdist` bit for bit; `DeviceLinkage` (the cluster area on a pyspk runtime, no
+PyTorch) gives both for host points as it grows, from two threads at once."""
 
 from __future__ import annotations
 
@@ -125,16 +126,62 @@ def test_device_pdist_carries_nan_and_infinity_as_scipy(scipy) -> None:
     assert np.array_equal(got, scipy.pdist(points, "euclidean"), equal_nan=True)
 
 
-def test_the_engines_linkage_is_scipys(torch, scipy) -> None:
-    """`_clustering.linkage_on(device)` as pyannote calls it: observations in, the matrix of
-    scipy's linkage out, through the device above DEVICE_LINKAGE_MIN_POINTS."""
+def test_the_engines_linkage_is_scipys(scipy) -> None:
+    """`_clustering.linkage_on(DeviceLinkage)` as pyannote calls it: observations in, the
+    matrix of scipy's linkage out, through the device above DEVICE_LINKAGE_MIN_POINTS."""
     importorskip("pyannote.audio", reason="pyspk.pyannote._clustering needs pyannote.audio")
+    from pyspk.candidate.cluster import DeviceLinkage
     from pyspk.pyannote import _clustering
+    from pyspk.torch import shared_runtime
 
     points = unit_rows(_clustering.DEVICE_LINKAGE_MIN_POINTS + 100, 256, seed=6)
-    linkage = _clustering.linkage_on(torch.device("cuda", 0))
-    got = linkage(points, method="centroid", metric="euclidean")
+    with DeviceLinkage(shared_runtime(0)) as device:
+        got = _clustering.linkage_on(device)(points, method="centroid", metric="euclidean")
     assert np.array_equal(got, scipy.linkage(points, method="centroid", metric="euclidean"))
+
+
+def test_a_device_linkage_on_its_own_runtime_grows_and_stays_scipys(scipy) -> None:
+    """A pyspk runtime of its own (no PyTorch buffer or stream): sizes up and down, its
+    plans made again past each capacity step and for other dims, float32 embeddings taken
+    as float64 as scipy takes them, and NaN points left to scipy."""
+    from pyspk.candidate.cluster import DeviceLinkage
+    from pyspk.cuda import CudaRuntime
+
+    with CudaRuntime(0) as runtime, DeviceLinkage(runtime) as linkage:
+        for count, dims, method in [
+            (700, 256, "centroid"),
+            (2100, 256, "centroid"),
+            (900, 256, "median"),
+            (1500, 16, "centroid"),
+        ]:
+            points = unit_rows(count, dims, seed=count).astype(np.float32)
+            expected = scipy.linkage(scipy.pdist(points, "euclidean"), method)
+            assert np.array_equal(linkage(points, method), expected), (count, dims, method)
+        points[3, 2] = np.nan
+        assert linkage(points, "centroid") is None
+
+
+def test_two_threads_on_one_and_on_two_device_linkages(scipy) -> None:
+    """Two engines' linkages on one runtime, and one linkage shared by two threads: every
+    call its own matrix, scipy's."""
+    from pyspk.candidate.cluster import DeviceLinkage
+    from pyspk.torch import shared_runtime
+    from tests.concurrency import run_together
+
+    runtime = shared_runtime(0)
+    sizes = [800, 2600]
+    inputs = [unit_rows(count, 64, seed=count) for count in sizes]
+    expected = [scipy.linkage(scipy.pdist(points), "centroid") for points in inputs]
+    with DeviceLinkage(runtime) as first, DeviceLinkage(runtime) as second:
+        for linkages in ([first, second], [first, first]):
+            got: dict[int, list] = {}
+
+            def work(index: int, linkages: list = linkages, got: dict = got) -> None:
+                got[index] = [linkages[index](inputs[index], "centroid") for _ in range(3)]
+
+            run_together(work, [(0,), (1,)])
+            for index in range(2):
+                assert all(np.array_equal(matrix, expected[index]) for matrix in got[index])
 
 
 def test_threads_at_once_each_get_scipys_matrix(scipy) -> None:

@@ -1,5 +1,5 @@
-"""pyspk.torch.linkage without a GPU: its arguments, and its launches against the shipped
-cluster module's entries."""
+"""pyspk.torch.linkage without a GPU: what it refuses before touching a device (the
+cluster area's own checks: tests/candidate/test_cluster_plan.py)."""
 
 from __future__ import annotations
 
@@ -8,22 +8,8 @@ import re
 import numpy as np
 import pytest
 
-from pyspk.cuda.manifest import KernelModule, Manifest
-from pyspk.cuda.tier import PtxTier
 from pyspk.errors import InvalidArgument
 from pyspk.torch import linkage
-
-
-@pytest.mark.parametrize("n", [2, 3, 10, 3558])
-def test_points_of_a_condensed_matrix(n: int) -> None:
-    assert linkage.points_of(np.zeros(n * (n - 1) // 2)) == n
-
-
-def test_points_of_refuses_what_is_no_condensed_matrix() -> None:
-    with pytest.raises(InvalidArgument, match="7 distances"):
-        linkage.points_of(np.zeros(7))
-    with pytest.raises(InvalidArgument, match="one dimension, not 2"):
-        linkage.points_of(np.zeros((4, 4)))
 
 
 @pytest.mark.parametrize(
@@ -44,16 +30,3 @@ def test_device_linkage_refuses_before_touching_a_device(
 def test_device_pdist_refuses_before_touching_a_device(shape: tuple) -> None:
     with pytest.raises(InvalidArgument, match=re.escape(f"not {shape}")):
         linkage.device_pdist(np.zeros(shape))
-
-
-@pytest.mark.parametrize("tier", [PtxTier.SM75, PtxTier.SM80], ids=str)
-def test_launch_signatures_are_the_shipped_entries(tier: PtxTier) -> None:
-    """Pointers travel as u64; the manifest records each entry's PTX parameter types."""
-    entries = Manifest.load().module(KernelModule.CLUSTER).tiers[tier].entries
-    as_ptx = {"ptr": "u64", "u64": "u64", "u32": "u32"}
-    for name, signature in [
-        ("spk_linkage_neighbours", linkage.NEIGHBOURS_SIGNATURE),
-        ("spk_linkage_merge", linkage.MERGE_SIGNATURE),
-        ("spk_pdist_euclidean", linkage.PDIST_SIGNATURE),
-    ]:
-        assert tuple(entries[name]) == tuple(as_ptx[kind] for kind in signature)

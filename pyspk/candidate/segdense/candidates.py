@@ -60,8 +60,22 @@ class _Oxide:
         pin.check(Site.of(spec.site()), spec.batch(), spec.math(), kernels.tier)
         return cls(Producer.plan(runtime, kernels, weight, bias, pin, scratch))
 
+    @property
+    def runtime(self) -> CudaRuntime:
+        return self.producer.runtime
+
+    @property
+    def closed(self) -> bool:
+        return self.producer.closed
+
     def close(self) -> None:
         self.producer.close()
+
+    def __enter__(self: _OxideT) -> _OxideT:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class DenseOxide(_Oxide):
