@@ -21,6 +21,9 @@ through the four LSTM layers (the model's own FP32 error against float64 is abou
 
 from __future__ import annotations
 
+import contextlib
+import warnings
+
 import numpy as np
 import pytest
 
@@ -363,8 +366,9 @@ def test_fp32_and_tf32_pipelines_in_two_threads_keep_their_own_math(torch, pyann
 
 
 def test_a_capture_while_another_thread_allocates_and_synchronizes(torch, pyannote, pipeline):
-    """The engine captures its graphs in thread-local mode: another thread allocating
-    and synchronizing meanwhile neither breaks the capture nor sends it to eager."""
+    """The engine captures its graphs in thread-local mode: another thread allocating and
+    waiting for its own stream meanwhile neither breaks the capture nor sends it to
+    eager."""
     import threading
 
     file = synthetic_file(torch, 30.0, 27)
@@ -373,9 +377,11 @@ def test_a_capture_while_another_thread_allocates_and_synchronizes(torch, pyanno
     stop = threading.Event()
 
     def busy() -> None:
-        while not stop.is_set():
-            torch.empty(1 << 20, device="cuda").fill_(1.0)
-            torch.cuda.synchronize()
+        side = torch.cuda.Stream()
+        with torch.cuda.stream(side):
+            while not stop.is_set():
+                torch.empty(1 << 20, device="cuda").fill_(1.0)
+                side.synchronize()
 
     worker = threading.Thread(target=busy)
     worker.start()
@@ -386,4 +392,43 @@ def test_a_capture_while_another_thread_allocates_and_synchronizes(torch, pyanno
         worker.join()
     with acceleration:
         assert acceleration.engine.describe() == {"segmentation": "graph", "embedding": "graph"}
+        assert tracks(pipeline(dict(file))) == serial
+
+
+def test_a_device_wide_synchronize_during_a_capture_leaves_eager_forwards(
+    torch, pyannote, pipeline
+):
+    """CUDA refuses a device-wide synchronize while any stream captures, and invalidates
+    the capture (measured on the H200: `torch.cuda.synchronize()` in another thread sent
+    the segmentation forward to eager). The engine then runs that forward eagerly, says
+    so in a warning and in `describe()`, and gives the same tracks."""
+    import threading
+
+    file = synthetic_file(torch, 30.0, 27)
+    with pyannote.accelerate_pipeline(pipeline, "fp32"):
+        serial = tracks(pipeline(dict(file)))
+    stop = threading.Event()
+
+    def busy() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(RuntimeError):  # refused while the engine captures
+                torch.cuda.synchronize()
+
+    worker = threading.Thread(target=busy)
+    worker.start()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            acceleration = pyannote.accelerate_pipeline(pipeline, "fp32")
+    finally:
+        stop.set()
+        worker.join()
+    with acceleration:
+        notes = acceleration.engine.describe()
+        eager = [name for name, note in notes.items() if note.startswith("eager (capture failed")]
+        assert eager, notes
+        assert all(
+            any(f"the {name} forward runs eagerly" in str(w.message) for w in caught)
+            for name in eager
+        )
         assert tracks(pipeline(dict(file))) == serial
