@@ -60,7 +60,7 @@ DEFAULT_CUDA_HOMES = ("/usr/local/cuda",)
 # the tier table and the artifact names: one source, shared with the loader
 Tier = TierBuild
 TIERS = tuple(TIER_BUILDS.values())
-MODULES = ("segdense", "trunk", "cluster")
+MODULES = ("segdense", "trunk", "cluster", "lstm")
 # Explicit IEEE FP32 behaviour, whatever the nvcc defaults or profile say: the kernels'
 # fixed summation orders are only reproducible without fast-math rewrites.
 NVCC_FLAGS = (
@@ -463,6 +463,9 @@ LINKAGE_CONSTANTS = (
     "PDIST_THREADS",
 )
 
+# The lstm module's constants, each `pyspk.candidate.lstm.plan.<name>`, all in lstm.cu
+LSTM_CONSTANTS = ("LSTM_HIDDEN", "LSTM_ROWS", "LSTM_THREADS")
+
 # Constants the CUDA sources share with pyspk: name -> (the source that defines it, the
 # pattern whose group 1 is its literal value). A `constexpr` one must be defined exactly
 # once in all the sources, in that file.
@@ -482,6 +485,7 @@ CUDA_CONSTANTS: dict[str, tuple[str, re.Pattern[str]]] = {
     ),
     **{name: (home, _constexpr(name)) for name, home in TRUNK_CONSTANTS.items()},
     **{name: ("cluster.cu", _constexpr(name)) for name in LINKAGE_CONSTANTS},
+    **{name: ("lstm.cu", _constexpr(name)) for name in LSTM_CONSTANTS},
 }
 
 
@@ -554,6 +558,7 @@ def python_constants() -> dict[str, list[tuple[str, int | float]]]:
     from pyspk import reference
     from pyspk.candidate.cluster import plan as linkage
     from pyspk.candidate.framework import DenseSite
+    from pyspk.candidate.lstm import plan as lstm
     from pyspk.candidate.segdense import shapes
     from pyspk.candidate.trunk import shapes as trunk_shapes
 
@@ -582,6 +587,7 @@ def python_constants() -> dict[str, list[tuple[str, int | float]]]:
             for name in TRUNK_CONSTANTS
         },
         **{name: [(f"cluster.plan.{name}", getattr(linkage, name))] for name in LINKAGE_CONSTANTS},
+        **{name: [(f"lstm.plan.{name}", getattr(lstm, name))] for name in LSTM_CONSTANTS},
     }
 
 
@@ -609,7 +615,8 @@ def python_kernels() -> dict[str, dict[str, str]]:
         name: "pyspk.candidate.cluster"
         for name in ("spk_linkage_neighbours", "spk_linkage_merge", "spk_pdist_euclidean")
     }
-    return {"segdense": segdense, "trunk": trunk, "cluster": cluster}
+    lstm = {"spk_lstm_recurrence": "pyspk.candidate.lstm"}
+    return {"segdense": segdense, "trunk": trunk, "cluster": cluster, "lstm": lstm}
 
 
 def _same(cuda: int | float, python: Any) -> bool:

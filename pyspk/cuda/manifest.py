@@ -48,6 +48,7 @@ class KernelModule(enum.Enum):
     SEGDENSE = "segdense"
     TRUNK = "trunk"
     CLUSTER = "cluster"
+    LSTM = "lstm"
 
     def __str__(self) -> str:
         return self.value

@@ -9,9 +9,10 @@ InstanceNorm without running statistics that follow cancel it), `linear[0]` and
 `classifier` with its LogSoftmax activation; WeSpeaker's `resnet.seg_1`, and its
 ResNet34 trunk: `resnet.forward_frames` (and `resnet.forward`, which runs the same
 layers) on a `pyspk.torch.resnet.PlannedTrunk` (recorded as "resnet.trunk"; below the sm80
-tier it is skipped). A PyanNet's `forward` is replaced by one that leaves out the
-activations the plans fuse. Shapes no plan serves take each module's library path.
-`Acceleration.undo()` puts every original module and method back.
+tier it is skipped). In TF32 math, PyanNet's `lstm` (monolithic) runs on a
+`pyspk.torch.lstm.PlannedLSTM`; in FP32 math it stays cuDNN's. A PyanNet's `forward` is
+replaced by one that leaves out the activations the plans fuse. Shapes no plan serves
+take each module's library path. `Acceleration.undo()` puts every original module and method back.
 
 The stock pipeline embeds each (chunk, speaker) pair on its own, so the ResNet trunk runs
 three times on every chunk and seg_1 sees 32 rows at a time. `embed_once_per_chunk`
@@ -57,6 +58,7 @@ from pyspk.pyannote.offline import (  # the offline models, also under this modu
     write_pipeline,
 )
 from pyspk.torch import PlannedConv1d, PlannedDense, planned_modules
+from pyspk.torch.lstm import PlannedLSTM
 from pyspk.torch.resnet import PlannedTrunk
 
 if TYPE_CHECKING:
@@ -96,7 +98,7 @@ class Acceleration:
     def __init__(self, model: nn.Module, math: CudaMath) -> None:
         self.model = model
         self.math = math
-        self.modules: dict[str, PlannedDense | PlannedConv1d | PlannedTrunk] = {}
+        self.modules: dict[str, PlannedDense | PlannedConv1d | PlannedTrunk | PlannedLSTM] = {}
         self.skipped: dict[str, str] = {}  # module path -> why it keeps the library path
         self._restore: list[Callable[[], None]] = []
         self.undone = False
@@ -106,7 +108,7 @@ class Acceleration:
         path: str,
         parent: nn.Module,
         key: str | int,
-        build: Callable[[], PlannedDense | PlannedConv1d],
+        build: Callable[[], PlannedDense | PlannedConv1d | PlannedLSTM],
     ) -> None:
         """Swap `parent[key]` (or `parent.key`) for `build()`; a planning refusal leaves
         the module as it is and records why."""
@@ -253,6 +255,10 @@ def _accelerate_pyannet(model: PyanNet, acceleration: Acceleration) -> None:
             index,
             functools.partial(PlannedConv1d, conv, site, math, bias, path),
         )
+    if math is CudaMath.TF32 and cast("AttributeDict", model.hparams).lstm["monolithic"]:
+        # TF32 math only: in FP32 math cuDNN's LSTM keeps the stock segmentation bits
+        lstm = cast(nn.LSTM, model.lstm)
+        acceleration.replace("lstm", model, "lstm", lambda: PlannedLSTM(lstm))
     linears = model.linear
     for index, dense_site in ((0, DenseSite.LINEAR0), (1, DenseSite.LINEAR1)):
         if index < len(linears):

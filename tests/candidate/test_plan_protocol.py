@@ -1,4 +1,4 @@
-"""One plan shape for the three kernel areas (`pyspk.cuda.Plan`), on the fake driver: a
+"""One plan shape for the kernel areas (`pyspk.cuda.Plan`), on the fake driver: a
 plan of each is a `Plan`, planned from a runtime, enqueued on a given stream by a named
 launch signature, and after `close()` (or its `with` block) refuses an enqueue and
 launches nothing."""
@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from pyspk.candidate.cluster import plan_linkage, plan_pdist
+from pyspk.candidate.lstm import plan_lstm_recurrence
 from pyspk.candidate.trunk import TrunkSite, TrunkWeights, plan_conv
 from pyspk.cuda import CudaMath, CudaRuntime, Plan
 from pyspk.cuda.buffers import FLOAT64, INT32
@@ -52,7 +53,15 @@ def linkage(runtime: CudaRuntime) -> tuple[Plan, Callable[[Plan], None]]:
     )
 
 
-@pytest.mark.parametrize("area", [segdense, trunk, pdist, linkage], ids=lambda f: f.__name__)
+def lstm(runtime: CudaRuntime) -> tuple[Plan, Callable[[Plan], None]]:
+    w_hh = np.zeros((2, 512, 128), np.float32)
+    gx, y = runtime.alloc_zeros(3 * 7 * 1024), runtime.alloc_zeros(3 * 7 * 256)
+    return plan_lstm_recurrence(runtime, w_hh), lambda plan: plan.enqueue(
+        gx, y, items=3, steps=7, stream=STREAM
+    )
+
+
+@pytest.mark.parametrize("area", [segdense, trunk, pdist, linkage, lstm], ids=lambda f: f.__name__)
 def test_every_area_plans_to_one_shape(fake: FakeApi, runtime: CudaRuntime, area) -> None:
     plan, enqueue = area(runtime)
     with plan:

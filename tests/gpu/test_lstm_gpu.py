@@ -1,0 +1,190 @@
+"""The lstm area on the GPU: `PlannedLSTM` on segmentation-3.0's LSTM (input 60, hidden
+128, 4 layers, both directions, 589 steps) against float64 truth and cuDNN, bit-identical
+repeats, one sequence's bits whatever the batch around it, graph replays, two threads on
+two streams at once, and compute-sanitizer.
+
+Tolerance: the plan's error against float64 at or below cuDNN's own in TF32 math on the
+same input (both round the products' operands to 11 significant bits), with a margin of
+1.25 for the different roundings of the sigmoid and tanh (about 2 ulp of FP32 each, far
+below the operands' 2^-11) and of FP16 against TF32 (ties to even against ties away)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.optional import importorskip
+
+pytestmark = pytest.mark.gpu
+
+STEPS = 589
+
+
+@pytest.fixture(scope="module")
+def lstm(torch):
+    """segmentation-3.0's LSTM with PyTorch's default initialization, seeded."""
+    torch.manual_seed(0)
+    return torch.nn.LSTM(60, 128, 4, batch_first=True, bidirectional=True).cuda().eval()
+
+
+def inputs(torch, items: int, seed: int):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(items, STEPS, 60, generator=generator).cuda()
+
+
+def truth(lstm, x) -> np.ndarray:
+    from pyspk.reference import bilstm
+
+    layers = []
+    for layer in range(lstm.num_layers):
+        directions = []
+        for suffix in ("", "_reverse"):
+            directions.append(
+                tuple(
+                    getattr(lstm, f"{kind}_l{layer}{suffix}").detach().cpu().numpy()
+                    for kind in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+                )
+            )
+        layers.append(tuple(directions))
+    return bilstm(x.cpu().numpy(), layers)
+
+
+def relative_error(got, expected: np.ndarray) -> float:
+    return float(np.abs(got.cpu().double().numpy() - expected).max() / np.abs(expected).max())
+
+
+def cudnn(torch, lstm, x, tf32: bool):
+    from pyspk.cuda import CudaMath
+    from pyspk.torch import library_math
+
+    with torch.inference_mode(), library_math(CudaMath.TF32 if tf32 else CudaMath.FP32):
+        return lstm(x)[0]
+
+
+def planned(torch, module, x):
+    from pyspk.cuda import CudaMath
+    from pyspk.torch import library_math
+
+    with torch.inference_mode(), library_math(CudaMath.TF32):
+        return module(x)[0]
+
+
+def test_the_plans_error_is_cudnns_in_tf32_math(torch, lstm) -> None:
+    from pyspk.torch.lstm import PlannedLSTM
+
+    x = inputs(torch, 4, seed=1)
+    expected = truth(lstm, x)
+    module = PlannedLSTM(lstm)
+    ours = relative_error(planned(torch, module, x), expected)
+    tf32 = relative_error(cudnn(torch, lstm, x, tf32=True), expected)
+    fp32 = relative_error(cudnn(torch, lstm, x, tf32=False), expected)
+    print(
+        f"\nLSTM max error / max |truth|: plan {ours:.3g}, cuDNN TF32 {tf32:.3g}, FP32 {fp32:.3g}"
+    )
+    assert fp32 < ours <= 1.25 * tf32
+    module.close()
+
+
+def test_a_sequence_has_its_bits_whatever_the_batch(torch, lstm) -> None:
+    """Blocks of 16 sequences never mix their rows: the first 5 of 37 sequences, alone or
+    in the batch, and a second run, all give the same bits."""
+    from pyspk.torch.lstm import PlannedLSTM
+
+    module = PlannedLSTM(lstm)
+    x = inputs(torch, 37, seed=2)
+    whole = planned(torch, module, x)
+    assert torch.equal(whole, planned(torch, module, x))
+    assert torch.equal(whole[:5], planned(torch, module, x[:5].contiguous()))
+    assert torch.equal(whole[20:21], planned(torch, module, x[20:21].contiguous()))
+    module.close()
+
+
+def test_a_graph_replays_the_eager_bits(torch, lstm) -> None:
+    from pyspk.cuda import CudaMath
+    from pyspk.torch import library_math
+    from pyspk.torch.lstm import PlannedLSTM
+
+    module = PlannedLSTM(lstm)
+    x = inputs(torch, 20, seed=3)
+    eager = planned(torch, module, x)
+    graph, side = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    with torch.inference_mode(), library_math(CudaMath.TF32):
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            module(x)  # warm-up on the capture's side stream
+        torch.cuda.current_stream().wait_stream(side)
+        with torch.cuda.graph(graph):
+            captured = module(x)[0]
+    for _ in range(2):
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(captured, eager)
+    module.close()
+
+
+def test_two_threads_on_two_streams_get_their_own_bits(torch, lstm) -> None:
+    from pyspk.torch.lstm import PlannedLSTM
+    from tests.concurrency import run_together
+
+    module = PlannedLSTM(lstm)
+    xs = [inputs(torch, 24, seed=4), inputs(torch, 9, seed=5)]
+    serial = [planned(torch, module, x) for x in xs]
+    got: dict[int, list] = {}
+
+    def work(index: int) -> None:
+        stream = torch.cuda.Stream()
+        with torch.cuda.stream(stream):
+            got[index] = [planned(torch, module, xs[index]) for _ in range(3)]
+        stream.synchronize()
+
+    run_together(work, [(0,), (1,)])
+    for index in range(2):
+        assert all(torch.equal(y, serial[index]) for y in got[index])
+    module.close()
+
+
+def test_the_engine_runs_the_plan_in_tf32_math_only(torch) -> None:
+    importorskip("pyannote.audio", reason="pyspk.pyannote needs pyannote.audio")
+    from pyspk import pyannote
+    from pyspk.pyannote.offline import segmentation_3_0
+    from pyspk.torch.lstm import PlannedLSTM
+
+    model = segmentation_3_0(seed=0).cuda().eval()
+    with pyannote.accelerate(model, "tf32") as acceleration:
+        assert isinstance(model.lstm, PlannedLSTM) and "lstm" in acceleration.modules
+    assert isinstance(model.lstm, torch.nn.LSTM)
+    with pyannote.accelerate(model, "fp32"):
+        assert isinstance(model.lstm, torch.nn.LSTM)
+
+
+_SANITIZED = """
+import torch
+from pyspk.cuda import CudaMath
+from pyspk.torch import library_math
+from pyspk.torch.lstm import PlannedLSTM
+torch.manual_seed(0)
+lstm = torch.nn.LSTM(60, 128, 2, batch_first=True, bidirectional=True).cuda()
+with torch.inference_mode(), library_math(CudaMath.TF32):
+    y = PlannedLSTM(lstm)(torch.randn(19, 40, 60, device="cuda"))[0]
+torch.cuda.synchronize()
+print("lstm done", flush=True)
+"""
+
+
+@pytest.mark.parametrize("tool", ["memcheck", "racecheck"])
+def test_compute_sanitizer_finds_nothing_in_the_lstm(torch, tool: str) -> None:
+    """A partial block (19 sequences: 16 and 3), both directions, two layers."""
+    from tests.gpu.test_sanitizer_gpu import _compute_sanitizer
+
+    command = [_compute_sanitizer(), "--tool", tool, "--error-exitcode", "9"]
+    command += ["--report-api-errors", "no"] if tool == "memcheck" else []
+    run = subprocess.run(
+        [*command, sys.executable, "-c", _SANITIZED], capture_output=True, text=True, timeout=900
+    )
+    output = run.stdout + run.stderr
+    assert run.returncode == 0 and "lstm done" in output, output[-4000:]
+    summary = "ERROR SUMMARY: 0 errors" if tool == "memcheck" else "RACECHECK SUMMARY: 0 hazards"
+    assert summary in output, output[-4000:]
