@@ -10,6 +10,8 @@ change)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 from torch import nn
@@ -75,7 +77,7 @@ class PlannedLSTM(nn.Module):
         self._projections, self._plans = projections, plans
         self._state = tensor_state(self.lstm.parameters())
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None]:
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, Any]:
         if self.closed:
             raise ClosedError(f"{CONTEXT}: closed; nothing was launched (replan() reopens it)")
         check_planned_call(
@@ -85,7 +87,7 @@ class PlannedLSTM(nn.Module):
             "the LSTM's weights changed since they were packed; call replan()",
         )
         if self.lstm.training and self.lstm.dropout > 0:
-            raise GeometryUnimplemented(CONTEXT, "dropout between layers is for training")
+            return self.lstm(x)  # dropout between layers, as the module in training mode
         if x.dim() != 3 or x.dtype is not torch.float32 or x.get_device() != self._ordinal:
             raise GeometryUnimplemented(
                 CONTEXT,

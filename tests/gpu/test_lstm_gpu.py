@@ -3,10 +3,10 @@
 repeats, one sequence's bits whatever the batch around it, graph replays, two threads on
 two streams at once, and compute-sanitizer.
 
-Tolerance: the plan's error against float64 at or below cuDNN's own in TF32 math on the
-same input (both round the products' operands to 11 significant bits), with a margin of
-1.25 for the different roundings of the sigmoid and tanh (about 2 ulp of FP32 each, far
-below the operands' 2^-11) and of FP16 against TF32 (ties to even against ties away)."""
+Tolerance: the plan's norm-wise error against float64 at or below cuDNN's own in TF32
+math on the same input (both round W_hh to 11 significant bits; the plan keeps h to 22).
+Its largest error is within 1.25 times cuDNN TF32's: measured 1.17 (2.02e-4 against
+1.72e-4), a different rounding at the one element where each is worst."""
 
 from __future__ import annotations
 
@@ -52,8 +52,12 @@ def truth(lstm, x) -> np.ndarray:
     return bilstm(x.cpu().numpy(), layers)
 
 
-def relative_error(got, expected: np.ndarray) -> float:
-    return float(np.abs(got.cpu().double().numpy() - expected).max() / np.abs(expected).max())
+def relative_errors(got, expected: np.ndarray) -> tuple[float, float]:
+    error = got.cpu().double().numpy() - expected
+    return (
+        float(np.abs(error).max() / np.abs(expected).max()),
+        float(np.linalg.norm(error) / np.linalg.norm(expected)),
+    )
 
 
 def cudnn(torch, lstm, x, tf32: bool):
@@ -78,13 +82,12 @@ def test_the_plans_error_is_cudnns_in_tf32_math(torch, lstm) -> None:
     x = inputs(torch, 4, seed=1)
     expected = truth(lstm, x)
     module = PlannedLSTM(lstm)
-    ours = relative_error(planned(torch, module, x), expected)
-    tf32 = relative_error(cudnn(torch, lstm, x, tf32=True), expected)
-    fp32 = relative_error(cudnn(torch, lstm, x, tf32=False), expected)
-    print(
-        f"\nLSTM max error / max |truth|: plan {ours:.3g}, cuDNN TF32 {tf32:.3g}, FP32 {fp32:.3g}"
-    )
-    assert fp32 < ours <= 1.25 * tf32
+    ours = relative_errors(planned(torch, module, x), expected)
+    tf32 = relative_errors(cudnn(torch, lstm, x, tf32=True), expected)
+    fp32 = relative_errors(cudnn(torch, lstm, x, tf32=False), expected)
+    print(f"\nLSTM (max, norm-wise) error: plan {ours}, cuDNN TF32 {tf32}, FP32 {fp32}")
+    assert fp32[1] < ours[1] <= tf32[1]
+    assert ours[0] <= 1.25 * tf32[0]
     module.close()
 
 

@@ -60,12 +60,15 @@ def test_accelerated_segmentation_is_as_exact_as_stock(torch, pyannote, segmenta
         stock = {b: segmentation(x) for b, x in batches.items()}
         exact = {b: exact_model(x.double()) for b, x in batches.items()}
         with pyannote.accelerate(segmentation, math) as acceleration:
+            # the LSTM on pyspk's plans in TF32 math only
+            lstm = {"lstm"} if math is CudaMath.TF32 else set()
             assert set(acceleration.modules) == {
                 "sincnet.conv1d.1",
                 "sincnet.conv1d.2",
                 "linear.0",
                 "linear.1",
                 "classifier",
+                *lstm,
             }
             assert acceleration.skipped == {}
             assert acceleration.modules["sincnet.conv1d.1"].bias_mode == "drop"

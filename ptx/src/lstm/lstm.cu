@@ -5,9 +5,11 @@
 // before the launch; this kernel runs what must run step after step: for each step t,
 // gates = gx[t] + h[t-1] W_hh^T, then c = f c + i g and h = o tanh(c). One block owns
 // ROWS sequences of one direction for all the steps: W_hh stays in its registers (FP16,
-// scaled by a power of two into FP16's normal range), h[t-1] in shared memory (FP16)
-// and c in registers (FP32). The product runs on FP16 tensor cores with FP32 sums: the
-// operands carry TF32's 11 significant bits, as cuDNN's TF32 math rounds them.
+// scaled by a power of two into FP16's normal range), h[t-1] in shared memory (its FP16
+// value and the FP16 value of the rest: 22 significant bits) and c in registers (FP32).
+// The products run on FP16 tensor cores with FP32 sums: W_hh carries 11 significant
+// bits, as cuDNN's TF32 math rounds it, and h twice as many (measured: with h in one
+// FP16 the error against float64 was 1.24 times cuDNN TF32's, docs/performance.md).
 //
 // Layouts: gx [items][steps][2][512] (direction, then the gates i, f, g, o of the 128
 // units each, as PyTorch orders W_ih's rows), y [items][steps][256] (forward units,
@@ -17,6 +19,8 @@
 
 #include "common.cuh"
 #include "sm80.cuh"
+
+#include <cuda_fp16.h>
 
 namespace spk {
 
@@ -40,7 +44,8 @@ __device__ __forceinline__ void lstm_recurrence(const float* __restrict__ gx, u6
                                                 const u32* __restrict__ w, u64 w_len,
                                                 float* __restrict__ y, u64 y_len, u32 items,
                                                 u32 steps, u32 inverse0, u32 inverse1) {
-    __shared__ u32 h_pairs[2][LSTM_ROWS * LSTM_H_STRIDE];
+    // [step parity][FP16 value, FP16 rest]
+    __shared__ u32 h_pairs[2][2][LSTM_ROWS * LSTM_H_STRIDE];
     const u64 step_gates = 2ull * LSTM_GATES;
     const bool valid = launch_is((items + LSTM_ROWS - 1) / LSTM_ROWS, 2, 1, LSTM_THREADS) &
                        (items > 0) & (steps > 0) & (gx_len == u64(items) * steps * step_gates) &
@@ -66,9 +71,9 @@ __device__ __forceinline__ void lstm_recurrence(const float* __restrict__ gx, u6
             wb[tile][k][1] = __ldg(wd + row * LSTM_PAIRS + k * 8 + 4 + quad);
         }
     }
-    for (u32 i = threadIdx.x; i < LSTM_ROWS * LSTM_H_STRIDE; i += LSTM_THREADS) {
-        h_pairs[0][i] = 0u;  // h before the first step
-    }
+    for (u32 i = threadIdx.x; i < 2 * LSTM_ROWS * LSTM_H_STRIDE; i += LSTM_THREADS) {
+        h_pairs[0][i / (LSTM_ROWS * LSTM_H_STRIDE)][i % (LSTM_ROWS * LSTM_H_STRIDE)] = 0u;
+    }  // h before the first step
     // this thread's sequences (rows group and group + 8 of the block's) and units
     // (warp*16 + half*8 + 2 quad + 0..1)
     const u32 first = blockIdx.x * LSTM_ROWS;
@@ -103,23 +108,27 @@ __device__ __forceinline__ void lstm_recurrence(const float* __restrict__ gx, u6
                 }
             }
         }
-        // h[t-1] W_hh^T over the warp's 64 gate columns
-        const u32* h_now = h_pairs[s & 1];
+        // h[t-1] W_hh^T over the warp's 64 gate columns: h as the sum of its FP16 value
+        // and the FP16 value of the rest, the small product first
         float acc[8][4] = {};
 #pragma unroll
-        for (u32 k = 0; k < 8; ++k) {
-            uint4 a;
-            a.x = h_now[group * LSTM_H_STRIDE + k * 8 + quad];
-            a.y = h_now[(group + 8) * LSTM_H_STRIDE + k * 8 + quad];
-            a.z = h_now[group * LSTM_H_STRIDE + k * 8 + 4 + quad];
-            a.w = h_now[(group + 8) * LSTM_H_STRIDE + k * 8 + 4 + quad];
+        for (u32 part = 2; part-- > 0;) {
+            const u32* h_now = h_pairs[s & 1][part];
 #pragma unroll
-            for (u32 tile = 0; tile < 8; ++tile) {
-                mma_f16(acc[tile], a, wb[tile][k][0], wb[tile][k][1]);
+            for (u32 k = 0; k < 8; ++k) {
+                uint4 a;
+                a.x = h_now[group * LSTM_H_STRIDE + k * 8 + quad];
+                a.y = h_now[(group + 8) * LSTM_H_STRIDE + k * 8 + quad];
+                a.z = h_now[group * LSTM_H_STRIDE + k * 8 + 4 + quad];
+                a.w = h_now[(group + 8) * LSTM_H_STRIDE + k * 8 + 4 + quad];
+#pragma unroll
+                for (u32 tile = 0; tile < 8; ++tile) {
+                    mma_f16(acc[tile], a, wb[tile][k][0], wb[tile][k][1]);
+                }
             }
         }
         // the cell: accumulator e of tile 2 g + half is (row e / 2, unit 2 quad + e % 2)
-        u32* h_next = h_pairs[(s + 1) & 1];
+        u32(&h_next)[2][LSTM_ROWS * LSTM_H_STRIDE] = h_pairs[(s + 1) & 1];
 #pragma unroll
         for (u32 r = 0; r < 2; ++r) {
 #pragma unroll
@@ -138,8 +147,11 @@ __device__ __forceinline__ void lstm_recurrence(const float* __restrict__ gx, u6
                     c[r][half][e] = fmaf(fg, c[r][half][e], ig * gg);
                     h[e] = og * tanh_of(c[r][half][e]);
                 }
-                const u32 unit = half * 8 + 2 * quad;
-                h_next[(group + 8 * r) * LSTM_H_STRIDE + warp * 8 + unit / 2] = f16_pair(h[0], h[1]);
+                const u32 at = (group + 8 * r) * LSTM_H_STRIDE + warp * 8 + half * 4 + quad;
+                const u32 value = f16_pair(h[0], h[1]);
+                const __half2 rounded = *reinterpret_cast<const __half2*>(&value);
+                h_next[0][at] = value;
+                h_next[1][at] = f16_pair(h[0] - __low2float(rounded), h[1] - __high2float(rounded));
                 if (live[r]) {
                     stg2(y_row[r] + u64(t) * 2 * LSTM_HIDDEN + half * 8, make_float2(h[0], h[1]));
                 }
