@@ -45,7 +45,13 @@ from pyspk.cuda import CudaMath
 from pyspk.cuda.errors import InvalidArgument
 from pyspk.errors import PlanError
 from pyspk.pyannote.corpus import diarize_corpus, diarize_corpus_on_dask
-from pyspk.pyannote.engine import EMBEDDING_BATCH, SEGMENTATION_BATCH, Engine
+from pyspk.pyannote.engine import (
+    EMBEDDING_BATCH,
+    SEGMENTATION_BATCH,
+    TF32_SEGMENTATION_BATCH,
+    Engine,
+    segmentation_batch_for,
+)
 from pyspk.pyannote.offline import (  # the offline models, also under this module's name
     COMMUNITY_1_PARAMETERS,
     community_1_pipeline,
@@ -69,6 +75,7 @@ __all__ = [
     "CHUNK_BATCH",
     "COMMUNITY_1_PARAMETERS",
     "SEGMENTATION_BATCH",
+    "TF32_SEGMENTATION_BATCH",
     "Acceleration",
     "ChunkEmbeddings",
     "PipelineAcceleration",
@@ -403,13 +410,15 @@ class PipelineAcceleration:
         pipeline: Any,
         math: CudaMath | str,
         batch_size: int,
-        segmentation_batch: int,
+        segmentation_batch: int | None,
         graphs: bool,
         overlap: bool,
         segmentation_plans: bool | None,
     ) -> None:
         self.pipeline = pipeline
         self.math = CudaMath.parse(math)
+        if segmentation_batch is None:
+            segmentation_batch = segmentation_batch_for(self.math)
         if segmentation_plans is None:
             segmentation_plans = self.math is CudaMath.TF32
         self.segmentation: Acceleration | None = None
@@ -455,14 +464,15 @@ def accelerate_pipeline(
     pipeline: Any,
     math: CudaMath | str = CudaMath.FP32,
     batch_size: int = CHUNK_BATCH,
-    segmentation_batch: int = SEGMENTATION_BATCH,
+    segmentation_batch: int | None = None,
     graphs: bool = True,
     overlap: bool = True,
     segmentation_plans: bool | None = None,
 ) -> PipelineAcceleration:
     """Puts `pipeline` (a pyannote `SpeakerDiarization` already on its CUDA device) on
     pyspk: its `apply` on the diarization engine (`pyspk.pyannote.engine`: `segmentation_batch`
-    chunks per segmentation forward, forwards replayed from CUDA graphs unless
+    chunks per segmentation forward, by default 128 in FP32 math and 512 in TF32 math,
+    where the LSTM runs on pyspk's plan; forwards replayed from CUDA graphs unless
     `graphs=False`, segmentation and embedding on two streams unless `overlap=False`),
     the embedding model on plans, `embed_once_per_chunk` on `get_embeddings`
     (`batch_size` chunks per trunk call), and the segmentation model on plans where

@@ -215,7 +215,7 @@ def diarize_corpus(
     the manifest says are done are skipped, and an RTTM it does not record as done is
     written again. `options` go to each pipeline call (e.g. `num_speakers`); `progress`
     gets one line per file."""
-    from pyspk.pyannote import SEGMENTATION_BATCH, accelerate_pipeline
+    from pyspk.pyannote import accelerate_pipeline
 
     if engines < 1 or decode_ahead < 1:
         raise ValueError(f"engines and decode_ahead must be positive: {engines}, {decode_ahead}")
@@ -225,12 +225,13 @@ def diarize_corpus(
         return run
     started = time.perf_counter()
     pipelines = [pipeline, *(copy.deepcopy(pipeline) for _ in range(min(engines, len(todo)) - 1))]
-    batch = SEGMENTATION_BATCH if segmentation_batch is None else segmentation_batch
     accelerations = []
     try:
         if accelerate:
             for own in pipelines:
-                accelerations.append(accelerate_pipeline(own, math, segmentation_batch=batch))
+                accelerations.append(
+                    accelerate_pipeline(own, math, segmentation_batch=segmentation_batch)
+                )
         run.setup_seconds = time.perf_counter() - started
         _Engines(pipelines, todo, decode_ahead, rttm, options).run(record, run, progress, started)
     finally:

@@ -67,15 +67,28 @@ if TYPE_CHECKING:
 __all__ = [
     "EMBEDDING_BATCH",
     "SEGMENTATION_BATCH",
+    "TF32_SEGMENTATION_BATCH",
     "Engine",
     "RunReport",
+    "segmentation_batch_for",
     "unserved_configuration",
 ]
 
 SEGMENTATION_BATCH = 128
-"""Chunks per segmentation forward: the 4-layer BiLSTM's time per chunk falls steeply
-from batch 32 to 128 and little beyond (docs/performance.md, "Measurements behind the
-Python code")."""
+"""Chunks per segmentation forward in FP32 math: cuDNN's 4-layer BiLSTM's time per chunk
+falls steeply from batch 32 to 128 and little beyond (docs/performance.md, "Measurements
+behind the Python code")."""
+
+TF32_SEGMENTATION_BATCH = 512
+"""Chunks per segmentation forward in TF32 math, where the LSTM runs on pyspk's
+recurrence plan: its time per chunk falls about threefold from 128 to 512, and little
+beyond (benchmarks/h200-lstm.md)."""
+
+
+def segmentation_batch_for(math: CudaMath) -> int:
+    """The engine's default chunks per segmentation forward in `math`."""
+    return TF32_SEGMENTATION_BATCH if math is CudaMath.TF32 else SEGMENTATION_BATCH
+
 
 EMBEDDING_BATCH = 32
 """Chunks per embedding forward: 96 (chunk, speaker) rows, pyspk's seg_1 plan."""

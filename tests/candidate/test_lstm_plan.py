@@ -32,12 +32,25 @@ def unpack(words: np.ndarray, inverses: tuple[float, float]) -> np.ndarray:
     return halves.reshape(SHAPE) * np.array(inverses)[:, None, None]
 
 
+def unpack_rest(rest: np.ndarray, inverses: tuple[float, float]) -> np.ndarray:
+    """The rests back in W_hh's layout, from the kernel's [warp][tile][k][lane][register]
+    order (tile 2 g + half: gate g's units warp*16 + half*8 + lane/4; register r the
+    pair k*8 + 4 r + lane % 4)."""
+    words = np.zeros((2, 512, 64), np.uint32)
+    order = rest.reshape(2, 8, 8, 8, 32, 2)
+    for warp, tile, k, lane, register in np.ndindex(8, 8, 8, 32, 2):
+        row = (tile >> 1) * 128 + warp * 16 + (tile & 1) * 8 + (lane >> 2)
+        words[:, row, k * 8 + register * 4 + (lane & 3)] = order[:, warp, tile, k, lane, register]
+    return unpack(words, inverses)
+
+
 @pytest.mark.parametrize("scale", [0.088, 3.0, 1e-6])
 def test_packing_scales_each_direction_into_fp16s_normal_range(scale: float) -> None:
     w_hh = random_w_hh(scale=scale)
     w_hh[1] *= 8  # the directions' scales differ
-    words, inverses = lstm.pack_recurrent(w_hh)
+    words, rest, inverses = lstm.pack_recurrent(w_hh)
     assert words.shape == (2, 512, 64) and words.dtype == np.uint32
+    assert rest.shape == (2, lstm.LSTM_REST_WORDS) and rest.dtype == np.uint32
     for direction in range(2):
         scaled = np.abs(w_hh[direction]).max() / inverses[direction]
         assert 2**14 <= scaled < 2**15
@@ -48,12 +61,16 @@ def test_packing_scales_each_direction_into_fp16s_normal_range(scale: float) -> 
     got = unpack(words, inverses)
     largest = np.abs(w_hh).max(axis=(1, 2))[:, None, None]
     assert np.all(np.abs(got - w_hh) <= np.maximum(np.abs(w_hh) * 2**-11, largest * 2**-25))
+    # with the rests, 22 significant bits (two FP16 roundings: 2^-22 relative), and the
+    # small weights' rests at FP16's subnormal spacing, 2^-24 of the scaled range
+    whole = got + unpack_rest(rest, inverses)
+    assert np.all(np.abs(whole - w_hh) <= np.maximum(np.abs(w_hh) * 2**-21, largest * 2**-38))
 
 
 def test_packing_pairs_neighbouring_weights_low_half_first() -> None:
     w_hh = np.zeros(SHAPE, np.float32)
     w_hh[0, 3, 4], w_hh[0, 3, 5] = 1.0, -2.0
-    words, inverses = lstm.pack_recurrent(w_hh)
+    words, _, inverses = lstm.pack_recurrent(w_hh)
     low, high = words[0, 3, 2] & 0xFFFF, words[0, 3, 2] >> 16
     as_half = np.array([low, high], np.uint16).view(np.float16).astype(np.float64)
     assert list(as_half * inverses[0]) == [1.0, -2.0]
@@ -83,7 +100,7 @@ def test_a_plan_launches_blocks_of_16_sequences_per_direction(
     gx = runtime.alloc_zeros(items * steps * 1024)
     y = runtime.alloc_zeros(items * steps * 256)
     with lstm.plan_lstm_recurrence(runtime, random_w_hh()) as plan:
-        fake.read_params = (1, 3, 5)  # the three buffers' lengths
+        fake.read_params = (1, 3, 5)  # gx's, w's and w_rest's lengths (w_rest in uint4s)
         plan.enqueue(gx, y, items=items, steps=steps)
         with pytest.raises(BufferLengthError):
             plan.enqueue(gx, y, items=items + 1, steps=steps)
@@ -92,9 +109,8 @@ def test_a_plan_launches_blocks_of_16_sequences_per_direction(
     (launch,) = fake.launches
     assert launch[0] == f"fn:{lstm.KERNEL}"
     assert launch[1:3] == ((3, 2, 1), (lstm.LSTM_THREADS, 1, 1))
-    assert fake.param_values == [
-        (launch[0], items * steps * 1024, 2 * 512 * 64, items * steps * 256)
-    ]
+    assert launch[3] == lstm.LSTM_REST_WORDS * 4  # the rest in dynamic shared memory
+    assert fake.param_values == [(launch[0], items * steps * 1024, 2 * 512 * 64, 2 * 8192)]
 
 
 def test_the_sm75_tier_refuses(fake: FakeApi) -> None:

@@ -4,17 +4,17 @@
 // The input projections (x W_ih^T + b_ih + b_hh for every step) are one GEMM done
 // before the launch; this kernel runs what must run step after step: for each step t,
 // gates = gx[t] + h[t-1] W_hh^T, then c = f c + i g and h = o tanh(c). One block owns
-// ROWS sequences of one direction for all the steps: W_hh stays in its registers (FP16,
-// scaled by a power of two into FP16's normal range), h[t-1] in shared memory (its FP16
-// value and the FP16 value of the rest: 22 significant bits) and c in registers (FP32).
-// The products run on FP16 tensor cores with FP32 sums: W_hh carries 11 significant
-// bits, as cuDNN's TF32 math rounds it, and h twice as many (measured: with h in one
-// FP16 the error against float64 was 1.24 times cuDNN TF32's, docs/performance.md).
+// ROWS sequences of one direction for all the steps. W_hh is scaled by a power of two
+// into FP16's normal range and held as its FP16 value (in registers) and the FP16 value
+// of its rest (in shared memory); h[t-1] likewise, both parts in shared memory; c in
+// registers (FP32). The products run on FP16 tensor cores with FP32 sums, on operands
+// of 22 significant bits: the recurrence's error is far below the TF32 projection's.
 //
 // Layouts: gx [items][steps][2][512] (direction, then the gates i, f, g, o of the 128
 // units each, as PyTorch orders W_ih's rows), y [items][steps][256] (forward units,
 // then backward, as nn.LSTM's output), w [2][512][64] words, each the FP16 pair
-// (W_hh[row][2k], W_hh[row][2k+1]) of the direction's scaled weights, low half first.
+// (W_hh[row][2k], W_hh[row][2k+1]) of the direction's scaled weights, low half first;
+// w_rest [2][LSTM_REST_WORDS] the pairs of the rests, in the B fragments' order.
 // `inverse0` and `inverse1` are the FP32 bits of each direction's 1 / scale.
 
 #include "common.cuh"
@@ -35,6 +35,12 @@ constexpr u32 LSTM_PAIRS = LSTM_HIDDEN / 2;
 // h's rows in shared memory, padded from 64 words so the A fragments' eight rows fall
 // on distinct banks
 constexpr u32 LSTM_H_STRIDE = LSTM_PAIRS + 4;
+// steps ahead the projections are fetched into L2: a step's own loads then wait for L2,
+// not for device memory
+constexpr u32 LSTM_AHEAD = 2;
+// words of one direction's W_hh rest: 8 warps x 8 tiles x 8 k-steps x 32 lanes x 2
+constexpr u32 LSTM_REST_WORDS = 8 * 8 * 8 * 32 * 2;
+static_assert(LSTM_THREADS == LSTM_ROWS * 16, "one prefetched line a thread");
 
 // __expf and __fdividef: about 2 ulp each, far below the operands' TF32-sized rounding
 __device__ __forceinline__ float sigmoid(float x) { return __fdividef(1.0f, 1.0f + __expf(-x)); }
@@ -42,15 +48,21 @@ __device__ __forceinline__ float tanh_of(float x) { return 2.0f * sigmoid(2.0f *
 
 __device__ __forceinline__ void lstm_recurrence(const float* __restrict__ gx, u64 gx_len,
                                                 const u32* __restrict__ w, u64 w_len,
+                                                const uint4* __restrict__ w_rest, u64 w_rest_len,
                                                 float* __restrict__ y, u64 y_len, u32 items,
                                                 u32 steps, u32 inverse0, u32 inverse1) {
     // [step parity][FP16 value, FP16 rest]
     __shared__ u32 h_pairs[2][2][LSTM_ROWS * LSTM_H_STRIDE];
+    // the rest of the block's direction's W_hh, in fragment order: [warp][tile][k] x 32
+    // lanes x 2 words, so that a warp reads 256 consecutive bytes
+    extern __shared__ uint4 rest_shared[];
     const u64 step_gates = 2ull * LSTM_GATES;
     const bool valid = launch_is((items + LSTM_ROWS - 1) / LSTM_ROWS, 2, 1, LSTM_THREADS) &
                        (items > 0) & (steps > 0) & (gx_len == u64(items) * steps * step_gates) &
                        (y_len == u64(items) * steps * 2 * LSTM_HIDDEN) &
-                       (w_len == 2ull * LSTM_GATES * LSTM_PAIRS);
+                       (w_len == 2ull * LSTM_GATES * LSTM_PAIRS) &
+                       (w_rest_len == 2ull * LSTM_REST_WORDS / 4) &
+                       (dynamic_shared_bytes() >= LSTM_REST_WORDS * 4);
     if (!valid) {
         return;  // uniform over the grid
     }
@@ -71,6 +83,11 @@ __device__ __forceinline__ void lstm_recurrence(const float* __restrict__ gx, u6
             wb[tile][k][1] = __ldg(wd + row * LSTM_PAIRS + k * 8 + 4 + quad);
         }
     }
+    const uint4* rest = w_rest + u64(direction) * (LSTM_REST_WORDS / 4);
+    for (u32 i = threadIdx.x; i < LSTM_REST_WORDS / 4; i += LSTM_THREADS) {
+        rest_shared[i] = __ldg(rest + i);
+    }
+    const saddr rest_at = shared_address(rest_shared) + (warp * 64 * 32 + lane) * 8;
     for (u32 i = threadIdx.x; i < 2 * LSTM_ROWS * LSTM_H_STRIDE; i += LSTM_THREADS) {
         h_pairs[0][i / (LSTM_ROWS * LSTM_H_STRIDE)][i % (LSTM_ROWS * LSTM_H_STRIDE)] = 0u;
     }  // h before the first step
@@ -92,8 +109,19 @@ __device__ __forceinline__ void lstm_recurrence(const float* __restrict__ gx, u6
     float c[2][2][2] = {};  // [row][half][unit]
     __syncthreads();
 
+    // the line of the projections this thread asks L2 for, LSTM_AHEAD steps ahead: one
+    // of the 16 lines of 128 bytes (512 floats) of each of the block's 16 sequences
+    const u32 fetch_row = threadIdx.x >> 4, fetch_line = threadIdx.x & 15;
+    const bool fetch_live = first + fetch_row < items;
+    const float* fetch_base = gx + (u64(fetch_live ? first + fetch_row : 0) * steps * 2 + direction) *
+                                       LSTM_GATES +
+                              fetch_line * 32;
     for (u32 s = 0; s < steps; ++s) {
         const u32 t = direction == 0 ? s : steps - 1 - s;
+        if (fetch_live & (s + LSTM_AHEAD < steps)) {
+            const u32 ahead = direction == 0 ? s + LSTM_AHEAD : steps - 1 - s - LSTM_AHEAD;
+            prefetch_l2(fetch_base + u64(ahead) * step_gates);
+        }
         // this step's projections, loaded first: the product below hides their latency
         float2 g_in[2][4][2];  // [row][gate][half]
 #pragma unroll
@@ -108,23 +136,25 @@ __device__ __forceinline__ void lstm_recurrence(const float* __restrict__ gx, u6
                 }
             }
         }
-        // h[t-1] W_hh^T over the warp's 64 gate columns: h as the sum of its FP16 value
-        // and the FP16 value of the rest, the small product first
+        // h[t-1] W_hh^T over the warp's 64 gate columns, each operand as the sum of its
+        // FP16 value and the FP16 value of its rest: the three products above FP32's
+        // resolution, the small ones first (w_rest h, w h_rest, w h)
         float acc[8][4] = {};
+        const u32* h_now = h_pairs[s & 1][0];
+        const u32* h_rest = h_pairs[s & 1][1];
 #pragma unroll
-        for (u32 part = 2; part-- > 0;) {
-            const u32* h_now = h_pairs[s & 1][part];
+        for (u32 k = 0; k < 8; ++k) {
+            const u32 near = group * LSTM_H_STRIDE + k * 8 + quad;
+            const u32 far = near + 8 * LSTM_H_STRIDE;
+            const uint4 a = make_uint4(h_now[near], h_now[far], h_now[near + 4], h_now[far + 4]);
+            const uint4 a_rest =
+                make_uint4(h_rest[near], h_rest[far], h_rest[near + 4], h_rest[far + 4]);
 #pragma unroll
-            for (u32 k = 0; k < 8; ++k) {
-                uint4 a;
-                a.x = h_now[group * LSTM_H_STRIDE + k * 8 + quad];
-                a.y = h_now[(group + 8) * LSTM_H_STRIDE + k * 8 + quad];
-                a.z = h_now[group * LSTM_H_STRIDE + k * 8 + 4 + quad];
-                a.w = h_now[(group + 8) * LSTM_H_STRIDE + k * 8 + 4 + quad];
-#pragma unroll
-                for (u32 tile = 0; tile < 8; ++tile) {
-                    mma_f16(acc[tile], a, wb[tile][k][0], wb[tile][k][1]);
-                }
+            for (u32 tile = 0; tile < 8; ++tile) {
+                const float2 b_rest = lds2(rest_at + (tile * 8 + k) * 32 * 8);
+                mma_f16(acc[tile], a, __float_as_uint(b_rest.x), __float_as_uint(b_rest.y));
+                mma_f16(acc[tile], a_rest, wb[tile][k][0], wb[tile][k][1]);
+                mma_f16(acc[tile], a, wb[tile][k][0], wb[tile][k][1]);
             }
         }
         // the cell: accumulator e of tile 2 g + half is (row e / 2, unit 2 quad + e % 2)
@@ -166,16 +196,19 @@ __device__ __forceinline__ void lstm_recurrence(const float* __restrict__ gx, u6
 }  // namespace spk
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-#define SPK_LSTM_BODY() \
-    spk::lstm_recurrence(gx, gx_len, w, w_len, y, y_len, items, steps, inverse0, inverse1)
+#define SPK_LSTM_BODY()                                                                   \
+    spk::lstm_recurrence(gx, gx_len, w, w_len, w_rest, w_rest_len, y, y_len, items, steps, \
+                         inverse0, inverse1)
 #else
 #define SPK_LSTM_BODY() SPK_TIER_STUB()
 #endif
 
-// gx, w, y, items, steps, and each direction's 1 / scale as FP32 bits
+// gx, w, w_rest (in 16-byte units), y, items, steps, and each direction's 1 / scale as
+// FP32 bits; LSTM_REST_WORDS * 4 bytes of dynamic shared memory
 extern "C" __global__ void __launch_bounds__(spk::LSTM_THREADS, 1)
     spk_lstm_recurrence(const float* __restrict__ gx, u64 gx_len, const u32* __restrict__ w,
-                        u64 w_len, float* __restrict__ y, u64 y_len, u32 items, u32 steps,
-                        u32 inverse0, u32 inverse1) {
+                        u64 w_len, const uint4* __restrict__ w_rest, u64 w_rest_len,
+                        float* __restrict__ y, u64 y_len, u32 items, u32 steps, u32 inverse0,
+                        u32 inverse1) {
     SPK_LSTM_BODY();
 }
