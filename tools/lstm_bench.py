@@ -17,6 +17,7 @@ truth (`pyspk.reference.bilstm`), as max |error| / max |truth| and norm-wise.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -50,19 +51,6 @@ def reference_errors(lstm: Any, x: Any, y: Any) -> tuple[float, float]:
     )
 
 
-def captured(torch: Any, run: Any) -> Any:
-    """`run` captured as a CUDA graph after an eager warm-up on a side stream."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        run()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        run()
-    return graph
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, nargs="+", default=[128, 256, 512, 1024, 2048])
@@ -73,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from pyspk.cuda import CudaMath
+    from pyspk.testing import torch_graph
     from pyspk.torch import library_math
     from pyspk.torch.lstm import PlannedLSTM
 
@@ -102,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             for arm, math in maths.items():
                 with library_math(math):
                     module = planned if arm.startswith("pyspk") else lstm
-                    graphs[arm] = captured(torch, lambda module=module, x=x: module(x))
+                    graphs[arm] = torch_graph(torch, functools.partial(module, x))[0]
             # the plans alone, on each layer's projections made once
             gxs = [torch.randn(batch, STEPS, 1024, device="cuda") for _ in planned._plans]
             ys = [torch.empty(batch, STEPS, 256, device="cuda") for _ in planned._plans]
@@ -112,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
                 for plan, gx, y in zip(planned._plans, gxs, ys, strict=True):
                     plan.enqueue(gx, y, items=batch, steps=STEPS, stream=stream)
 
-            graphs["recurrence"] = captured(torch, recurrence)
+            graphs["recurrence"] = torch_graph(torch, recurrence)[0]
         times: dict[str, list[float]] = {arm: [] for arm in graphs}
         for _ in range(args.rounds):
             for arm, graph in graphs.items():

@@ -108,20 +108,15 @@ def test_a_sequence_has_its_bits_whatever_the_batch(torch, lstm) -> None:
 
 def test_a_graph_replays_the_eager_bits(torch, lstm) -> None:
     from pyspk.cuda import CudaMath
+    from pyspk.testing import torch_graph
     from pyspk.torch import library_math
     from pyspk.torch.lstm import PlannedLSTM
 
     module = PlannedLSTM(lstm)
     x = inputs(torch, 20, seed=3)
     eager = planned(torch, module, x)
-    graph, side = torch.cuda.CUDAGraph(), torch.cuda.Stream()
     with torch.inference_mode(), library_math(CudaMath.TF32):
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            module(x)  # warm-up on the capture's side stream
-        torch.cuda.current_stream().wait_stream(side)
-        with torch.cuda.graph(graph):
-            captured = module(x)[0]
+        graph, (captured, _) = torch_graph(torch, lambda: module(x))
     for _ in range(2):
         graph.replay()
         torch.cuda.synchronize()
