@@ -9,9 +9,13 @@ Three families, by what the caller does about them:
   `InferenceOnlyError` (a planned module called while autograd records),
   `WeightsChangedError` (its parameters changed after planning) and `TooLongError` (a
   recording this machine's memory cannot hold). None is a fallback.
+
+`run_all` runs every step of a cleanup and then raises the first error among them.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from pyspk.candidate.errors import (
     DeviceUnsupported,
@@ -55,6 +59,7 @@ __all__ = [
     "TooLongError",
     "WeightsChangedError",
     "WeightsOutOfContract",
+    "run_all",
 ]
 
 
@@ -90,3 +95,20 @@ def available_host_memory() -> int | None:
     except OSError:
         return None
     return None
+
+
+def run_all(steps: list[Callable[[], None]]) -> None:
+    """Runs every step, in order, whatever the others raise; then raises the first
+    error (the later ones chained in its notes)."""
+    errors: list[BaseException] = []
+    for step in steps:
+        try:
+            step()
+        except BaseException as error:  # the rest must still run
+            errors.append(error)
+    if errors:
+        add_note = getattr(errors[0], "add_note", None)  # Python 3.11 and newer
+        if add_note is not None:
+            for later in errors[1:]:
+                add_note(f"also raised while undoing: {type(later).__name__}: {later}")
+        raise errors[0]

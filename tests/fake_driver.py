@@ -125,6 +125,7 @@ class FakeApi(types.SimpleNamespace):
         self.read_params: tuple[int, ...] = ()
         self.param_values: list[tuple[int, ...]] = []
         self.next_address = 0x7F00_0000_0000
+        self.shared_optin = 101376  # an sm_89's opt-in shared memory a block (99 KiB)
 
     def _new(self) -> int:
         self.next_handle += 0x100
@@ -175,7 +176,9 @@ class FakeApi(types.SimpleNamespace):
             DeviceAttribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: 9,
             DeviceAttribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: 34,
             DeviceAttribute.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: 32 << 20,
-            DeviceAttribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: 101376,
+            DeviceAttribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: (
+                self.shared_optin
+            ),
         }
         return (SUCCESS, values[attribute])
 

@@ -62,7 +62,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--segmentation-batch",
         type=int,
         default=None,
-        help="chunks per segmentation forward (default: the engine's, 128 in FP32, 512 in TF32)",
+        help="chunks per segmentation forward (default: accelerate_pipeline's, 512 on "
+        "pyspk's LSTM, else 128)",
     )
     args = parser.parse_args(argv)
     if len({args.seed, args.fit_seed, args.plda_seed}) < 3:
@@ -365,7 +366,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "stock": "pyannote.audio's `SpeakerDiarization` as it is (batch 32 for both "
         "models; it switches TF32 off for every run, so its TF32 runs are FP32 runs)",
         "accelerated": f"`accelerate_pipeline(pipeline, math, segmentation_batch="
-        f"{args.segmentation_batch})` (None: 128 chunks in FP32 math, 512 in TF32); forwards: "
+        f"{args.segmentation_batch})` (None: 512 chunks on pyspk's LSTM, TF32 math; else 128); forwards: "
         + "; ".join(f"{m}: {e}" for m, e in engines.items())
         + "; preparing (plans and graph capture) took "
         + ", ".join(f"{s:.1f} s in {m}" for m, s in prepare.items()),

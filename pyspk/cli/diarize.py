@@ -85,7 +85,8 @@ _OPTIONS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("--math", "FP32 (default) or TF32 math, for pyspk and the library",
      {"choices": ("fp32", "tf32"), "default": "fp32"}),
     ("--batch", f"chunks per segmentation forward, 1 to {MAX_BATCH} "
-     "(default 128 in FP32 math, 512 in TF32)", {"metavar": "N", "type": batch_size}),
+     "(default 512 where the LSTM runs on pyspk's kernel, TF32 math; else 128)",
+     {"metavar": "N", "type": batch_size}),
     ("--pipeline", "a pyannote pipeline: Hugging Face id or local folder",
      {"metavar": "ID_OR_FOLDER"}),
     ("--token", "Hugging Face token for a gated --pipeline (default: HF_TOKEN)",

@@ -225,7 +225,13 @@ class CudaRuntime:
             raise InvalidArgument(
                 f"CudaRuntime.write: {buffer!r} is no live buffer of device {self._ordinal}"
             )
-        host = np.ascontiguousarray(array, dtype=buffer.dtype).reshape(-1)
+        values = np.asarray(array)
+        if not np.can_cast(values.dtype, buffer.dtype, casting="same_kind"):
+            raise InvalidArgument(
+                f"CudaRuntime.write: {values.dtype} values do not go into {buffer!r} "
+                "without losing their kind; convert them first"
+            )
+        host = np.ascontiguousarray(values, dtype=buffer.dtype).reshape(-1)
         if host.size > buffer.len:
             raise InvalidArgument(f"CudaRuntime.write: {host.size} elements do not fit {buffer!r}")
         if host.size:
@@ -240,8 +246,8 @@ class CudaRuntime:
         """Copy a device buffer (DeviceBuffer or CUDA-array-interface object) of `dtype`
         (None: a DeviceBuffer's own, else float32) to a 1-D numpy array, after the work
         pending on its stream and on this runtime's."""
-        if dtype is None:
-            dtype = buffer.dtype if isinstance(buffer, DeviceBuffer) else FLOAT32
+        if dtype is None:  # a DeviceBuffer's or a BufferPrefix's own
+            dtype = getattr(buffer, "dtype", FLOAT32)
         dtype = supported_dtype(dtype)
         ptr, count, producer = buffer_interface(
             buffer, "CudaRuntime.download", "buffer", self._ordinal, dtype=dtype

@@ -43,14 +43,13 @@ from torch import nn
 from pyspk.candidate import DenseSite, SegConvSite
 from pyspk.cuda import CudaMath
 from pyspk.cuda.errors import InvalidArgument
-from pyspk.errors import PlanError
+from pyspk.errors import PlanError, run_all
 from pyspk.pyannote.corpus import diarize_corpus, diarize_corpus_on_dask
 from pyspk.pyannote.engine import (
     EMBEDDING_BATCH,
     SEGMENTATION_BATCH,
     TF32_SEGMENTATION_BATCH,
     Engine,
-    segmentation_batch_for,
 )
 from pyspk.pyannote.offline import (  # the offline models, also under this module's name
     COMMUNITY_1_PARAMETERS,
@@ -154,23 +153,6 @@ class Acceleration:
     def __repr__(self) -> str:
         planned = ", ".join(f"{path}: {m.entries()}" for path, m in self.modules.items())
         return f"Acceleration({type(self.model).__name__}, math={self.math}, {{{planned}}})"
-
-
-def run_all(steps: list[Callable[[], None]]) -> None:
-    """Runs every step, in order, whatever the others raise; then raises the first
-    error (the later ones chained in its notes)."""
-    errors: list[BaseException] = []
-    for step in steps:
-        try:
-            step()
-        except BaseException as error:  # the rest must still run
-            errors.append(error)
-    if errors:
-        add_note = getattr(errors[0], "add_note", None)  # Python 3.11 and newer
-        if add_note is not None:
-            for later in errors[1:]:
-                add_note(f"also raised while undoing: {type(later).__name__}: {later}")
-        raise errors[0]
 
 
 def _restore_attribute(owner: Any, name: str, before: Any) -> None:
@@ -417,8 +399,6 @@ class PipelineAcceleration:
     ) -> None:
         self.pipeline = pipeline
         self.math = CudaMath.parse(math)
-        if segmentation_batch is None:
-            segmentation_batch = segmentation_batch_for(self.math)
         if segmentation_plans is None:
             segmentation_plans = self.math is CudaMath.TF32
         self.segmentation: Acceleration | None = None
@@ -427,6 +407,9 @@ class PipelineAcceleration:
             if segmentation_plans:
                 self.segmentation = accelerate(pipeline._segmentation.model, self.math)
                 self._steps.append(self.segmentation.undo)
+            if segmentation_batch is None:  # larger where pyspk's LSTM serves it
+                lstm = self.segmentation is not None and "lstm" in self.segmentation.modules
+                segmentation_batch = TF32_SEGMENTATION_BATCH if lstm else SEGMENTATION_BATCH
             self.embedding = accelerate(pipeline._embedding.model_, self.math)
             self._steps.append(self.embedding.undo)
             self.embeddings = embed_once_per_chunk(pipeline, batch_size)
@@ -471,8 +454,8 @@ def accelerate_pipeline(
 ) -> PipelineAcceleration:
     """Puts `pipeline` (a pyannote `SpeakerDiarization` already on its CUDA device) on
     pyspk: its `apply` on the diarization engine (`pyspk.pyannote.engine`: `segmentation_batch`
-    chunks per segmentation forward, by default 128 in FP32 math and 512 in TF32 math,
-    where the LSTM runs on pyspk's plan; forwards replayed from CUDA graphs unless
+    chunks per segmentation forward, by default 512 where the LSTM runs on pyspk's plan
+    (TF32 math) and 128 on cuDNN's; forwards replayed from CUDA graphs unless
     `graphs=False`, segmentation and embedding on two streams unless `overlap=False`),
     the embedding model on plans, `embed_once_per_chunk` on `get_embeddings`
     (`batch_size` chunks per trunk call), and the segmentation model on plans where

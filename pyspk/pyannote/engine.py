@@ -54,7 +54,7 @@ from pyannote.core import Annotation, SlidingWindow, SlidingWindowFeature
 from pyspk.candidate.cluster import DeviceLinkage
 from pyspk.cuda import CudaMath
 from pyspk.cuda.errors import ClosedError, InvalidArgument
-from pyspk.errors import TooLongError, available_host_memory
+from pyspk.errors import TooLongError, available_host_memory, run_all
 from pyspk.pyannote import _chunks, _clustering, _steps
 from pyspk.pyannote._graphs import STREAMS, Forward
 from pyspk.pyannote._report import RunReport
@@ -70,7 +70,6 @@ __all__ = [
     "TF32_SEGMENTATION_BATCH",
     "Engine",
     "RunReport",
-    "segmentation_batch_for",
     "unserved_configuration",
 ]
 
@@ -80,14 +79,9 @@ falls steeply from batch 32 to 128 and little beyond (docs/performance.md, "Meas
 behind the Python code")."""
 
 TF32_SEGMENTATION_BATCH = 512
-"""Chunks per segmentation forward in TF32 math, where the LSTM runs on pyspk's
-recurrence plan: its time per chunk falls about threefold from 128 to 512, and little
-beyond (benchmarks/h200-lstm.md)."""
-
-
-def segmentation_batch_for(math: CudaMath) -> int:
-    """The engine's default chunks per segmentation forward in `math`."""
-    return TF32_SEGMENTATION_BATCH if math is CudaMath.TF32 else SEGMENTATION_BATCH
+"""Chunks per segmentation forward where the LSTM runs on pyspk's recurrence plan (TF32
+math, `accelerate_pipeline`'s default): its time per chunk falls about threefold from
+128 to 512, and little beyond (benchmarks/h200-lstm.md)."""
 
 
 EMBEDDING_BATCH = 32
@@ -223,11 +217,11 @@ class Engine:
             if self.closed:
                 return
             self.closed = True
-            for forward in (self._segment, self._embed, self._linkage):
-                if forward is not None:
-                    forward.close()
+            parts = (self._segment, self._embed, self._linkage)
+            steps = [part.close for part in parts if part is not None]
             if self.unserved is None:
-                self._give_back()
+                steps.append(self._give_back)
+            run_all(steps)  # each runs; the first error is raised after the last
 
     # -- apply ------------------------------------------------------------------------
 

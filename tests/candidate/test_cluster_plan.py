@@ -14,7 +14,13 @@ from pyspk.cuda.buffers import FLOAT32, FLOAT64, INT32, buffer_interface
 from pyspk.cuda.lifetime import PlanLifetime
 from pyspk.cuda.manifest import KernelModule, Manifest
 from pyspk.cuda.tier import PtxTier
-from pyspk.errors import BufferLayoutError, BufferLengthError, CudaError, InvalidArgument
+from pyspk.errors import (
+    BufferLayoutError,
+    BufferLengthError,
+    ClosedError,
+    CudaError,
+    InvalidArgument,
+)
 from tests.fake_driver import FakeApi
 
 
@@ -47,6 +53,8 @@ def test_buffers_refuse_what_they_do_not_hold(runtime: CudaRuntime) -> None:
         runtime.write(doubles, np.zeros(5))
     with pytest.raises(InvalidArgument, match="no prefix of 5"):
         doubles.prefix(5)
+    with pytest.raises(InvalidArgument, match="float64 values do not go into"):
+        runtime.write(runtime.alloc_zeros(4, INT32), np.zeros(4))
 
 
 def test_a_prefix_is_the_start_of_its_buffer(runtime: CudaRuntime) -> None:
@@ -54,6 +62,7 @@ def test_a_prefix_is_the_start_of_its_buffer(runtime: CudaRuntime) -> None:
     ptr, count, stream = buffer_interface(buffer.prefix(3), "a plan", "x", 0, dtype=FLOAT64)
     assert (ptr, count, stream) == (buffer.ptr, 3, runtime.stream_handle)
     assert np.array_equal(runtime.read(ptr, count, None, FLOAT64), [0.0, 1.0, 2.0])
+    assert np.array_equal(runtime.download(buffer.prefix(2)), [0.0, 1.0])
 
 
 @pytest.mark.parametrize("n", [2, 3, 10, 3558])
@@ -132,6 +141,8 @@ def test_device_linkage_grows_in_steps_and_reports_a_refused_launch(
             linkage(rng.standard_normal((30, 5)), "centroid")
         assert len(fake.memory) == 5  # points, distances, z, status and the merge state
     assert not fake.memory
+    with pytest.raises(ClosedError, match="was closed; nothing was launched"):
+        linkage(rng.standard_normal((30, 4)), "centroid")
 
 
 @pytest.mark.parametrize(

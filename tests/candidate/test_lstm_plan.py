@@ -12,6 +12,7 @@ from pyspk.cuda import CudaRuntime
 from pyspk.cuda.manifest import KernelModule, Manifest
 from pyspk.cuda.tier import PtxTier
 from pyspk.errors import (
+    BufferLayoutError,
     BufferLengthError,
     DeviceUnsupported,
     GeometryInvalid,
@@ -21,6 +22,15 @@ from pyspk.errors import (
 from tests.fake_driver import FakeApi
 
 SHAPE = (2, 512, 128)
+H200_SHARED_OPTIN = 232448  # 227 KiB a block
+
+
+@pytest.fixture
+def h200(fake: FakeApi):
+    """A fake device with the H200's opt-in shared memory, which the plan needs."""
+    fake.shared_optin = H200_SHARED_OPTIN
+    with CudaRuntime(0) as runtime:
+        yield runtime
 
 
 def random_w_hh(seed: int = 0, scale: float = 0.088) -> np.ndarray:
@@ -94,8 +104,9 @@ def test_the_launch_signature_is_the_shipped_entry(tier: PtxTier) -> None:
 
 
 def test_a_plan_launches_blocks_of_16_sequences_per_direction(
-    fake: FakeApi, runtime: CudaRuntime
+    fake: FakeApi, h200: CudaRuntime
 ) -> None:
+    runtime = h200
     items, steps = 37, 589
     gx = runtime.alloc_zeros(items * steps * 1024)
     y = runtime.alloc_zeros(items * steps * 256)
@@ -111,6 +122,28 @@ def test_a_plan_launches_blocks_of_16_sequences_per_direction(
     assert launch[1:3] == ((3, 2, 1), (lstm.LSTM_THREADS, 1, 1))
     assert launch[3] == lstm.LSTM_REST_WORDS * 4  # the rest in dynamic shared memory
     assert fake.param_values == [(launch[0], items * steps * 1024, 2 * 512 * 64, 2 * 8192)]
+
+
+def test_a_device_with_too_little_shared_memory_refuses(runtime: CudaRuntime) -> None:
+    """99 KiB a block (sm_86, sm_89, sm_120) cannot hold the 128 KiB of W_hh's rest: a
+    `DeviceUnsupported`, the library's LSTM then runs."""
+    with pytest.raises(DeviceUnsupported, match="131072 bytes of shared memory"):
+        lstm.plan_lstm_recurrence(runtime, random_w_hh())
+
+
+def test_misaligned_pairs_are_refused(fake: FakeApi, h200: CudaRuntime) -> None:
+    from tests.fake_driver import CaiView
+
+    items, steps = 2, 5
+    gx = h200.alloc_zeros(items * steps * 1024 + 1)
+    y = h200.alloc_zeros(items * steps * 256)
+    odd = CaiView(gx.ptr + 4, items * steps * 1024)
+    with (
+        lstm.plan_lstm_recurrence(h200, random_w_hh()) as plan,
+        pytest.raises(BufferLayoutError, match=r"gx address \S+ is not 8-byte aligned"),
+    ):
+        plan.enqueue(odd, y, items=items, steps=steps)
+    assert not fake.launches
 
 
 def test_the_sm75_tier_refuses(fake: FakeApi) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from pyspk.cuda.buffers import FLOAT64, INT32, DeviceBuffer, device_address
-from pyspk.cuda.errors import CudaError, InvalidArgument
+from pyspk.cuda.errors import ClosedError, CudaError, InvalidArgument
 from pyspk.cuda.kernels import buffer_params
 from pyspk.cuda.lifetime import OrderedPlanLifetime, PlanLifetime, free_all
 from pyspk.cuda.manifest import KernelModule
@@ -235,6 +235,7 @@ class DeviceLinkage:
         self._shape = (0, 0)  # (capacity, dims) of the plans and buffers below
         self._plans: list[PlanLifetime] = []
         self._buffers: list[DeviceBuffer] = []
+        self.closed = False
 
     def __call__(self, points: np.ndarray, method: str) -> np.ndarray | None:
         if method not in METHODS:
@@ -248,6 +249,8 @@ class DeviceLinkage:
             return None
         n, dims = rows.shape
         with self._lock:
+            if self.closed:
+                raise ClosedError(f"{CONTEXT}: this DeviceLinkage was closed; nothing was launched")
             pdist, linkage, (points_at, d, z, status) = self._fit(n, dims)
             runtime = self.runtime
             runtime.write(points_at, rows)
@@ -305,7 +308,9 @@ class DeviceLinkage:
             free_all(buffers)
 
     def close(self) -> None:
+        """Frees its plans and buffers (idempotent); a later call raises `ClosedError`."""
         with self._lock:
+            self.closed = True
             self._drop()
 
     def __enter__(self) -> DeviceLinkage:

@@ -15,7 +15,7 @@ import numpy as np
 
 from pyspk.candidate.errors import DeviceUnsupported, GeometryInvalid, WeightsOutOfContract
 from pyspk.cuda.buffers import INT32, device_address
-from pyspk.cuda.errors import InvalidArgument
+from pyspk.cuda.errors import BufferLayoutError, InvalidArgument
 from pyspk.cuda.kernels import buffer_params
 from pyspk.cuda.lifetime import PlanLifetime
 from pyspk.cuda.manifest import KernelModule
@@ -115,6 +115,12 @@ class LstmRecurrencePlan(PlanLifetime):
         words, rest, inverses = pack_recurrent(w_hh)
         self.inverses = inverses
         self._kernel = kernels.function(KERNEL)
+        room = runtime.device.shared_optin_bytes - self._kernel.attribute("SHARED_SIZE_BYTES")
+        if room < LSTM_REST_WORDS * 4:
+            raise DeviceUnsupported(
+                f"{CONTEXT}: the LSTM kernel holds W_hh's rest in {LSTM_REST_WORDS * 4} bytes of "
+                f"shared memory; {runtime.device.name} gives a block {room} beside its own"
+            )
         self._kernel.set_max_dynamic_shared(LSTM_REST_WORDS * 4)
         self._weights = runtime.upload(words.view(np.int32), INT32)
         try:
@@ -142,6 +148,9 @@ class LstmRecurrencePlan(PlanLifetime):
             raise InvalidArgument(
                 f"{CONTEXT}: y shares bytes with gx; the kernel does not work in place"
             )
+        for name, at in (("gx", gx_at), ("y", y_at)):
+            if at % 8:  # read and written as float pairs: a misaligned pair faults
+                raise BufferLayoutError(CONTEXT, name, f"address {at:#x} is not 8-byte aligned")
         grid = (-(-items // LSTM_ROWS), 2, 1)
         self._acquire()
         try:
