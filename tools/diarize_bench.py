@@ -366,7 +366,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "stock": "pyannote.audio's `SpeakerDiarization` as it is (batch 32 for both "
         "models; it switches TF32 off for every run, so its TF32 runs are FP32 runs)",
         "accelerated": f"`accelerate_pipeline(pipeline, math, segmentation_batch="
-        f"{args.segmentation_batch})` (None: 512 chunks on pyspk's LSTM, TF32 math; else 128); forwards: "
+        f"{args.segmentation_batch})` (None: 512 chunks on pyspk's LSTM, TF32 math; else "
+        "128); forwards: "
         + "; ".join(f"{m}: {e}" for m, e in engines.items())
         + "; preparing (plans and graph capture) took "
         + ", ".join(f"{s:.1f} s in {m}" for m, s in prepare.items()),
