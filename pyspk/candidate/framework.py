@@ -456,7 +456,8 @@ def launchable_kernels(
 ) -> list[Kernel]:
     """The kernels `names` of `loaded`, the first opted in to `shared` bytes of dynamic
     shared memory where that is above the default; `DeviceUnsupported` (take the
-    library) where the device cannot give that much or the module lacks a kernel."""
+    library) where the device cannot give that much beside the kernel's static shared
+    memory, or the module lacks a kernel."""
     optin = device.shared_optin_bytes
     if shared > max(DEFAULT_SHARED, optin):
         raise DeviceUnsupported(
@@ -469,5 +470,11 @@ def launchable_kernels(
         missing = next(name for name in names if name not in loaded.entries)
         raise DeviceUnsupported(f"{missing} cannot run here: {error}; use the library") from error
     if shared > DEFAULT_SHARED:
+        room = kernels[0].shared_room(optin)
+        if shared > room:  # the driver would refuse the opt-in
+            raise DeviceUnsupported(
+                f"{names[0]} needs {shared} bytes of shared memory, the device allows "
+                f"{room} beside its static shared memory"
+            )
         kernels[0].set_max_dynamic_shared(shared)
     return kernels

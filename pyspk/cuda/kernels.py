@@ -92,6 +92,12 @@ class Kernel:
         )
         self._max_dynamic_shared = nbytes
 
+    def shared_room(self, optin_bytes: int) -> int:
+        """The dynamic shared memory a block of this kernel can have on a device whose
+        blocks opt in to `optin_bytes` in all: that less the kernel's static shared
+        memory."""
+        return optin_bytes - self.attribute("SHARED_SIZE_BYTES")
+
     def attribute(self, name: str) -> int:
         """A `CU_FUNC_ATTRIBUTE_*` value, e.g. "NUM_REGS" or "MAX_THREADS_PER_BLOCK"."""
         from pyspk.cuda import driver

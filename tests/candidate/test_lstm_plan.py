@@ -131,6 +131,16 @@ def test_a_device_with_too_little_shared_memory_refuses(runtime: CudaRuntime) ->
         lstm.plan_lstm_recurrence(runtime, random_w_hh())
 
 
+def test_the_kernels_static_shared_memory_counts_against_the_limit(fake: FakeApi) -> None:
+    """A block limit of 128 KiB and 10 bytes holds the rest but not the kernel's own
+    shared memory beside it (the fake's kernels have 42 bytes): refused before the
+    driver's opt-in would be."""
+    fake.shared_optin = lstm.LSTM_REST_WORDS * 4 + 10
+    with CudaRuntime(0) as runtime, pytest.raises(DeviceUnsupported, match="beside its static"):
+        lstm.plan_lstm_recurrence(runtime, random_w_hh())
+    assert not [call for call in fake.attributes if call[1] == 8]  # no opt-in asked
+
+
 def test_misaligned_pairs_are_refused(fake: FakeApi, h200: CudaRuntime) -> None:
     from tests.fake_driver import CaiView
 

@@ -149,7 +149,7 @@ class LinkagePlan(OrderedPlanLifetime):
         # the limit is all the shared memory the device allows, the same for every plan:
         # a limit fitted to one plan's size could be lowered by another's between this
         # one's setting and its launch
-        self._room = runtime.device.shared_optin_bytes - self._merge.attribute("SHARED_SIZE_BYTES")
+        self._room = self._merge.shared_room(runtime.device.shared_optin_bytes)
         self._merge.set_max_dynamic_shared(self._room)
         self._work = runtime.alloc_zeros(capacity * STATE_BYTES_PER_CLUSTER // 4, INT32)
         super().__init__(runtime, [self._work], CONTEXT)

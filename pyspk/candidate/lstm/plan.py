@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from pyspk.candidate.errors import DeviceUnsupported, GeometryInvalid, WeightsOutOfContract
+from pyspk.candidate.framework import launchable_kernels
 from pyspk.cuda.buffers import INT32, device_address
 from pyspk.cuda.errors import BufferLayoutError, InvalidArgument
 from pyspk.cuda.kernels import buffer_params
@@ -114,14 +115,9 @@ class LstmRecurrencePlan(PlanLifetime):
             )
         words, rest, inverses = pack_recurrent(w_hh)
         self.inverses = inverses
-        self._kernel = kernels.function(KERNEL)
-        room = runtime.device.shared_optin_bytes - self._kernel.attribute("SHARED_SIZE_BYTES")
-        if room < LSTM_REST_WORDS * 4:
-            raise DeviceUnsupported(
-                f"{CONTEXT}: the LSTM kernel holds W_hh's rest in {LSTM_REST_WORDS * 4} bytes of "
-                f"shared memory; {runtime.device.name} gives a block {room} beside its own"
-            )
-        self._kernel.set_max_dynamic_shared(LSTM_REST_WORDS * 4)
+        # W_hh's rest in dynamic shared memory: 128 KiB, which sm_86, sm_89 and sm_120
+        # blocks (99 KiB) cannot have
+        (self._kernel,) = launchable_kernels(runtime.device, kernels, [KERNEL], LSTM_REST_WORDS * 4)
         self._weights = runtime.upload(words.view(np.int32), INT32)
         try:
             self._rest = runtime.upload(rest.view(np.int32), INT32)
