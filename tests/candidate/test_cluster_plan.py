@@ -22,6 +22,7 @@ from pyspk.errors import (
     InvalidArgument,
 )
 from tests.fake_driver import FakeApi
+from tests.signatures import ptx_kinds
 
 
 @pytest.mark.parametrize("dtype", [FLOAT32, FLOAT64, INT32], ids=str)
@@ -81,13 +82,12 @@ def test_points_of_refuses_what_is_no_condensed_matrix() -> None:
 def test_launch_signatures_are_the_shipped_entries(tier: PtxTier) -> None:
     """Pointers travel as u64; the manifest records each entry's PTX parameter types."""
     entries = Manifest.load().module(KernelModule.CLUSTER).tiers[tier].entries
-    as_ptx = {"ptr": "u64", "u64": "u64", "u32": "u32"}
     for name, signature in [
         ("spk_linkage_neighbours", cluster.NEIGHBOURS_SIGNATURE),
         ("spk_linkage_merge", cluster.MERGE_SIGNATURE),
         ("spk_pdist_euclidean", cluster.PDIST_SIGNATURE),
     ]:
-        assert tuple(entries[name]) == tuple(as_ptx[kind] for _, kind in signature)
+        assert list(entries[name]) == ptx_kinds(signature)
 
 
 def test_the_plans_take_their_dtypes_and_exact_lengths(fake: FakeApi, runtime: CudaRuntime) -> None:

@@ -18,6 +18,7 @@ from pyspk.candidate.segdense.producer import (
 from pyspk.cuda import CudaMath, DeviceAttributes, PtxTier
 from pyspk.cuda.manifest import KernelModule, Manifest
 from pyspk.cuda.profiles import profile
+from tests.signatures import ptx_kinds
 
 H200 = profile("h200")
 
@@ -68,10 +69,6 @@ def test_grid_matches_the_reference(entry: Entry) -> None:
     assert _grid(pin.config().kind, _Geometry.of(pin)) == EXPECTED_GRIDS[entry]
 
 
-def _kinds(params: tuple[tuple[str, str], ...]) -> list[str]:
-    return ["u64" if kind == "ptr" else kind for _, kind in params]
-
-
 @pytest.mark.parametrize("entry", list(Entry), ids=lambda e: e.name)
 def test_parameter_order_matches_the_module(entry: Entry) -> None:
     """Conv and TensorConv kinds take (x, w, y), every other kind (x, w, bias, y), each
@@ -83,10 +80,10 @@ def test_parameter_order_matches_the_module(entry: Entry) -> None:
     )
     module = Manifest.load().module(KernelModule.SEGDENSE)
     for tier in (PtxTier.SM75, PtxTier.SM80):
-        assert list(module.tiers[tier].entries[config.kernel]) == _kinds(params)
+        assert list(module.tiers[tier].entries[config.kernel]) == ptx_kinds(params)
 
 
 def test_reduction_and_pack_parameters_match_the_module() -> None:
     entries = Manifest.load().module(KernelModule.SEGDENSE).tiers[PtxTier.SM80].entries
-    assert list(entries["spk_segdense_reduce_embed"]) == _kinds(REDUCE_PARAMS)
-    assert list(entries["spk_segdense_pack_gather"]) == _kinds(GATHER_PARAMS)
+    assert list(entries["spk_segdense_reduce_embed"]) == ptx_kinds(REDUCE_PARAMS)
+    assert list(entries["spk_segdense_pack_gather"]) == ptx_kinds(GATHER_PARAMS)

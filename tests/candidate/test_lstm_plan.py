@@ -20,6 +20,7 @@ from pyspk.errors import (
     WeightsOutOfContract,
 )
 from tests.fake_driver import FakeApi
+from tests.signatures import ptx_kinds
 
 SHAPE = (2, 512, 128)
 H200_SHARED_OPTIN = 232448  # 227 KiB a block
@@ -98,9 +99,7 @@ def test_packing_refuses_other_shapes_and_non_finite_weights() -> None:
 @pytest.mark.parametrize("tier", [PtxTier.SM75, PtxTier.SM80], ids=str)
 def test_the_launch_signature_is_the_shipped_entry(tier: PtxTier) -> None:
     entries = Manifest.load().module(KernelModule.LSTM).tiers[tier].entries
-    as_ptx = {"ptr": "u64", "u64": "u64", "u32": "u32"}
-    expected = tuple(as_ptx[kind] for _, kind in lstm.RECURRENCE_SIGNATURE)
-    assert tuple(entries[lstm.KERNEL]) == expected
+    assert list(entries[lstm.KERNEL]) == ptx_kinds(lstm.RECURRENCE_SIGNATURE)
 
 
 def test_a_plan_launches_blocks_of_16_sequences_per_direction(
