@@ -22,33 +22,9 @@ import json
 import statistics
 import sys
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = 589
-
-
-def reference_errors(lstm: Any, x: Any, y: Any) -> tuple[float, float]:
-    import numpy as np
-
-    from pyspk.reference import bilstm
-
-    layers: Any = [
-        tuple(
-            tuple(
-                getattr(lstm, f"{kind}_l{layer}{suffix}").detach().cpu().numpy()
-                for kind in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
-            )
-            for suffix in ("", "_reverse")
-        )
-        for layer in range(lstm.num_layers)
-    ]
-    truth = bilstm(x.cpu().numpy(), layers)
-    error = y.cpu().double().numpy() - truth
-    return (
-        float(np.abs(error).max() / np.abs(truth).max()),
-        float(np.linalg.norm(error) / np.linalg.norm(truth)),
-    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from pyspk.cuda import CudaMath
-    from pyspk.testing import torch_graph
+    from pyspk.testing import lstm_truth, relative_errors, torch_graph
     from pyspk.torch import library_math
     from pyspk.torch.lstm import PlannedLSTM
 
@@ -75,12 +51,13 @@ def main(argv: list[str] | None = None) -> int:
         "pyspk_fp32": CudaMath.FP32,  # the projections in FP32 math
     }
     sample = torch.randn(4, STEPS, 60, generator=torch.Generator().manual_seed(1)).cuda()
+    truth = lstm_truth(lstm, sample)  # once: float64 over all the steps takes seconds
     errors = {}
     with torch.inference_mode():
         for arm, math in maths.items():
             with library_math(math):
                 y = (planned if arm.startswith("pyspk") else lstm)(sample)[0]
-            errors[arm] = reference_errors(lstm, sample, y)
+            errors[arm] = relative_errors(y.cpu().numpy(), truth)
     print("(max, norm-wise) relative error:", errors, flush=True)
 
     rows = []

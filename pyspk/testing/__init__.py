@@ -278,6 +278,29 @@ def relative_l2(y: np.ndarray, exact: np.ndarray) -> float:
     return errors(y, exact)[1]
 
 
+def relative_errors(y: np.ndarray, exact: np.ndarray) -> tuple[float, float]:
+    """max |error| / max |exact| and ||error|| / ||exact|| of `y` against float64 `exact`."""
+    exact = np.asarray(exact, np.float64).reshape(-1)
+    largest, norm_wise = errors(y, exact)
+    return largest / float(np.max(np.abs(exact))), norm_wise
+
+
+def lstm_truth(lstm: Any, x: Any) -> np.ndarray:
+    """The float64 output of `lstm` (a bidirectional, batch-first `nn.LSTM`) on the
+    tensor `x`: `pyspk.reference.bilstm` on its weights."""
+    layers: Any = [
+        tuple(
+            tuple(
+                getattr(lstm, f"{kind}_l{layer}{suffix}").detach().cpu().numpy()
+                for kind in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+            )
+            for suffix in ("", "_reverse")
+        )
+        for layer in range(lstm.num_layers)
+    ]
+    return reference.bilstm(x.detach().cpu().numpy(), layers)
+
+
 # -- host cost -----------------------------------------------------------------------
 
 # launches per timed chunk: well under the driver's pending-launch queue, so the GPU

@@ -14,7 +14,6 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 from tests.optional import importorskip
@@ -36,31 +35,6 @@ def inputs(torch, items: int, seed: int):
     return torch.randn(items, STEPS, 60, generator=generator).cuda()
 
 
-def truth(lstm, x) -> np.ndarray:
-    from pyspk.reference import bilstm
-
-    layers = []
-    for layer in range(lstm.num_layers):
-        directions = []
-        for suffix in ("", "_reverse"):
-            directions.append(
-                tuple(
-                    getattr(lstm, f"{kind}_l{layer}{suffix}").detach().cpu().numpy()
-                    for kind in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
-                )
-            )
-        layers.append(tuple(directions))
-    return bilstm(x.cpu().numpy(), layers)
-
-
-def relative_errors(got, expected: np.ndarray) -> tuple[float, float]:
-    error = got.cpu().double().numpy() - expected
-    return (
-        float(np.abs(error).max() / np.abs(expected).max()),
-        float(np.linalg.norm(error) / np.linalg.norm(expected)),
-    )
-
-
 def cudnn(torch, lstm, x, tf32: bool):
     from pyspk.cuda import CudaMath
     from pyspk.torch import library_math
@@ -78,14 +52,15 @@ def planned(torch, module, x):
 
 
 def test_the_plans_error_is_cudnns_in_tf32_math(torch, lstm) -> None:
+    from pyspk.testing import lstm_truth, relative_errors
     from pyspk.torch.lstm import PlannedLSTM
 
     x = inputs(torch, 4, seed=1)
-    expected = truth(lstm, x)
+    expected = lstm_truth(lstm, x)
     module = PlannedLSTM(lstm)
-    ours = relative_errors(planned(torch, module, x), expected)
-    tf32 = relative_errors(cudnn(torch, lstm, x, tf32=True), expected)
-    fp32 = relative_errors(cudnn(torch, lstm, x, tf32=False), expected)
+    ours = relative_errors(planned(torch, module, x).cpu().numpy(), expected)
+    tf32 = relative_errors(cudnn(torch, lstm, x, tf32=True).cpu().numpy(), expected)
+    fp32 = relative_errors(cudnn(torch, lstm, x, tf32=False).cpu().numpy(), expected)
     print(f"\nLSTM (max, norm-wise) error: plan {ours}, cuDNN TF32 {tf32}, FP32 {fp32}")
     assert fp32[1] < ours[1] <= tf32[1]
     assert ours[0] <= 1.25 * tf32[0]
