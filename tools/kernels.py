@@ -48,6 +48,7 @@ from pyspk.cuda.tier import (
     MANIFEST_NAME,
     TIER_BUILDS,
     TierBuild,
+    module_tiers,
 )
 from pyspk.cuda.tier import cubin_name as artifact_cubin_name
 from pyspk.cuda.tier import ptx_name as artifact_ptx_name
@@ -59,7 +60,13 @@ DEFAULT_CUDA_HOMES = ("/usr/local/cuda",)
 
 # the tier table and the artifact names: one source, shared with the loader
 Tier = TierBuild
-TIERS = tuple(TIER_BUILDS.values())
+TIERS = tuple(TIER_BUILDS.values())  # every tier: each header compiles alone in each
+
+
+def tiers_of(module: str) -> tuple[Tier, ...]:
+    """The tiers `module` is built in (`pyspk.cuda.tier.module_tiers`)."""
+    return tuple(TIER_BUILDS[tier] for tier in module_tiers(module))
+
 MODULES = ("segdense", "trunk", "cluster", "lstm")
 # Explicit IEEE FP32 behaviour, whatever the nvcc defaults or profile say: the kernels'
 # fixed summation orders are only reproducible without fast-math rewrites.
@@ -320,7 +327,7 @@ def _build_into(source_dir: Path, staging: Path, say: Callable[[str], None]) -> 
             for name in source_files(source_dir, module)
         }
         tiers: dict[str, Any] = {}
-        for tier in TIERS:
+        for tier in tiers_of(module):
             say(
                 f"nvcc     {module}.cu -> {ptx_name(module, tier)} "
                 f"({tier.virtual}, .version {tier.ptx_version})"
@@ -338,7 +345,7 @@ def _build_into(source_dir: Path, staging: Path, say: Callable[[str], None]) -> 
             }
         _check_same_entries(module, {name: body["entries"] for name, body in tiers.items()})
 
-        jobs = [(tier, arch) for tier in TIERS for arch in tier.archs]
+        jobs = [(tier, arch) for tier in tiers_of(module) for arch in tier.archs]
         with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
             futures = {
                 (tier.name, arch): pool.submit(
@@ -645,7 +652,7 @@ def pyspk_problems(ptx_dir: Path = PTX_DIR) -> list[str]:
                     f"{constant} differs: {text} in ptx/{home_path}, {python!r} in {where}"
                 )
     for module in MODULES:
-        for tier in TIERS:
+        for tier in tiers_of(module):
             path = ptx_dir / ptx_name(module, tier)
             if not path.is_file():
                 continue  # verify_artifacts reports it
@@ -762,8 +769,9 @@ def verify_artifacts(ptx_dir: Path = PTX_DIR) -> list[str]:
             check_file(name, recorded_sources.get(name), stale, source_path(ptx_dir, name, module))
 
         tiers = body.get("tiers", {})
-        if sorted(tiers) != sorted(tier.name for tier in TIERS):
-            problems.append(f"{module}: tiers {sorted(tiers)}, expected {[t.name for t in TIERS]}")
+        expected_tiers = [tier.name for tier in tiers_of(module)]
+        if sorted(tiers) != sorted(expected_tiers):
+            problems.append(f"{module}: tiers {sorted(tiers)}, expected {expected_tiers}")
         parsed: dict[str, dict[str, list[str]]] = {}
         for tier_name, files in sorted(tiers.items()):
             try:
@@ -880,7 +888,7 @@ def check(
         scratch_dir = Path(scratch)
         jobs = []
         for module in MODULES:
-            for tier in TIERS:
+            for tier in tiers_of(module):
                 ptx = ptx_dir / ptx_name(module, tier)
                 if ptx.is_file():
                     jobs.extend((module, tier, arch) for arch in tier.archs)

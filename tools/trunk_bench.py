@@ -2,7 +2,9 @@
 """The trunk's benchmark of record: WeSpeaker ResNet34's trunk (`resnet.forward_frames`)
 at batch 32 chunks on pyspk's trunk plans against the library (cuDNN through PyTorch,
 the stock module with its BatchNorms) in FP32 and TF32 math, and optionally against
-`torch.compile` (FP32, default mode), in one process on one GPU.
+`torch.compile` (FP32, default mode), in one process on one GPU. Where the device loads
+a trunk tier above sm80 (sm90's wgmma strips on an H100 or H200), the sm80 tier's plans
+run as arms of their own beside it.
 
 Method: every arm is captured as a CUDA graph of `--repeats` forwards after an eager
 warm-up; rounds replay the arms in turn (interleaved), timed with CUDA events; the
@@ -64,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     import pyspk.pyannote as pa
     from pyspk import reference
     from pyspk.candidate.trunk import TRUNK_BATCH, trunk_macs
-    from pyspk.cuda import CudaMath
+    from pyspk.cuda import CudaMath, CudaRuntime, KernelModule, PtxTier
     from pyspk.testing import torch_graph
     from pyspk.torch import library_math
     from pyspk.torch.resnet import PlannedTrunk, trunk_weights
@@ -79,12 +81,22 @@ def main(argv: list[str] | None = None) -> int:
     print(f"float64 truth of 2 chunks: {time.perf_counter() - t0:.1f} s", flush=True)
 
     arms: dict[str, tuple[CudaMath, Any]] = {}
-    planned = {math: PlannedTrunk(resnet, math) for math in CudaMath}
+    planned = {f"pyspk {math}": PlannedTrunk(resnet, math) for math in CudaMath}
+    tier = planned["pyspk fp32"].plan.tier
+    sm80 = None
+    if tier > PtxTier.SM80:
+        sm80 = CudaRuntime(torch.cuda.current_device(), ptx_tier=PtxTier.SM80)
+        sm80.load_kernels(KernelModule.TRUNK)
+        for math in CudaMath:
+            planned[f"pyspk {math} sm80"] = PlannedTrunk(resnet, math, runtime=sm80)
+        planned = {
+            f"{name} {tier}" if "sm80" not in name else name: plan for name, plan in planned.items()
+        }
     stock = type(resnet).forward_frames.__get__(resnet)
     arms["cudnn fp32"] = (CudaMath.FP32, stock)
     arms["cudnn tf32"] = (CudaMath.TF32, stock)
-    arms["pyspk fp32"] = (CudaMath.FP32, planned[CudaMath.FP32])
-    arms["pyspk tf32"] = (CudaMath.TF32, planned[CudaMath.TF32])
+    for name, plan in planned.items():
+        arms[name] = (plan.math, plan)
     if args.compile:
         t0 = time.perf_counter()
         compiled = torch.compile(stock)
@@ -172,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     for plan in planned.values():
         plan.close()
+    if sm80 is not None:
+        sm80.close()
     return 0
 
 

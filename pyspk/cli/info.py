@@ -45,13 +45,23 @@ def _device(ordinal: int, forced: PtxTier | None, force_ptx: bool) -> dict[str, 
     }
     try:
         tier = loadable_tier(device.capability, forced)
-        module = Manifest.load().module(KernelModule.SEGDENSE)
-        artifact = choose_artifact(module, device.capability, tier, force_ptx)
+        manifest = Manifest.load()
+        artifact = choose_artifact(
+            manifest.module(KernelModule.SEGDENSE), device.capability, tier, force_ptx
+        )
+        # per module: a module may ship a tier above the common ones (the trunk's sm90)
+        modules = {
+            str(name): choose_artifact(
+                manifest.module(name), device.capability, forced, force_ptx
+            ).describe()
+            for name in KernelModule
+        }
     except (ValueError, CudaError) as error:
         report["kernels"] = f"unavailable: {error}"
         return report
     report["tier"] = str(tier)
     report["artifact"] = artifact.describe()
+    report["modules"] = modules
     report["picks"] = [
         {
             "boundary": pick.boundary,
@@ -154,6 +164,7 @@ def render(report: dict[str, Any]) -> str:
             continue
         jit = f" (forced by {FORCE_PTX_JIT_ENV}=1)" if report["force_ptx_jit"] else ""
         lines.append(f"  loads: tier {device['tier']}, {device['artifact']}{jit}")
+        lines.append(f"  modules: {', '.join(device['modules'].values())}")
         for pick in device["picks"]:
             splits = f" x{pick['splits']}" if pick["splits"] is not None else ""
             built = "" if pick["built"] is not False else " (not built)"

@@ -283,18 +283,24 @@ def choose_artifact(
 ) -> Artifact:
     """The artifact a device of `capability` loads.
 
-    The tier is the highest one the manifest has at or below the device, or
-    `tier_override` when given (`ArtifactError` if that tier is above the device or not
-    shipped). The cubin built for exactly `capability.sm` is used when the tier has one
-    and `force_ptx` is false; otherwise the tier's PTX, which the driver JITs.
+    The tier is the highest one the manifest has that the device runs, or
+    `tier_override` when given (`ArtifactError` if the device does not run that tier or
+    it is not shipped). The cubin built for exactly `capability.sm` (its "a" form in an
+    arch-specific tier) is used when the tier has one and `force_ptx` is false; otherwise
+    the tier's PTX, which the driver JITs.
     """
     highest = PtxTier.highest_for(capability, manifest.tiers)
     if tier_override is not None:
-        if tier_override.capability > capability:
+        if not tier_override.runs_on(capability):
             raise ArtifactError(
                 f"the {tier_override} {manifest.name} tier was asked for, but the device "
                 f"(compute capability {capability}) runs tiers up to "
                 f"{PtxTier.highest_for(capability) or 'none'}"
+                + (
+                    f"; {tier_override} runs only on compute capability {tier_override.capability}"
+                    if tier_override.arch_specific
+                    else ""
+                )
             )
         tier = tier_override
     elif highest is not None:
@@ -306,7 +312,9 @@ def choose_artifact(
             f"(the module ships {have})"
         )
     files = manifest.tier_files(tier)
-    cubin = None if force_ptx else files.cubins.get(capability.sm)
+    # an arch-specific tier's cubins are named for it ("sm_90a")
+    arch = f"{capability.sm}a" if tier.arch_specific else capability.sm
+    cubin = None if force_ptx else files.cubins.get(arch)
     if cubin is not None:
         return Artifact(manifest.name, tier, cubin.file, cubin.sha256, cubin.arch)
     return Artifact(manifest.name, tier, files.ptx, files.sha256)

@@ -67,6 +67,18 @@ class PtxTier(enum.Enum):
         """The lowest compute capability that runs this tier."""
         return ComputeCapability(*self.value)
 
+    @property
+    def arch_specific(self) -> bool:
+        """Whether the tier is built for its architecture's own features (sm90: sm_90a,
+        for wgmma), so that only a device of exactly its capability runs it."""
+        return self is PtxTier.SM90
+
+    def runs_on(self, capability: ComputeCapability) -> bool:
+        """Whether a device of `capability` runs this tier."""
+        if self.arch_specific:
+            return self.capability == capability
+        return self.capability <= capability
+
     @classmethod
     def parse(cls, text: str) -> PtxTier:
         """Parse "sm80" (case and surrounding space ignored)."""
@@ -83,9 +95,7 @@ class PtxTier(enum.Enum):
     ) -> PtxTier | None:
         """The highest tier (of `among`, by default every tier) a device of `capability`
         runs, or None where it runs none."""
-        runnable = [
-            tier for tier in (cls if among is None else among) if tier.capability <= capability
-        ]
+        runnable = [tier for tier in (cls if among is None else among) if tier.runs_on(capability)]
         return max(runnable) if runnable else None
 
     @classmethod
@@ -120,9 +130,19 @@ TIER_BUILDS = {
     PtxTier.SM80: TierBuild(
         "sm80", "compute_80", "sm_80", "7.0", ("sm_80", "sm_86", "sm_89", "sm_90", "sm_120")
     ),
+    # Hopper's own features (wgmma): PTX ISA 8.0 is the first with them
+    PtxTier.SM90: TierBuild("sm90", "compute_90a", "sm_90a", "8.0", ("sm_90a",)),
 }
-# the tiers the kernel module is built in; a device loads the highest at or below it
-SHIPPED_TIERS = tuple(TIER_BUILDS)
+# the tiers every kernel module is built in; a device loads the highest it runs
+SHIPPED_TIERS = (PtxTier.SM75, PtxTier.SM80)
+# modules built in more tiers than those: the trunk's strips on wgmma in sm90
+MODULE_TIERS = {"trunk": (PtxTier.SM75, PtxTier.SM80, PtxTier.SM90)}
+
+
+def module_tiers(module: str) -> tuple[PtxTier, ...]:
+    """The tiers the kernel module `module` ("segdense", "trunk", ...) is built in."""
+    return MODULE_TIERS.get(module, SHIPPED_TIERS)
+
 
 # the artifact layout the build writes and the loader reads, beside the manifest
 MANIFEST_NAME = "manifest.json"

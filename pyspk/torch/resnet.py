@@ -33,6 +33,7 @@ from pyspk.candidate.trunk import (
     TrunkWeights,
     plan_trunk,
 )
+from pyspk.cuda import CudaRuntime
 from pyspk.cuda.errors import InvalidArgument
 from pyspk.cuda.math import CudaMath
 from pyspk.torch import check_planned_call, shared_runtime, tensor_state
@@ -102,11 +103,16 @@ def trunk_weights(resnet: nn.Module) -> TrunkWeights:
 
 
 class PlannedTrunk:
-    """`forward_frames` of `resnet` on `streams` (1 or 2) trunk plans; `close()` frees
+    """`forward_frames` of `resnet` on `streams` (1 or 2) trunk plans, on `runtime`
+    (default: the device's shared one; another one to pick a PTX tier); `close()` frees
     them."""
 
     def __init__(
-        self, resnet: nn.Module, math: CudaMath | str = CudaMath.FP32, streams: int = 2
+        self,
+        resnet: nn.Module,
+        math: CudaMath | str = CudaMath.FP32,
+        streams: int = 2,
+        runtime: CudaRuntime | None = None,
     ) -> None:
         if streams not in (1, 2):
             raise InvalidArgument(f"{CONTEXT}: streams must be 1 or 2, not {streams!r}")
@@ -121,7 +127,13 @@ class PlannedTrunk:
         self._ordinal = device.index if device.index is not None else torch.cuda.current_device()
         weights = trunk_weights(resnet)
         self._planned_state = self._state()
-        runtime = shared_runtime(self._ordinal)
+        if runtime is None:
+            runtime = shared_runtime(self._ordinal)
+        elif runtime.ordinal != self._ordinal:
+            raise InvalidArgument(
+                f"{CONTEXT}: the runtime is on device {runtime.ordinal}, "
+                f"the model on {self._ordinal}"
+            )
         self.plans: list[TrunkPlan] = []
         try:
             for _ in range(streams):

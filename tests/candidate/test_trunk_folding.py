@@ -18,6 +18,7 @@ from pyspk.candidate.trunk import (
     trunk_macs,
 )
 from pyspk.candidate.trunk.shapes import CONV_BM
+from pyspk.cuda.tier import PtxTier
 from pyspk.errors import GeometryInvalid, WeightsOutOfContract
 from tests.optional import importorskip
 
@@ -105,6 +106,60 @@ def test_the_packed_weight_is_tap_then_input_then_output_channel() -> None:
     # one product's kernels read the high words alone, in the same order
     only_high = conv.packed(split=False).view(np.uint32).reshape(-1, 128, 4, 2)
     assert (only_high == packed.view(np.uint32).reshape(-1, 128, 4, 2, 2)[..., 0, :]).all()
+
+
+def unpack_warpgroup_halves(packed: np.ndarray, k: int, cout: int) -> tuple[np.ndarray, ...]:
+    """The FP16 planes `[k][cout]` of a weight packed for the wgmma kernels: per stage s
+    of 16 k and plane, `[cout / 8][2][8][8]`, an 8 x 8 block per 8 columns and half of
+    the stage; row n of a block is column n's 8 k positions p, which are an a fragment's
+    (mma.sync m16n8k16 layout): lane t's registers hold p = 2 t, 2 t + 1 (its channels
+    4 t, 4 t + 1) and p = 8 + 2 t, 9 + 2 t (channels 4 t + 2, 4 t + 3)."""
+    halves = packed.view(np.float16).astype(np.float64)
+    blocks = halves.reshape(k // 16, -1, cout // 8, 2, 8, 8)  # [s][plane][g][h][n][p % 8]
+    stage, group, half, row, position = np.meshgrid(
+        np.arange(k // 16), np.arange(cout // 8), np.arange(2), np.arange(8), np.arange(8),
+        indexing="ij",
+    )  # fmt: skip
+    p = 8 * half + position
+    channel = 16 * stage + 4 * (p % 8 // 2) + 2 * (p // 8) + p % 2
+    planes = []
+    for plane in range(blocks.shape[1]):
+        out = np.empty((k, cout))
+        out[channel, 8 * group + row] = blocks[:, plane][stage, group, half, row, position]
+        planes.append(out)
+    return tuple(planes)
+
+
+@pytest.mark.parametrize(
+    "site", [s for s in TrunkSite if s.shape.strip and s is not TrunkSite.STEM]
+)
+def test_the_warpgroup_layout_holds_the_same_halves(site: TrunkSite) -> None:
+    """The wgmma kernels' weights (`packed(..., warpgroups=True)`) carry the same FP16
+    high and low parts at the same channel and column as the mma.sync kernels'."""
+    shape = site.shape
+    rng = np.random.default_rng(5)
+    conv = FoldedConv.of(site, rng.normal(size=shape.weight_shape), np.zeros(shape.cout))
+    high, low = unpack_halves(conv.packed(), shape.k, shape.cout)
+    split = conv.packed(True, warpgroups=True)
+    assert split.dtype == np.float32 and split.size == conv.packed().size
+    assert all(
+        np.array_equal(a, b)
+        for a, b in zip(
+            unpack_warpgroup_halves(split, shape.k, shape.cout), (high, low), strict=True
+        )
+    )
+    (only_high,) = unpack_warpgroup_halves(conv.packed(False, warpgroups=True), shape.k, shape.cout)
+    assert np.array_equal(only_high, high)
+    assert site.on_warpgroups(PtxTier.SM90) and not site.on_warpgroups(PtxTier.SM80)
+
+
+def test_only_the_strips_run_on_warpgroups() -> None:
+    assert {s for s in TrunkSite if s.on_warpgroups(PtxTier.SM90)} == {
+        TrunkSite.LAYER1_CONV,
+        TrunkSite.LAYER2_CONV,
+        TrunkSite.LAYER3_CONV,
+        TrunkSite.LAYER4_CONV,
+    }
 
 
 def test_the_stem_packs_fp32_taps() -> None:

@@ -72,6 +72,7 @@ def test_each_device_with_its_artifact_and_picks(
         24 << 30,
     )
     assert (first["tier"], first["artifact"]) == ("sm80", "segdense.sm80 cubin sm_89")
+    assert first["modules"]["trunk"] == "trunk.sm80 cubin sm_89"  # sm90 runs on 9.0 only
     assert len(first["picks"]) == 24 and all(pick["built"] for pick in first["picks"])
     embedding = [p for p in first["picks"] if p["boundary"] == "resnet.seg_1" and p["batch"] == 32]
     assert [p["entry"] for p in embedding] == ["EMBED_B32", "EMBED_B32_F16"]
@@ -81,6 +82,7 @@ def test_each_device_with_its_artifact_and_picks(
     code, out, _ = run(capsys, "info")
     assert code == 0
     assert "loads: tier sm75, segdense.sm75.ptx (JIT) (forced by PYSPK_FORCE_PTX_JIT=1)" in out
+    assert "modules: segdense.sm75.ptx (JIT), trunk.sm75.ptx (JIT)," in out
 
 
 def test_it_says_whether_accelerate_pipeline_serves_a_pipeline(capsys, tmp_path, monkeypatch):

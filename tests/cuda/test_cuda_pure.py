@@ -11,7 +11,7 @@ import pytest
 import pyspk
 import pyspk.errors
 from pyspk.cuda import ComputeCapability, CudaMath, DeviceAttributes, PtxTier, check_len
-from pyspk.cuda.tier import SHIPPED_TIERS, loadable_tier
+from pyspk.cuda.tier import SHIPPED_TIERS, loadable_tier, module_tiers
 from pyspk.errors import (
     ArtifactError,
     BufferLengthError,
@@ -144,9 +144,10 @@ def test_tier_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
         ((8, 0), PtxTier.SM80),
         ((8, 6), PtxTier.SM80),
         ((8, 9), PtxTier.SM80),
+        # sm90 is built for sm_90a, which only compute capability 9.0 runs
         ((9, 0), PtxTier.SM90),
-        ((10, 0), PtxTier.SM90),
-        ((11, 0), PtxTier.SM90),
+        ((10, 0), PtxTier.SM80),
+        ((11, 0), PtxTier.SM80),
         ((12, 0), PtxTier.SM120),
         ((12, 1), PtxTier.SM120),
         ((13, 0), PtxTier.SM120),
@@ -157,8 +158,21 @@ def test_highest_for(capability: tuple[int, int], tier: PtxTier | None) -> None:
 
 
 def test_shipped_tiers() -> None:
-    # the kernels ship as one module in two tiers, sm75 and sm80
+    # every kernel module ships in sm75 and sm80; the trunk also in sm90 (wgmma)
     assert tuple(SHIPPED_TIERS) == (PtxTier.SM75, PtxTier.SM80)
+    assert module_tiers("segdense") == SHIPPED_TIERS
+    assert module_tiers("trunk") == (PtxTier.SM75, PtxTier.SM80, PtxTier.SM90)
+
+
+def test_arch_specific_tier_runs_on_its_capability_only() -> None:
+    assert PtxTier.SM90.arch_specific and not PtxTier.SM80.arch_specific
+    assert PtxTier.SM90.runs_on(CC(9, 0))
+    for other in (CC(8, 9), CC(9, 1), CC(10, 0), CC(12, 0)):
+        assert not PtxTier.SM90.runs_on(other)
+    assert PtxTier.SM80.runs_on(CC(12, 0)) and not PtxTier.SM80.runs_on(CC(7, 5))
+    trunk = module_tiers("trunk")
+    assert PtxTier.highest_for(CC(9, 0), trunk) is PtxTier.SM90
+    assert PtxTier.highest_for(CC(10, 0), trunk) is PtxTier.SM80
 
 
 @pytest.mark.parametrize(

@@ -236,6 +236,28 @@ def test_forced_tier_above_the_device_is_refused() -> None:
         choose_artifact(module, ComputeCapability(7, 5), PtxTier.SM80)
 
 
+@pytest.mark.parametrize(
+    ("capability", "described"),
+    [
+        ((9, 0), "trunk.sm90 cubin sm_90a"),  # wgmma: Hopper's own tier
+        ((8, 9), "trunk.sm80 cubin sm_89"),
+        ((10, 0), "trunk.sm80.ptx (JIT)"),  # sm_90a code runs on 9.0 alone
+        ((12, 0), "trunk.sm80 cubin sm_120"),
+    ],
+)
+def test_the_trunk_ships_an_sm90_tier_for_9_0_alone(
+    capability: tuple[int, int], described: str
+) -> None:
+    module = Manifest.load(PTX).module(KernelModule.TRUNK)
+    assert set(module.tiers) == {PtxTier.SM75, PtxTier.SM80, PtxTier.SM90}
+    sm90 = module.tiers[PtxTier.SM90]
+    assert (sm90.ptx_version, sm90.target, set(sm90.cubins)) == ("8.0", "sm_90a", {"sm_90a"})
+    assert dict(sm90.entries) == dict(module.tiers[PtxTier.SM80].entries)
+    assert choose_artifact(module, ComputeCapability(*capability)).describe() == described
+    with pytest.raises(ArtifactError, match=r"sm90 runs only on compute capability 9\.0"):
+        choose_artifact(module, ComputeCapability(10, 0), PtxTier.SM90)
+
+
 def test_tier_not_shipped_is_refused() -> None:
     module = segdense().module("segdense")
     with pytest.raises(ArtifactError, match="ships no sm90 tier"):

@@ -144,9 +144,9 @@ spk_trunk_chunk_max(const float* __restrict__ x, u64 x_len, u32 item_len,
 // (length 0: none), y, in_max, out_max (length 0: none), items, flags.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define SPK_TRUNK_BODY(SHAPE, SPLIT)                                                          \
-    spk::trunk_conv<SHAPE, SPLIT>(x, x_len, w, w_len, bias, bias_len, residual, residual_len, \
-                                  y, y_len, in_max, in_max_len, out_max, out_max_len, items,  \
-                                  flags)
+    spk::trunk_conv<SHAPE, spk::TierTiles<SHAPE>, SPLIT>(                                     \
+        x, x_len, w, w_len, bias, bias_len, residual, residual_len, y, y_len, in_max,          \
+        in_max_len, out_max, out_max_len, items, flags)
 #else
 #define SPK_TRUNK_BODY(SHAPE, SPLIT) SPK_TIER_STUB()
 #endif

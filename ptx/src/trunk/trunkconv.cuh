@@ -52,6 +52,7 @@
 
 #include "common.cuh"
 #include "sm80.cuh"
+#include "sm90.cuh"
 
 namespace spk {
 
@@ -159,6 +160,38 @@ __device__ __forceinline__ void raise_chunk_maxima(u32* maxima, u32 item, u32 it
     }
 }
 
+// How a block's warps share its CONV_BM x BN tile. Each warp's sums are MI x NJ tiles of
+// 16 x 8 (rows row0 + mi ROW_STEP + 8 half + g, columns col0 + 8 nj + 2 t, the mma
+// accumulator layout), whichever instruction computes them.
+//
+// WarpTiles: mma.sync, each warp a grid of S::MI x S::NJ tiles (the sm80 tier).
+template <class S>
+struct WarpTiles {
+    static constexpr bool WGMMA = false;
+    static constexpr u32 MI = S::MI, NJ = S::NJ, ROW_STEP = 16;
+    static constexpr u32 FRESH = 1;  // (unused: warp_products keeps its own fresh sums)
+    static __device__ __forceinline__ u32 row0(u32 warp) { return (warp % S::WARPS_M) * 16 * MI; }
+    static __device__ __forceinline__ u32 col0(u32 warp) { return (warp / S::WARPS_M) * 8 * NJ; }
+};
+
+// GroupTiles: wgmma (the sm90 tier's strips). The block's THREADS / 128 warpgroups split
+// its rows; a warpgroup owns GROUP_ROWS x BN as MI row tiles of 64 (warp w of the group
+// their rows 16 w .. 16 w + 15) by NT column tiles of NW, one wgmma m64nNWk16 each. NW
+// of at most 64 keeps a tile's fresh sums at 32 registers a thread.
+template <class S>
+struct GroupTiles {
+    static constexpr bool WGMMA = true;
+    static constexpr u32 GROUPS = S::THREADS / 128, GROUP_ROWS = CONV_BM / GROUPS;
+    static constexpr u32 MI = GROUP_ROWS / 64, NJ = S::BN / 8, ROW_STEP = 64;
+    static constexpr u32 NW = S::BN < 64 ? S::BN : 64, NT = S::BN / NW;
+    static constexpr u32 FRESH = NW / 8;  // 8-column tiles of a tile's fresh sums
+    static __device__ __forceinline__ u32 row0(u32 warp) {
+        return warp / 4 * GROUP_ROWS + warp % 4 * 16;
+    }
+    static __device__ __forceinline__ u32 col0(u32) { return 0; }
+    static_assert(S::THREADS % 128 == 0 && GROUP_ROWS % 64 == 0, "whole warpgroups of 64-row tiles");
+};
+
 }  // namespace spk
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -176,13 +209,13 @@ __device__ __forceinline__ void f16_split(float a, float b, u32& high, u32& low)
     low = f16_pair(a - ha, b - hb);
 }
 
-// The epilogue of one tile (rows m0 on, this thread's fragment rows and columns n0 + nj
-// * 8 + 2 t): the sums times the row's and the column's inverse scales (exact), + bias,
+// The epilogue of one tile (rows m0 on, this thread's fragment rows, L's, and columns
+// n0 + nj * 8 + 2 t): the sums times the row's and the column's inverse scales (exact), + bias,
 // + residual, ReLU, stored NHWC or NCHW; each chunk's largest output raised into out_max.
 // Every thread of the block calls it.
-template <class S>
-__device__ __forceinline__ void store_tile(const float (&acc)[S::MI][S::NJ][4],
-                                           const float (&row_scale)[S::MI][2], u32 m0, u32 rows,
+template <class S, class L>
+__device__ __forceinline__ void store_tile(const float (&acc)[L::MI][L::NJ][4],
+                                           const float (&row_scale)[L::MI][2], u32 m0, u32 rows,
                                            u32 items, u32 row0, u32 n0, u32 g, u32 t,
                                            const float* __restrict__ bias,
                                            const float* __restrict__ residual, u64 residual_len,
@@ -192,15 +225,15 @@ __device__ __forceinline__ void store_tile(const float (&acc)[S::MI][S::NJ][4],
     const u32 first_item = m0 / S::POS;
     float largest_first = 0.0f, largest_next = 0.0f;  // of first_item's rows, the next item's
 #pragma unroll
-    for (u32 nj = 0; nj < S::NJ; ++nj) {
+    for (u32 nj = 0; nj < L::NJ; ++nj) {
         const u32 n = n0 + nj * 8 + 2 * t;
         const float2 bias_pair = __ldg(reinterpret_cast<const float2*>(bias + n));
         const float2 column_inverse = __ldg(reinterpret_cast<const float2*>(bias + S::COUT + n));
 #pragma unroll
-        for (u32 mi = 0; mi < S::MI; ++mi) {
+        for (u32 mi = 0; mi < L::MI; ++mi) {
 #pragma unroll
             for (u32 half = 0; half < 2; ++half) {
-                const u32 m = m0 + row0 + mi * 16 + half * 8 + g;
+                const u32 m = m0 + row0 + mi * L::ROW_STEP + half * 8 + g;
                 if (m >= rows) {
                     continue;
                 }
@@ -243,7 +276,125 @@ __device__ __forceinline__ void store_tile(const float (&acc)[S::MI][S::NJ][4],
     }
 }
 
-template <class S, bool SPLIT>
+// One step's products of a warp (WarpTiles): its a fragments a_hi (and a_lo), the step's
+// weights at b_base (per column 16 words: high(t), high(t + 4), low(t), low(t + 4) of
+// each t; without SPLIT 8, the high ones); SPLIT sums a column tile's three products in a
+// fresh accumulator first (docs/performance.md, "Fresh sums for 3xTF32").
+template <class S, class L, bool SPLIT>
+__device__ __forceinline__ void warp_products(float (&acc)[L::MI][L::NJ][4], const uint4 (&a_hi)[L::MI],
+                                              const uint4 (&a_lo)[SPLIT ? L::MI : 1], saddr b_base,
+                                              u32 col0, u32 g, u32 t) {
+    constexpr u32 MI = L::MI, NJ = L::NJ, B_WORDS = SPLIT ? CONV_BK : CONV_BK / 2;
+#pragma unroll
+    for (u32 nj = 0; nj < NJ; ++nj) {
+        // column g's b0, b1 (k pairs t, t + 4): high (and low) as one read, 16 g + 4 t
+        // or 8 g + 2 t words: each quarter (half) warp's reads cover the banks
+        const saddr bt = b_base + ((col0 + nj * 8 + g) * B_WORDS + B_WORDS / 4 * t) * 4;
+        const float4 b = SPLIT ? lds4(bt) : make_float4(0, 0, 0, 0);
+        const float2 high = SPLIT ? make_float2(b.x, b.y) : lds2(bt);
+        const u32 h0 = __float_as_uint(high.x), h1 = __float_as_uint(high.y);
+        if constexpr (SPLIT) {
+            float part[MI][4];  // this step's fresh sums of the column tile
+            zero(part);
+#pragma unroll
+            for (u32 mi = 0; mi < MI; ++mi) {
+                mma_f16(part[mi], a_lo[mi], h0, h1);
+                mma_f16(part[mi], a_hi[mi], __float_as_uint(b.z), __float_as_uint(b.w));
+                mma_f16(part[mi], a_hi[mi], h0, h1);
+#pragma unroll
+                for (u32 e = 0; e < 4; ++e) {
+                    acc[mi][nj][e] += part[mi][e];
+                }
+            }
+        } else {
+#pragma unroll
+            for (u32 mi = 0; mi < MI; ++mi) {
+                mma_f16(acc[mi][nj], a_hi[mi], h0, h1);
+            }
+        }
+    }
+}
+
+// One row tile's products of a warpgroup (GroupTiles) in a step: its warps' a fragment
+// a_hi (and a_lo) of the tile's rows, the step's weights at b_base (GroupTiles' layout:
+// the high plane, then with SPLIT the low one, BN * 32 bytes each). SPLIT sums each
+// column tile's three products in the fresh accumulator (the first product starts it),
+// waits, and adds it to the running sums, as warp_products does; without SPLIT the
+// products go straight into the running sums, and group_wait waits for them. Every warp
+// of the group calls both.
+template <class S, class L, bool SPLIT>
+__device__ __forceinline__ void group_products(float (&sums)[L::NJ][4],
+                                               float (&fresh)[SPLIT ? L::FRESH : 1][4], uint4 a_hi,
+                                               uint4 a_lo, saddr b_base);
+template <class L, bool SPLIT>
+__device__ __forceinline__ void group_wait(float (&acc)[L::MI][L::NJ][4]);
+#if defined(SPK_WGMMA)
+template <class S, class L, bool SPLIT>
+__device__ __forceinline__ void group_products(float (&sums)[L::NJ][4],
+                                               float (&fresh)[SPLIT ? L::FRESH : 1][4], uint4 a_hi,
+                                               uint4 a_lo, saddr b_base) {
+    // descriptors count 16-byte units: a column tile is NW / 8 core-matrix rows of 256 bytes
+    constexpr u64 TILE_STEP = L::FRESH * 256 / 16, LOW_PLANE = S::BN * 32 / 16;
+    const u64 high = wgmma_b_desc(b_base);
+    wgmma_fence();  // after this thread's writes of a_hi, a_lo and the sums
+#pragma unroll
+    for (u32 nt = 0; nt < L::NT; ++nt) {
+        float (&tile)[L::FRESH][4] = *reinterpret_cast<float(*)[L::FRESH][4]>(&sums[nt * L::FRESH]);
+        const u64 b = high + nt * TILE_STEP;
+        if constexpr (SPLIT) {
+            if (nt > 0) {
+                wgmma_fence();  // after the last tile's reads of the fresh sums
+            }
+            wgmma_f16<L::NW>(fresh, a_lo, b, 0);
+            wgmma_f16<L::NW>(fresh, a_hi, b + LOW_PLANE, 1);
+            wgmma_f16<L::NW>(fresh, a_hi, b, 1);
+            wgmma_commit();
+            wgmma_wait<0>();
+            register_fence(fresh);
+#pragma unroll
+            for (u32 j = 0; j < L::FRESH; ++j) {
+#pragma unroll
+                for (u32 e = 0; e < 4; ++e) {
+                    tile[j][e] += fresh[j][e];
+                }
+            }
+        } else {
+            wgmma_f16<L::NW>(tile, a_hi, b, 1);
+        }
+    }
+}
+template <class L, bool SPLIT>
+__device__ __forceinline__ void group_wait(float (&acc)[L::MI][L::NJ][4]) {
+    if constexpr (!SPLIT) {
+        wgmma_commit();
+        wgmma_wait<0>();
+#pragma unroll
+        for (u32 mi = 0; mi < L::MI; ++mi) {
+            register_fence(acc[mi]);
+        }
+    }
+}
+#endif
+
+// The warp layout of shape S's kernel in this compilation: warpgroups in the strips where
+// wgmma exists (the sm90 tier), mma.sync warps everywhere else.
+template <bool GROUPS, class S>
+struct TilesFor {
+    using type = WarpTiles<S>;
+};
+template <class S>
+struct TilesFor<true, S> {
+    using type = GroupTiles<S>;
+};
+#if defined(SPK_WGMMA)
+template <class S>
+using TierTiles = typename TilesFor<S::STRIP, S>::type;
+#else
+template <class S>
+using TierTiles = WarpTiles<S>;
+#endif
+
+template <class S, class L, bool SPLIT>
 __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_len,
                                            const float* __restrict__ w, u64 w_len,
                                            const float* __restrict__ bias, u64 bias_len,
@@ -252,7 +403,7 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
                                            const u32* __restrict__ in_max, u64 in_max_len,
                                            u32* __restrict__ out_max, u64 out_max_len, u32 items,
                                            u32 flags) {
-    constexpr u32 MI = S::MI, NJ = S::NJ;
+    constexpr u32 MI = L::MI, NJ = L::NJ;
     // words per column per step: the four b words of each t (high pairs, then low),
     // or without SPLIT the two high ones
     constexpr u32 B_WORDS = SPLIT ? CONV_BK : CONV_BK / 2;
@@ -275,7 +426,7 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
     const saddr base = shared_address(shared);
     const u32 tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const u32 g = lane >> 2, t = lane & 3;
-    const u32 row0 = (warp % S::WARPS_M) * 16 * MI, col0 = (warp / S::WARPS_M) * 8 * NJ;
+    const u32 row0 = L::row0(warp), col0 = L::col0(warp);
     const u32 n0 = blockIdx.y * S::BN;
 
     // This thread's A copies: one 16-byte chunk (4 channels) of A_COPIES rows. Without
@@ -336,12 +487,18 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
             }
         }
         // B: each step's k block (tap, cb), one 16-byte run per thread (SPLIT) or per
-        // thread of the first half
+        // thread of the first half. GroupTiles' weights hold a step's high plane, then
+        // its low one, each [COUT / 8][2][8][8] FP16 (wgmma_b_desc): the block's
+        // columns are one run of BN * 8 words per plane.
 #pragma unroll
         for (u32 step = 0; step < S::STEPS; ++step) {
             const u32 tap = S::STRIP ? ks / S::CBLOCKS * S::KS + step : ks / S::CBLOCKS;
             if (SPLIT || tid < S::THREADS / 2) {
-                const float* source = w + (u64(tap * S::CBLOCKS + cb) * S::COUT + n0) * B_WORDS + tid * 4;
+                const u64 k_block = tap * S::CBLOCKS + cb;
+                const float* source =
+                    L::WGMMA ? w + (k_block * S::COUT * B_WORDS + tid / (2 * S::BN) * S::COUT * 8 +
+                                    n0 * 8 + tid % (2 * S::BN) * 4)
+                             : w + (k_block * S::COUT + n0) * B_WORDS + tid * 4;
                 cp_async16_fill(b_base + (step * S::BN * CONV_BK + tid * 4) * 4, source, 16);
             }
         }
@@ -361,7 +518,7 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
         for (u32 mi = 0; mi < MI; ++mi) {
 #pragma unroll
             for (u32 half = 0; half < 2; ++half) {
-                const u32 m = m0 + row0 + mi * 16 + half * 8 + g;
+                const u32 m = m0 + row0 + mi * L::ROW_STEP + half * 8 + g;
                 const float largest = m < rows ? __uint_as_float(__ldg(in_max + m / S::POS)) : 0.0f;
                 float inverse;
                 half_scale_of(largest, row_scale[mi][half], inverse);
@@ -384,6 +541,8 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
     }
     float acc[MI][NJ][4];
     zero(acc);
+    float fresh[SPLIT ? L::FRESH : 1][4];  // (GroupTiles, SPLIT) a tile's step
+    zero(fresh);
 #pragma unroll
     for (u32 j = 0; j < S::STAGES - 1; ++j) {
         if (j < stage_count) {
@@ -394,6 +553,11 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
 #pragma unroll 1
     for (u32 j = 0; j < stage_count; ++j) {
         cp_async_wait<S::STAGES - 2>();
+#if defined(SPK_WGMMA)
+        if constexpr (L::WGMMA) {
+            fence_proxy_async();  // wgmma reads the weights through the async proxy
+        }
+#endif
         __syncthreads();  // stage j landed for all; slot (j - 1) % STAGES is free
         if (j + S::STAGES - 1 < stage_count) {
             load_stage(j + S::STAGES - 1);
@@ -432,7 +596,8 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
                 // a0..a3: rows g, g + 8, g, g + 8 at k pairs t, t, t + 4, t + 4, which
                 // hold channels 4t, 4t + 1 and 4t + 2, 4t + 3 (the weights' FRAGMENT_ORDER)
                 // a blocked row (STRIP) reads the zero row
-                const u32 top_at = mi * 16 * S::A_STRIDE * 4, bottom_at = top_at + 8 * S::A_STRIDE * 4;
+                const u32 top_at = mi * L::ROW_STEP * S::A_STRIDE * 4;
+                const u32 bottom_at = top_at + 8 * S::A_STRIDE * 4;
                 const bool top_off = S::STRIP && ((blocked >> (mi * 2)) & 1);
                 const bool bottom_off = S::STRIP && ((blocked >> (mi * 2 + 1)) & 1);
                 const float4 top = lds4(top_off ? a_zero : a_rows + top_at);
@@ -453,46 +618,26 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
                 if constexpr (SPLIT) {
                     a_lo[mi] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
                 }
-            }
-#pragma unroll
-            for (u32 nj = 0; nj < NJ; ++nj) {
-                // column g's b0, b1 (k pairs t, t + 4): high (and low) as one read, 16 g + 4 t
-                // or 8 g + 2 t words: each quarter (half) warp's reads cover the banks
-                const saddr bt = b_base + ((col0 + nj * 8 + g) * B_WORDS + B_WORDS / 4 * t) * 4;
-                const float4 b = SPLIT ? lds4(bt) : make_float4(0, 0, 0, 0);
-                const float2 high = SPLIT ? make_float2(b.x, b.y) : lds2(bt);
-                const u32 h0 = __float_as_uint(high.x), h1 = __float_as_uint(high.y);
-                if constexpr (SPLIT) {
-                    float part[MI][4];  // this step's fresh sums of the column tile
-                    zero(part);
-#pragma unroll
-                    for (u32 mi = 0; mi < MI; ++mi) {
-                        mma_f16(part[mi], a_lo[mi], h0, h1);
-                        mma_f16(part[mi], a_hi[mi], __float_as_uint(b.z), __float_as_uint(b.w));
-                        mma_f16(part[mi], a_hi[mi], h0, h1);
-#pragma unroll
-                        for (u32 e = 0; e < 4; ++e) {
-                            acc[mi][nj][e] += part[mi][e];
-                        }
-                    }
-                } else {
-#pragma unroll
-                    for (u32 mi = 0; mi < MI; ++mi) {
-                        mma_f16(acc[mi][nj], a_hi[mi], h0, h1);
-                    }
+                if constexpr (L::WGMMA) {  // each row tile's products as soon as it is converted
+                    group_products<S, L, SPLIT>(acc[mi], fresh, a_hi[mi], a_lo[SPLIT ? mi : 0], b_base);
                 }
+            }
+            if constexpr (L::WGMMA) {
+                group_wait<L, SPLIT>(acc);
+            } else {
+                warp_products<S, L, SPLIT>(acc, a_hi, a_lo, b_base, col0, g, t);
             }
         }
         if (S::TILES > 1 && ks == S::KSTAGES - 1 && j + 1 < stage_count) {
-            store_tile<S>(acc, row_scale, m0, rows, items, row0, col0 + n0, g, t, bias, residual,
-                          residual_len, y, out_max, out_max_len, flags);
+            store_tile<S, L>(acc, row_scale, m0, rows, items, row0, col0 + n0, g, t, bias, residual,
+                             residual_len, y, out_max, out_max_len, flags);
             zero(acc);
             enter_tile(tile0 + (j + 1) / S::KSTAGES);
         }
     }
     cp_async_wait<0>();
-    store_tile<S>(acc, row_scale, m0, rows, items, row0, col0 + n0, g, t, bias, residual,
-                  residual_len, y, out_max, out_max_len, flags);
+    store_tile<S, L>(acc, row_scale, m0, rows, items, row0, col0 + n0, g, t, bias, residual,
+                     residual_len, y, out_max, out_max_len, flags);
 }
 
 }  // namespace spk

@@ -103,11 +103,14 @@ class FoldedConv:
         _, exponent = np.frexp(largest)  # largest = f 2^exponent, f in [0.5, 1)
         return np.where(largest > 0, np.clip(15 - exponent, -113, 126), 0)
 
-    def packed(self, split: bool = True) -> np.ndarray:
+    def packed(self, split: bool = True, warpgroups: bool = False) -> np.ndarray:
         """The weight as the kernels read it, flat: the stem's FP32 `[tap][32]`; the
         others' FP16 pair words `[k / 16][cout][t][high(t), high(t + 4), low(t),
         low(t + 4)]` (without `split`, the high words only), as float32 bits, with the
-        16 k of a stage in `FRAGMENT_ORDER`."""
+        16 k of a stage in `FRAGMENT_ORDER`. With `warpgroups` (the wgmma kernels,
+        `TrunkSite.on_warpgroups`), per stage the high plane then (`split`) the low one,
+        each `[cout / 8][2][8][8]` FP16: per 8 columns, two 8 x 8 blocks (k 0..7 and
+        8..15 of the stage, in the same order), row n of a block column n's 8 values."""
         taps = self.weight.transpose(2, 3, 1, 0)  # [ky][kx][cin][cout], tap = ky * ks + kx
         if self.site is TrunkSite.STEM:
             return np.ascontiguousarray(taps.astype(np.float32)).reshape(-1)
@@ -121,6 +124,16 @@ class FoldedConv:
             pairs = bits[0::2] | bits[1::2] << 16  # [p][cout], p = 8 stage + 4 half + t
             return pairs.reshape(-1, 2, 4, pairs.shape[-1]).transpose(0, 3, 2, 1)
 
+        if warpgroups:
+
+            def planes(
+                halves: np.ndarray,
+            ) -> np.ndarray:  # [k][cout] -> [k / 16][cout / 8][2][8][8]
+                blocks = halves.reshape(-1, 2, 8, halves.shape[-1] // 8, 8)
+                return blocks.transpose(0, 3, 1, 4, 2)
+
+            both = np.stack([planes(high), planes(low)], axis=1) if split else planes(high)
+            return np.ascontiguousarray(both).reshape(-1).view(np.float32)
         stages = np.concatenate([words(high), words(low)], axis=-1) if split else words(high)
         return np.ascontiguousarray(stages).reshape(-1).view(np.float32)
 

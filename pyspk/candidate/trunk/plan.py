@@ -95,7 +95,8 @@ class _Uploaded:
         (self.kernel,) = launchable_kernels(
             runtime.device, loaded, [conv.site.kernel(math)], shared
         )
-        self.weight = runtime.upload(conv.packed(conv.site.splits(math)))
+        warpgroups = conv.site.on_warpgroups(loaded.tier)
+        self.weight = runtime.upload(conv.packed(conv.site.splits(math), warpgroups))
         try:
             self.bias = runtime.upload(conv.packed_bias())
         except BaseException:
@@ -134,8 +135,8 @@ def _maxima_kernel(runtime: CudaRuntime, name: str) -> Kernel:
     return kernel
 
 
-def _check_tier(runtime: CudaRuntime) -> None:
-    """Refuses a closed runtime and one whose loaded trunk module is below sm80."""
+def _check_tier(runtime: CudaRuntime) -> PtxTier:
+    """The runtime's loaded trunk tier; refuses a closed runtime and a tier below sm80."""
     if runtime.closed:
         raise ClosedError(f"{CONTEXT}: the runtime was closed; nothing was planned")
     tier = runtime.load_kernels(KernelModule.TRUNK).tier
@@ -144,6 +145,7 @@ def _check_tier(runtime: CudaRuntime) -> None:
             f"{CONTEXT}: the trunk kernels need the sm80 tier (tensor cores); the "
             f"loaded {tier} tier takes the library path"
         )
+    return tier
 
 
 class ConvPlan(OrderedPlanLifetime):
@@ -154,7 +156,7 @@ class ConvPlan(OrderedPlanLifetime):
     (`StreamOrder`)."""
 
     def __init__(self, runtime: CudaRuntime, math: CudaMath, conv: FoldedConv) -> None:
-        _check_tier(runtime)
+        self.tier = _check_tier(runtime)  # sm90: the strips on wgmma
         self.math = math
         self.site = conv.site
         self._conv = _Uploaded(runtime, math, conv)
@@ -231,7 +233,7 @@ class TrunkPlan(OrderedPlanLifetime):
     ordered by the streams they replay on: replay them in turn."""
 
     def __init__(self, runtime: CudaRuntime, math: CudaMath, weights: TrunkWeights) -> None:
-        _check_tier(runtime)
+        self.tier = _check_tier(runtime)  # sm90: the strips on wgmma
         self.math = math
         if not isinstance(weights, TrunkWeights):
             raise GeometryInvalid(CONTEXT, f"weights must be TrunkWeights, not {weights!r}")

@@ -12,6 +12,7 @@ from functools import cached_property
 import attrs
 
 from pyspk.cuda.math import CudaMath
+from pyspk.cuda.tier import PtxTier
 
 TRUNK_BATCH = 32
 TRUNK_BINS = 80  # fbank mel bins: the trunk's image height
@@ -163,6 +164,12 @@ class TrunkSite(enum.Enum):
 
     def is_shortcut(self) -> bool:
         return self.value.endswith("_shortcut")
+
+    def on_warpgroups(self, tier: PtxTier) -> bool:
+        """Whether the site's kernel in `tier` runs on warpgroup MMA (wgmma): the
+        stride-1 3x3s (strips) of the sm90 tier, which read the weights in
+        `FoldedConv.packed`'s warpgroup layout."""
+        return tier is PtxTier.SM90 and self is not TrunkSite.STEM and self.shape.strip
 
     def launch(self) -> tuple[tuple[int, int, int], int, int]:
         """(grid, block threads, dynamic shared bytes)."""

@@ -1,0 +1,95 @@
+// Helpers of the sm90 tier: Hopper's warpgroup MMA (wgmma) with its register fragments of
+// A and shared memory descriptors of B, its fences, and the async-proxy fence. Defined
+// only where the compilation targets sm_90a (SPK_WGMMA), the one architecture that runs
+// wgmma; the other tiers' kernels never call them.
+
+#pragma once
+
+#include "common.cuh"
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define SPK_WGMMA 1
+
+namespace spk {
+
+// The descriptor of a K-major FP16 operand at `address` (16-byte aligned) without
+// swizzling: 8 x 8 core matrices of 128 contiguous bytes (8 rows of 16 bytes), the
+// two k halves of a step 128 bytes apart (the leading offset) and each next 8 rows 256
+// bytes on (the stride offset). Bits 0-13 address / 16, 16-29 leading / 16, 32-45
+// stride / 16; swizzle and base offset 0.
+__device__ __forceinline__ u64 wgmma_b_desc(saddr address) {
+    return u64((address & 0x3ffff) >> 4) | (u64(128 >> 4) << 16) | (u64(256 >> 4) << 32);
+}
+
+// Orders this thread's earlier register and shared memory accesses before the warpgroup's
+// next wgmma, which reads and writes its operands asynchronously.
+__device__ __forceinline__ void wgmma_fence() {
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+// Waits until at most N of the warpgroup's committed groups are pending.
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+// Makes this thread's generic-proxy writes to shared memory (cp.async, st.shared) visible
+// to the async proxy, through which wgmma reads its shared operands.
+__device__ __forceinline__ void fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+// Pins each register of `values` at this point of the program: a read of a wgmma's
+// result placed after its wait stays after it.
+template <u32 A, u32 B>
+__device__ __forceinline__ void register_fence(float (&values)[A][B]) {
+#pragma unroll
+    for (u32 i = 0; i < A; ++i) {
+#pragma unroll
+        for (u32 j = 0; j < B; ++j) {
+            asm volatile("" : "+f"(values[i][j])::"memory");
+        }
+    }
+}
+
+// d = a b (+ d where `accumulate` is not 0) over one m64nNk16 tile of the warpgroup,
+// FP32 sums: a this warp's 16 x 16 FP16 fragment (the m16n8k16 A layout of mma.sync,
+// rows 16 w .. 16 w + 15 for warp w of the group), b the descriptor of the N x 16
+// operand, d this thread's N / 2 sums (the m16n8 accumulator layout, per 8 columns).
+template <u32 N>
+__device__ __forceinline__ void wgmma_f16(float (&d)[N / 8][4], uint4 a, u64 b, u32 accumulate);
+template <>
+__device__ __forceinline__ void wgmma_f16<32>(float (&d)[4][4], uint4 a, u64 b, u32 accumulate) {
+    asm volatile(
+        "{ .reg .pred p; setp.ne.b32 p, %21, 0; "
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+        "{%16, %17, %18, %19}, %20, p, 1, 1, 0; }"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(b), "r"(accumulate));
+}
+template <>
+__device__ __forceinline__ void wgmma_f16<64>(float (&d)[8][4], uint4 a, u64 b, u32 accumulate) {
+    asm volatile(
+        "{ .reg .pred p; setp.ne.b32 p, %37, 0; "
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1, 0; }"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+          "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+          "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(b), "r"(accumulate));
+}
+
+}  // namespace spk
+
+#endif

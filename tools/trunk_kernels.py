@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Per-kernel durations of the trunk under ncu, for each PTX tier the device runs.
+
+    PYTHONPATH=. python3 tools/trunk_kernels.py [--out FILE]
+
+Runs ncu (`--clock-control none`, `gpu__time_duration.sum`, the spk_trunk kernels) on
+this script's `forward` mode: one TrunkPlan forward of TrunkWeights.random(3) on a random
+fbank at batch 32 per math and tier (sm80, and the device's own where that is higher).
+Prints, and writes to FILE, each kernel's launches, total and per-launch microseconds per
+tier and math: the breakdown of where a forward's time goes, not the trunk's time
+(`tools/trunk_bench.py` measures that).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import csv
+import io
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+
+def forward(tier_name: str, math_name: str) -> None:
+    """One trunk forward in `math_name` on a runtime of `tier_name`, under the profiler."""
+    import numpy as np
+
+    from pyspk.candidate.trunk import TRUNK_BATCH, TRUNK_BINS, TRUNK_FRAMES, TrunkWeights
+    from pyspk.candidate.trunk.plan import plan_trunk
+    from pyspk.cuda import CudaRuntime, PtxTier
+
+    rng = np.random.default_rng(0)
+    fbank = rng.normal(0, 2, (TRUNK_BATCH, TRUNK_FRAMES, TRUNK_BINS)).astype(np.float32)
+    with CudaRuntime(0, ptx_tier=PtxTier.parse(tier_name)) as runtime:
+        x = runtime.upload(fbank)
+        with plan_trunk(runtime, math_name, TrunkWeights.random(3)) as plan:
+            y = runtime.alloc_zeros(TRUNK_BATCH * 256 * 10 * 125)
+            plan.enqueue(x, y)
+            runtime.synchronize()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--forward", nargs=2, metavar=("TIER", "MATH"), help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    if args.forward:
+        forward(*args.forward)
+        return 0
+
+    from pyspk.cuda import DeviceAttributes, PtxTier
+    from pyspk.cuda.tier import module_tiers
+
+    capability = DeviceAttributes.query(0).capability
+    own = PtxTier.highest_for(capability, module_tiers("trunk"))
+    tiers = sorted({PtxTier.SM80} | ({own} if own is not None else set()))
+    ncu = shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
+    lines = [
+        "# Per-kernel durations of one trunk forward at batch 32 (TrunkWeights.random(3)),",
+        "# ncu --clock-control none, gpu__time_duration.sum; a kernel's launches summed.",
+        f"# {capability} device; tiers {', '.join(str(t) for t in tiers)}.",
+        "",
+        f"{'tier math kernel':<48} {'launches':>8} {'total us':>10} {'us each':>9}",
+    ]
+    for tier in tiers:
+        for math in ("fp32", "tf32"):
+            command = [
+                ncu, "--clock-control", "none", "--csv", "--metrics",
+                "gpu__time_duration.sum", "-k", "regex:spk_trunk",
+                sys.executable, __file__, "--forward", str(tier), math,
+            ]  # fmt: skip
+            result = subprocess.run(
+                command, capture_output=True, text=True, check=True, env=dict(os.environ)
+            )
+            table = result.stdout[result.stdout.index('"ID"') :]
+            totals: dict[str, list[float]] = collections.defaultdict(list)
+            for row in csv.DictReader(io.StringIO(table)):
+                totals[row["Kernel Name"]].append(float(row["Metric Value"].replace(",", "")) / 1e3)
+            grand = 0.0
+            for kernel, times in totals.items():
+                grand += sum(times)
+                lines.append(
+                    f"{f'{tier} {math} {kernel}':<48} {len(times):>8} "
+                    f"{sum(times):>10.1f} {sum(times) / len(times):>9.1f}"
+                )
+            lines.append(f"{f'{tier} {math} all, per chunk':<48} {'':>8} {grand / 32:>10.1f}")
+    report = "\n".join(lines) + "\n"
+    print(report)
+    if args.out is not None:
+        args.out.write_text(report)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
