@@ -65,6 +65,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="chunks per segmentation forward (default: accelerate_pipeline's, 512 on "
         "pyspk's LSTM, else 128)",
     )
+    parser.add_argument(
+        "--lstm",
+        action="store_true",
+        help="the segmentation on plans with pyspk's LSTM in FP32 math too "
+        "(accelerate_pipeline(lstm=True)); the report is <device>-diarization-lstm",
+    )
     args = parser.parse_args(argv)
     if len({args.seed, args.fit_seed, args.plda_seed}) < 3:
         parser.error("--seed, --fit-seed and --plda-seed must differ: held-out voices")
@@ -269,7 +275,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 handle.remove()
                 prepared = time.perf_counter()
                 acceleration = pa.accelerate_pipeline(
-                    pipeline, math, segmentation_batch=args.segmentation_batch
+                    pipeline,
+                    math,
+                    segmentation_batch=args.segmentation_batch,
+                    lstm=True if args.lstm else None,
                 )
                 prepare[f"{shape} {math}"] = time.perf_counter() - prepared
                 engine = acceleration.engine
@@ -366,8 +375,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "stock": "pyannote.audio's `SpeakerDiarization` as it is (batch 32 for both "
         "models; it switches TF32 off for every run, so its TF32 runs are FP32 runs)",
         "accelerated": f"`accelerate_pipeline(pipeline, math, segmentation_batch="
-        f"{args.segmentation_batch})` (None: 512 chunks on pyspk's LSTM, TF32 math; else "
-        "128); forwards: "
+        f"{args.segmentation_batch}{', lstm=True' if args.lstm else ''})` (None: 512 chunks "
+        "on pyspk's LSTM; else 128); forwards: "
         + "; ".join(f"{m}: {e}" for m, e in engines.items())
         + "; preparing (plans and graph capture) took "
         + ", ".join(f"{s:.1f} s in {m}" for m, s in prepare.items()),
@@ -377,7 +386,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "argv": list(argv) if argv is not None else None,
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.out / f"{device_slug(name)}-diarization"
+    stem = args.out / f"{device_slug(name)}-diarization{'-lstm' if args.lstm else ''}"
     stem.with_suffix(".json").write_text(json.dumps({"meta": meta, "runs": runs}, indent=2) + "\n")
     stem.with_suffix(".md").write_text(report.render_markdown(meta, runs))
     report.plot(runs, stem.with_suffix(".png"), f"Diarization on the {name}: steps per run")

@@ -10,7 +10,8 @@ InstanceNorm without running statistics that follow cancel it), `linear[0]` and
 ResNet34 trunk: `resnet.forward_frames` (and `resnet.forward`, which runs the same
 layers) on a `pyspk.torch.resnet.PlannedTrunk` (recorded as "resnet.trunk"; below the sm80
 tier it is skipped). In TF32 math, PyanNet's `lstm` (monolithic) runs on a
-`pyspk.torch.lstm.PlannedLSTM`; in FP32 math it stays cuDNN's. A PyanNet's `forward` is
+`pyspk.torch.lstm.PlannedLSTM`; in FP32 math it stays cuDNN's unless asked for
+(`accelerate(..., lstm=True)`). A PyanNet's `forward` is
 replaced by one that leaves out the activations the plans fuse. Shapes no plan serves
 take each module's library path. `Acceleration.undo()` puts every original module and method back.
 
@@ -170,9 +171,15 @@ def _set_child(parent: nn.Module, key: str | int, module: nn.Module) -> None:
         setattr(parent, key, module)
 
 
-def accelerate(model: nn.Module, math: CudaMath | str = CudaMath.FP32) -> Acceleration:
+def accelerate(
+    model: nn.Module, math: CudaMath | str = CudaMath.FP32, *, lstm: bool | None = None
+) -> Acceleration:
     """Puts `model` (a `PyanNet` or a WeSpeaker ResNet, on a CUDA device) on pyspk plans
-    for FP32 or TF32 math (`CudaMath` or "fp32"/"tf32"); see the module's docstring."""
+    for FP32 or TF32 math (`CudaMath` or "fp32"/"tf32"); see the module's docstring.
+    `lstm` says whether a PyanNet's LSTM runs on `PlannedLSTM`: by default (None) in TF32
+    math only; True also in FP32 math, where its projections run in FP32 and its
+    recurrence on 22-bit operands (below cuDNN FP32's error against float64, but not
+    cuDNN's bits: the annotation may differ from stock's); False never."""
     math = CudaMath.parse(math)
     if not isinstance(model, (PyanNet, BaseWeSpeakerResNet)):
         raise InvalidArgument(
@@ -192,7 +199,9 @@ def accelerate(model: nn.Module, math: CudaMath | str = CudaMath.FP32) -> Accele
     acceleration = Acceleration(model, math)
     try:
         if isinstance(model, PyanNet):
-            _accelerate_pyannet(model, acceleration)
+            _accelerate_pyannet(
+                model, acceleration, math is CudaMath.TF32 if lstm is None else lstm
+            )
         else:
             resnet = cast("ResNet", model.resnet)  # set by each WeSpeaker subclass
             acceleration.replace(
@@ -230,7 +239,7 @@ def _accelerate_trunk(resnet: ResNet, acceleration: Acceleration) -> None:
         acceleration.on_undo(functools.partial(_restore_attribute, resnet, name, value))
 
 
-def _accelerate_pyannet(model: PyanNet, acceleration: Acceleration) -> None:
+def _accelerate_pyannet(model: PyanNet, acceleration: Acceleration, lstm: bool = False) -> None:
     math = acceleration.math
     convs, norms = model.sincnet.conv1d, model.sincnet.norm1d
     for index, site in ((1, SegConvSite.CONV1), (2, SegConvSite.CONV2)):
@@ -244,10 +253,10 @@ def _accelerate_pyannet(model: PyanNet, acceleration: Acceleration) -> None:
             index,
             functools.partial(PlannedConv1d, conv, site, math, bias, path),
         )
-    if math is CudaMath.TF32 and cast("AttributeDict", model.hparams).lstm["monolithic"]:
-        # TF32 math only: in FP32 math cuDNN's LSTM keeps the stock segmentation bits
-        lstm = cast(nn.LSTM, model.lstm)
-        acceleration.replace("lstm", model, "lstm", lambda: PlannedLSTM(lstm))
+    if lstm and cast("AttributeDict", model.hparams).lstm["monolithic"]:
+        # by default TF32 math only: in FP32 math cuDNN's LSTM keeps the stock bits
+        module = cast(nn.LSTM, model.lstm)
+        acceleration.replace("lstm", model, "lstm", lambda: PlannedLSTM(module))
     linears = model.linear
     for index, dense_site in ((0, DenseSite.LINEAR0), (1, DenseSite.LINEAR1)):
         if index < len(linears):
@@ -396,16 +405,17 @@ class PipelineAcceleration:
         graphs: bool,
         overlap: bool,
         segmentation_plans: bool | None,
+        lstm: bool | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.math = CudaMath.parse(math)
         if segmentation_plans is None:
-            segmentation_plans = self.math is CudaMath.TF32
+            segmentation_plans = self.math is CudaMath.TF32 or bool(lstm)
         self.segmentation: Acceleration | None = None
         self._steps: list[Callable[[], None]] = []
         try:
             if segmentation_plans:
-                self.segmentation = accelerate(pipeline._segmentation.model, self.math)
+                self.segmentation = accelerate(pipeline._segmentation.model, self.math, lstm=lstm)
                 self._steps.append(self.segmentation.undo)
             if segmentation_batch is None:  # larger where pyspk's LSTM serves it
                 lstm = self.segmentation is not None and "lstm" in self.segmentation.modules
@@ -451,6 +461,7 @@ def accelerate_pipeline(
     graphs: bool = True,
     overlap: bool = True,
     segmentation_plans: bool | None = None,
+    lstm: bool | None = None,
 ) -> PipelineAcceleration:
     """Puts `pipeline` (a pyannote `SpeakerDiarization` already on its CUDA device) on
     pyspk: its `apply` on the diarization engine (`pyspk.pyannote.engine`: `segmentation_batch`
@@ -465,7 +476,10 @@ def accelerate_pipeline(
     of a diarization run's time (docs/performance.md), but give other FP32 roundings
     than cuDNN's, and a frame whose two likeliest classes lie within such a rounding of
     each other can then change class, and with it the annotation. On the library the
-    engine gives the stock segmentation's bits, and the stock annotation."""
+    engine gives the stock segmentation's bits, and the stock annotation. `lstm=True`
+    asks for the segmentation on plans with its LSTM on pyspk's kernel in FP32 math too
+    (`accelerate`'s `lstm`): more exact than cuDNN FP32 against float64 and faster, but
+    not the stock annotation (its DER against stock: `benchmarks/h200-diarization-lstm.md`)."""
     return PipelineAcceleration(
-        pipeline, math, batch_size, segmentation_batch, graphs, overlap, segmentation_plans
+        pipeline, math, batch_size, segmentation_batch, graphs, overlap, segmentation_plans, lstm
     )

@@ -3,10 +3,12 @@ batch first, any input size and layer count) on the lstm area's recurrence plans
 per layer; each layer's input projection is one GEMM of both directions at once
 (`torch.addmm`, in the caller's math: TF32 inside `library_math(TF32)`).
 
-The recurrence's products round their operands to 11 significant bits, as cuDNN's
-TF32 math does: the module serves TF32 math, and the engine keeps cuDNN's FP32 LSTM in
-FP32 math. Inference only; the weights are packed at construction (`replan` after a
-change)."""
+The recurrence keeps each operand (h and W_hh) as an FP16 value and its rest, 22
+significant bits: with the projections in TF32 math its error against float64 is
+cuDNN TF32's; in FP32 math, below cuDNN FP32's (`benchmarks/h200-lstm.md`). The engine
+runs it in TF32 math, and in FP32 math only when asked (`accelerate(..., lstm=True)`):
+its FP32 roundings differ from cuDNN's, and so may the annotation. Inference only; the
+weights are packed at construction (`replan` after a change)."""
 
 from __future__ import annotations
 

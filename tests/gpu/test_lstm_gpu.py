@@ -120,7 +120,26 @@ def test_two_threads_on_two_streams_get_their_own_bits(torch, lstm) -> None:
     module.close()
 
 
-def test_the_engine_runs_the_plan_in_tf32_math_only(torch) -> None:
+def test_the_plans_fp32_form_is_below_cudnn_fp32s_error(torch, lstm) -> None:
+    """In FP32 math (the explicit option) the projections run in FP32 and the
+    recurrence's operands keep 22 bits: below cuDNN FP32's error against float64."""
+    from pyspk.cuda import CudaMath
+    from pyspk.testing import lstm_truth, relative_errors
+    from pyspk.torch import library_math
+    from pyspk.torch.lstm import PlannedLSTM
+
+    x = inputs(torch, 4, seed=3)
+    expected = lstm_truth(lstm, x)
+    module = PlannedLSTM(lstm)
+    with torch.inference_mode(), library_math(CudaMath.FP32):
+        ours = relative_errors(module(x)[0].cpu().numpy(), expected)
+    fp32 = relative_errors(cudnn(torch, lstm, x, tf32=False).cpu().numpy(), expected)
+    print(f"\nLSTM (max, norm-wise) error in FP32 math: plan {ours}, cuDNN FP32 {fp32}")
+    assert ours[0] <= fp32[0] and ours[1] <= fp32[1]
+    module.close()
+
+
+def test_the_engine_runs_the_plan_in_tf32_math_or_when_asked(torch) -> None:
     importorskip("pyannote.audio", reason="pyspk.pyannote needs pyannote.audio")
     from pyspk import pyannote
     from pyspk.pyannote.offline import segmentation_3_0
@@ -132,6 +151,11 @@ def test_the_engine_runs_the_plan_in_tf32_math_only(torch) -> None:
     assert isinstance(model.lstm, torch.nn.LSTM)
     with pyannote.accelerate(model, "fp32"):
         assert isinstance(model.lstm, torch.nn.LSTM)
+    with pyannote.accelerate(model, "fp32", lstm=True) as acceleration:
+        assert isinstance(model.lstm, PlannedLSTM) and "lstm" in acceleration.modules
+    with pyannote.accelerate(model, "tf32", lstm=False):
+        assert isinstance(model.lstm, torch.nn.LSTM)
+    assert isinstance(model.lstm, torch.nn.LSTM)
 
 
 _SANITIZED = """
