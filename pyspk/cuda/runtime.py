@@ -20,7 +20,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from pyspk.cuda import driver
-from pyspk.cuda.buffers import FLOAT32, DeviceBuffer, buffer_interface, supported_dtype
+from pyspk.cuda.buffers import (
+    FLOAT32,
+    BufferPrefix,
+    DeviceBuffer,
+    buffer_interface,
+    supported_dtype,
+)
 from pyspk.cuda.device import DeviceAttributes
 from pyspk.cuda.errors import (
     ClosedError,
@@ -246,8 +252,8 @@ class CudaRuntime:
         """Copy a device buffer (DeviceBuffer or CUDA-array-interface object) of `dtype`
         (None: a DeviceBuffer's own, else float32) to a 1-D numpy array, after the work
         pending on its stream and on this runtime's."""
-        if dtype is None:  # a DeviceBuffer's or a BufferPrefix's own
-            dtype = getattr(buffer, "dtype", FLOAT32)
+        if dtype is None:  # a DeviceBuffer's or a BufferPrefix's own; a tensor's is not numpy's
+            dtype = buffer.dtype if isinstance(buffer, (DeviceBuffer, BufferPrefix)) else FLOAT32
         dtype = supported_dtype(dtype)
         ptr, count, producer = buffer_interface(
             buffer, "CudaRuntime.download", "buffer", self._ordinal, dtype=dtype

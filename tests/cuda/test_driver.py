@@ -30,6 +30,7 @@ from tests.fake_driver import (
     NO_DEVICE,
     OUT_OF_MEMORY,
     SUCCESS,
+    CaiView,
     FakeApi,
     Result,
 )
@@ -294,6 +295,19 @@ def test_runtime_round_trip_and_close(fake: FakeApi) -> None:
         _ = buffer.ptr
     with pytest.raises(CudaError, match="closed"):
         runtime.upload(data)
+
+
+def test_download_of_a_foreign_array_reads_float32_whatever_its_dtype_attribute(
+    fake: FakeApi,
+) -> None:
+    """A PyTorch tensor has a `dtype` of its own (torch.float32, no numpy dtype): without
+    a dtype, `download` reads a foreign array as float32, not by that attribute."""
+    with CudaRuntime(0) as runtime:
+        buffer = runtime.upload(np.array([1.5, -2.0, 3.25], np.float32))
+        foreign = CaiView(buffer.ptr, 3)
+        foreign.dtype = object()  # type: ignore[attr-defined]
+        np.testing.assert_array_equal(runtime.download(foreign), [1.5, -2.0, 3.25])
+        assert runtime.download(buffer.prefix(2)).dtype == np.float32
 
 
 def test_buffers_free_when_dropped(fake: FakeApi) -> None:

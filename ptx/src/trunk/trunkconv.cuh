@@ -170,6 +170,7 @@ struct WarpTiles {
     static constexpr bool WGMMA = false;
     static constexpr u32 MI = S::MI, NJ = S::NJ, ROW_STEP = 16;
     static constexpr u32 FRESH = 1;  // (unused: warp_products keeps its own fresh sums)
+    static constexpr u32 A_SETS = 1;
     static __device__ __forceinline__ u32 row0(u32 warp) { return (warp % S::WARPS_M) * 16 * MI; }
     static __device__ __forceinline__ u32 col0(u32 warp) { return (warp / S::WARPS_M) * 8 * NJ; }
 };
@@ -185,6 +186,9 @@ struct GroupTiles {
     static constexpr u32 MI = GROUP_ROWS / 64, NJ = S::BN / 8, ROW_STEP = 64;
     static constexpr u32 NW = S::BN < 64 ? S::BN : 64, NT = S::BN / NW;
     static constexpr u32 FRESH = NW / 8;  // 8-column tiles of a tile's fresh sums
+    // sets of a fragments in one-product kernels: two let a step's products run while
+    // the next step converts, where they fit (the 32-wide layer's four row tiles spill)
+    static constexpr u32 A_SETS = MI <= 2 ? 2 : 1;
     static __device__ __forceinline__ u32 row0(u32 warp) {
         return warp / 4 * GROUP_ROWS + warp % 4 * 16;
     }
@@ -326,8 +330,8 @@ template <class S, class L, bool SPLIT>
 __device__ __forceinline__ void group_products(float (&sums)[L::NJ][4],
                                                float (&fresh)[SPLIT ? L::FRESH : 1][4], uint4 a_hi,
                                                uint4 a_lo, saddr b_base);
-template <class L, bool SPLIT>
-__device__ __forceinline__ void group_wait(float (&acc)[L::MI][L::NJ][4]);
+template <class L, bool SPLIT, u32 STEPS>
+__device__ __forceinline__ void group_wait(float (&acc)[L::MI][L::NJ][4], u32 step);
 #if defined(SPK_WGMMA)
 template <class S, class L, bool SPLIT>
 __device__ __forceinline__ void group_products(float (&sums)[L::NJ][4],
@@ -363,14 +367,21 @@ __device__ __forceinline__ void group_products(float (&sums)[L::NJ][4],
         }
     }
 }
-template <class L, bool SPLIT>
-__device__ __forceinline__ void group_wait(float (&acc)[L::MI][L::NJ][4]) {
+template <class L, bool SPLIT, u32 STEPS>
+__device__ __forceinline__ void group_wait(float (&acc)[L::MI][L::NJ][4], u32 step) {
     if constexpr (!SPLIT) {
+        // a stage's steps (unrolled) leave one group in flight while the next converts
+        // into the other set of a fragments; the stage's last waits for all, before
+        // its slot of the ring is refilled
         wgmma_commit();
-        wgmma_wait<0>();
+        if (L::A_SETS == 1 || step + 1 == STEPS) {
+            wgmma_wait<0>();
 #pragma unroll
-        for (u32 mi = 0; mi < L::MI; ++mi) {
-            register_fence(acc[mi]);
+            for (u32 mi = 0; mi < L::MI; ++mi) {
+                register_fence(acc[mi]);
+            }
+        } else if (step > 0) {
+            wgmma_wait<1>();
         }
     }
 }
@@ -541,6 +552,7 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
     }
     float acc[MI][NJ][4];
     zero(acc);
+    uint4 a_sets[SPLIT ? 1 : L::A_SETS][MI];
     float fresh[SPLIT ? L::FRESH : 1][4];  // (GroupTiles, SPLIT) a tile's step
     zero(fresh);
 #pragma unroll
@@ -579,7 +591,7 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
             }
         }
         const u32 blocked_rows = dy == 0 ? edges : dy == S::KS - 1 ? edges >> 8 : 0;
-#pragma unroll 1
+#pragma unroll(!SPLIT && L::A_SETS > 1 ? S::STEPS : 1)
         for (u32 step = 0; step < S::STEPS; ++step) {
             // rows whose tap (dy, dx = step) is outside the image (STRIP)
             const u32 blocked =
@@ -590,7 +602,10 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
             const saddr a_rows = a_stage + ((row0 + g + step) * S::A_STRIDE + 4 * t) * 4;
             const saddr a_zero = a_stage + (S::ZERO_ROW * S::A_STRIDE + 4 * t) * 4;
             const saddr b_base = a_stage + (S::A_SLOT_ROWS * S::A_STRIDE + step * S::BN * CONV_BK) * 4;
-            uint4 a_hi[MI], a_lo[SPLIT ? MI : 1];
+            // (GroupTiles, one product) a step's a fragments alternate between
+            // A_SETS sets, so the next step's conversion overlaps this step's products
+            uint4(&a_hi)[MI] = a_sets[SPLIT ? 0 : step % L::A_SETS];
+            uint4 a_lo[SPLIT ? MI : 1];
 #pragma unroll
             for (u32 mi = 0; mi < MI; ++mi) {
                 // a0..a3: rows g, g + 8, g, g + 8 at k pairs t, t, t + 4, t + 4, which
@@ -623,7 +638,7 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
                 }
             }
             if constexpr (L::WGMMA) {
-                group_wait<L, SPLIT>(acc);
+                group_wait<L, SPLIT, S::STEPS>(acc, step);
             } else {
                 warp_products<S, L, SPLIT>(acc, a_hi, a_lo, b_base, col0, g, t);
             }
