@@ -67,6 +67,7 @@ def tiers_of(module: str) -> tuple[Tier, ...]:
     """The tiers `module` is built in (`pyspk.cuda.tier.module_tiers`)."""
     return tuple(TIER_BUILDS[tier] for tier in module_tiers(module))
 
+
 MODULES = ("segdense", "trunk", "cluster", "lstm")
 # Explicit IEEE FP32 behaviour, whatever the nvcc defaults or profile say: the kernels'
 # fixed summation orders are only reproducible without fast-math rewrites.
