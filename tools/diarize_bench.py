@@ -4,6 +4,7 @@ and in TF32 math, for both pipeline shapes users run.
 
     PYTHONPATH=. python3 tools/diarize_bench.py [--out benchmarks] [--lengths 600 3600]
         [--math fp32 tf32] [--shapes agglomerative community-1] [--seed 0]
+        [--segmentation-batch 128 256 512 1024] [--lstm]
 
 The models are pyannote.audio 4's segmentation-3.0 PyanNet and WeSpeaker ResNet34 with
 random weights, built offline (`pyspk.pyannote.offline`), the PyanNet's classifier fitted to one
@@ -18,7 +19,8 @@ voices from its own seed, and the three seeds must differ.
 For each shape, length and math it runs the stock pipeline (its own code and defaults:
 batch 32, which switches TF32 off whatever the caller chose) and then the same pipeline
 under `accelerate_pipeline` (plans, the engine, graphs captured before the timed runs),
-after one untimed warm-up of each on 60 s of audio. Steps are timed through the
+once per `--segmentation-batch` value (a batch study against one stock run), after one
+untimed warm-up of each on 60 s of audio. Steps are timed through the
 pipeline's hooks (stock) or the engine's report (accelerated), the accelerated
 clustering also in its parts. Each run records how many embeddings were clustered and
 how many speakers were found, so that a degenerate clustering shows. Agreement is taken
@@ -26,7 +28,7 @@ against the stock run of the same audio and math: the raw segmentation
 log-probabilities, the embeddings, the annotation (tracks and labels, also the exclusive
 one) and its DER.
 
-Writes <device>-diarization.md, .json and .png into --out.
+Writes <device>-diarization.md, .json and .png into --out (-diarization-lstm with --lstm).
 """
 
 from __future__ import annotations
@@ -61,9 +63,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--segmentation-batch",
         type=int,
-        default=None,
+        nargs="+",
+        default=[None],
         help="chunks per segmentation forward (default: accelerate_pipeline's, 512 on "
-        "pyspk's LSTM, else 128)",
+        "pyspk's LSTM, else 128); several values run an accelerated arm each, against the "
+        "same stock run",
     )
     parser.add_argument(
         "--lstm",
@@ -273,84 +277,91 @@ def main(argv: Sequence[str] | None = None) -> int:
                         flush=True,
                     )
                 handle.remove()
-                prepared = time.perf_counter()
-                acceleration = pa.accelerate_pipeline(
-                    pipeline,
-                    math,
-                    segmentation_batch=args.segmentation_batch,
-                    lstm=True if args.lstm else None,
-                )
-                prepare[f"{shape} {math}"] = time.perf_counter() - prepared
-                engine = acceleration.engine
-                engines[f"{shape} {math}"] = engine.describe()
-                pipeline(warm)
-                for length, rec in recordings.items():
-                    file = as_file(rec, f"synthetic-{length:g}s")
-                    torch.cuda.synchronize()
-                    torch.cuda.reset_peak_memory_stats()
-                    started = time.perf_counter()
-                    output = pipeline(file)
-                    seconds = time.perf_counter() - started
-                    run = engine.last_run
-                    stock = stock_results[length]
-                    same = _tracks(output.speaker_diarization) == _tracks(
-                        stock["output"].speaker_diarization
-                    ) and _tracks(output.exclusive_speaker_diarization) == _tracks(
-                        stock["output"].exclusive_speaker_diarization
+                for batch in args.segmentation_batch:
+                    arm = f"batch {batch}" if batch is not None else "default batch"
+                    prepared = time.perf_counter()
+                    acceleration = pa.accelerate_pipeline(
+                        pipeline,
+                        math,
+                        segmentation_batch=batch,
+                        lstm=True if args.lstm else None,
                     )
-                    parts = dict(run.clustering)
-                    clustered = int(parts.pop("embeddings_clustered", 0))
-                    runs.append(
-                        {
-                            "audio_seconds": length,
-                            "path": "accelerated",
-                            "math": str(math),
-                            "clustering": clustering,
-                            "seconds": seconds,
-                            "rtfx": length / seconds,
-                            "steps": dict(run.steps),
-                            "overlapped_steps": list(run.overlapped),
-                            "peak_gpu_bytes": int(torch.cuda.max_memory_allocated()),
-                            "identical_to_stock": bool(same),
-                            "der_vs_stock": float(
-                                der(stock["output"].speaker_diarization, output.speaker_diarization)
-                            ),
-                            "max_abs_score_diff": _max_abs(np, run.scores, stock["scores"]),
-                            "max_abs_embedding_diff": _max_abs(
-                                np, run.embeddings, stock["embeddings"]
-                            ),
-                            "masks_identical": bool(
-                                np.array_equal(run.scores.argmax(-1), stock["scores"].argmax(-1))
-                            ),
-                            "embeddings_clustered": clustered,
-                            "clustering_steps": parts,
-                            "speakers": len(output.speaker_diarization.labels()),
-                            "stock_speakers": len(stock["output"].speaker_diarization.labels()),
-                            "speakers_in_recording": len({t.speaker for t in rec.turns}),
-                            "host_after_embeddings_seconds": run.steps["clustering"]
-                            + run.steps["reconstruction"],
-                            "der_vs_truth": float(
-                                der(_truth(rec, file["uri"]), output.speaker_diarization)
-                            ),
-                            "stock_der_vs_truth": stock["der_vs_truth"],
-                            "embedding_scale": float(np.nanmax(np.abs(stock["embeddings"]))),
-                            "setup_seconds": run.setup,
-                            "gpu_seconds": run.gpu,
-                            "segmentation_plans": acceleration.segmentation is not None,
-                            "segmentation_batch": engine.segmentation_batch,
-                        }
-                    )
-                    print(
-                        f"{shape} {math} {length:g} s accelerated {seconds:.2f} s "
-                        f"({length / seconds:.0f}x) identical {same} speakers "
-                        f"{runs[-1]['speakers']} from {clustered} embeddings; gpu "
-                        f"{run.gpu:.3f}; steps "
-                        + ", ".join(f"{k} {v:.3f}" for k, v in run.steps.items())
-                        + "; clustering "
-                        + ", ".join(f"{k} {v:.3f}" for k, v in parts.items()),
-                        flush=True,
-                    )
-                acceleration.undo()
+                    prepare[f"{shape} {math} {arm}"] = time.perf_counter() - prepared
+                    engine = acceleration.engine
+                    engines[f"{shape} {math} {arm}"] = engine.describe()
+                    pipeline(warm)
+                    for length, rec in recordings.items():
+                        file = as_file(rec, f"synthetic-{length:g}s")
+                        torch.cuda.synchronize()
+                        torch.cuda.reset_peak_memory_stats()
+                        started = time.perf_counter()
+                        output = pipeline(file)
+                        seconds = time.perf_counter() - started
+                        run = engine.last_run
+                        stock = stock_results[length]
+                        same = _tracks(output.speaker_diarization) == _tracks(
+                            stock["output"].speaker_diarization
+                        ) and _tracks(output.exclusive_speaker_diarization) == _tracks(
+                            stock["output"].exclusive_speaker_diarization
+                        )
+                        parts = dict(run.clustering)
+                        clustered = int(parts.pop("embeddings_clustered", 0))
+                        runs.append(
+                            {
+                                "audio_seconds": length,
+                                "path": "accelerated",
+                                "math": str(math),
+                                "clustering": clustering,
+                                "seconds": seconds,
+                                "rtfx": length / seconds,
+                                "steps": dict(run.steps),
+                                "overlapped_steps": list(run.overlapped),
+                                "peak_gpu_bytes": int(torch.cuda.max_memory_allocated()),
+                                "identical_to_stock": bool(same),
+                                "der_vs_stock": float(
+                                    der(
+                                        stock["output"].speaker_diarization,
+                                        output.speaker_diarization,
+                                    )
+                                ),
+                                "max_abs_score_diff": _max_abs(np, run.scores, stock["scores"]),
+                                "max_abs_embedding_diff": _max_abs(
+                                    np, run.embeddings, stock["embeddings"]
+                                ),
+                                "masks_identical": bool(
+                                    np.array_equal(
+                                        run.scores.argmax(-1), stock["scores"].argmax(-1)
+                                    )
+                                ),
+                                "embeddings_clustered": clustered,
+                                "clustering_steps": parts,
+                                "speakers": len(output.speaker_diarization.labels()),
+                                "stock_speakers": len(stock["output"].speaker_diarization.labels()),
+                                "speakers_in_recording": len({t.speaker for t in rec.turns}),
+                                "host_after_embeddings_seconds": run.steps["clustering"]
+                                + run.steps["reconstruction"],
+                                "der_vs_truth": float(
+                                    der(_truth(rec, file["uri"]), output.speaker_diarization)
+                                ),
+                                "stock_der_vs_truth": stock["der_vs_truth"],
+                                "embedding_scale": float(np.nanmax(np.abs(stock["embeddings"]))),
+                                "setup_seconds": run.setup,
+                                "gpu_seconds": run.gpu,
+                                "segmentation_plans": acceleration.segmentation is not None,
+                                "segmentation_batch": engine.segmentation_batch,
+                            }
+                        )
+                        print(
+                            f"{shape} {math} {length:g} s accelerated ({arm}) {seconds:.2f} s "
+                            f"({length / seconds:.0f}x) identical {same} speakers "
+                            f"{runs[-1]['speakers']} from {clustered} embeddings; gpu "
+                            f"{run.gpu:.3f}; steps "
+                            + ", ".join(f"{k} {v:.3f}" for k, v in run.steps.items())
+                            + "; clustering "
+                            + ", ".join(f"{k} {v:.3f}" for k, v in parts.items()),
+                            flush=True,
+                        )
+                    acceleration.undo()
     workspace.cleanup()
 
     report.check_runs(runs)
@@ -374,8 +385,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "memory: 4 voices heard by neither calibration",
         "stock": "pyannote.audio's `SpeakerDiarization` as it is (batch 32 for both "
         "models; it switches TF32 off for every run, so its TF32 runs are FP32 runs)",
-        "accelerated": f"`accelerate_pipeline(pipeline, math, segmentation_batch="
-        f"{args.segmentation_batch}{', lstm=True' if args.lstm else ''})` (None: 512 chunks "
+        "accelerated": "`accelerate_pipeline(pipeline, math, segmentation_batch="
+        f"{'/'.join(str(b) for b in args.segmentation_batch)}"
+        f"{', lstm=True' if args.lstm else ''})` (None: 512 chunks "
         "on pyspk's LSTM; else 128); forwards: "
         + "; ".join(f"{m}: {e}" for m, e in engines.items())
         + "; preparing (plans and graph capture) took "

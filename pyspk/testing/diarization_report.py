@@ -92,6 +92,21 @@ def _length(seconds: float) -> str:
     return f"{seconds / 3600:g} h" if seconds >= 3600 else f"{seconds / 60:g} min"
 
 
+def _path(run: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) -> str:
+    """The run's path, with its segmentation batch where the report has accelerated runs
+    of the same audio, shape and math at several batches (a batch study)."""
+    key = (run["audio_seconds"], run["clustering"], run["math"])
+    batches = {
+        other.get("segmentation_batch")
+        for other in runs
+        if other["path"] == "accelerated"
+        and (other["audio_seconds"], other["clustering"], other["math"]) == key
+    }
+    if run["path"] == "accelerated" and len(batches) > 1:
+        return f"accelerated, batch {run.get('segmentation_batch')}"
+    return str(run["path"])
+
+
 def render_markdown(meta: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) -> str:
     """The report: what was run, a row per run with its steps, then the agreement."""
     lines = [
@@ -121,7 +136,7 @@ def render_markdown(meta: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) 
             steps.append(f"[{value}]" if step in run.get("overlapped_steps", ()) else value)
         lines.append(
             f"| {_length(run['audio_seconds'])} | {run['clustering']} | {run['math']} | "
-            f"{run['path']} | {run['seconds']:.2f} | {run['rtfx']:.0f} | "
+            f"{_path(run, runs)} | {run['seconds']:.2f} | {run['rtfx']:.0f} | "
             + " | ".join(steps)
             + f" | {run['peak_gpu_bytes'] / 1e9:.2f} |"
         )
@@ -142,7 +157,7 @@ def render_markdown(meta: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) 
         parts = run.get("clustering_steps", {})
         lines.append(
             f"| {_length(run['audio_seconds'])} | {run['clustering']} | {run['math']} | "
-            f"{run['path']} | {run['embeddings_clustered']} | {run['speakers']} "
+            f"{_path(run, runs)} | {run['embeddings_clustered']} | {run['speakers']} "
             f"({run['speakers_in_recording']}) | {run['host_after_embeddings_seconds']:.3f} | "
             + " | ".join(f"{parts[s]:.3f}" if s in parts else "-" for s in CLUSTERING_STEPS)
             + f" | {float(run['steps']['reconstruction']):.3f} |"
@@ -151,16 +166,17 @@ def render_markdown(meta: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) 
         "",
         "## Agreement with stock (same audio, same math)",
         "",
-        "| audio | clustering | math | identical annotation | DER vs stock | "
+        "| audio | clustering | math | path | identical annotation | DER vs stock | "
         "max abs score diff | max abs embedding diff | speakers | "
         "DER vs the recording's turns |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
         if run["path"] != "accelerated":
             continue
         lines.append(
             f"| {_length(run['audio_seconds'])} | {run['clustering']} | {run['math']} | "
+            f"{_path(run, runs)} | "
             f"{'yes' if run['identical_to_stock'] else 'no'} | {run['der_vs_stock']:.6f} | "
             f"{run['max_abs_score_diff']:.2e} | {run['max_abs_embedding_diff']:.2e} | "
             f"{run.get('speakers', '-')} (stock {run.get('stock_speakers', '-')}) | "
@@ -203,7 +219,7 @@ def plot(runs: Sequence[Mapping[str, Any]], path: Path, title: str) -> None:
                 )
                 left += seconds
             axis.text(left, row, f"  {run['seconds']:.2f} s, {run['rtfx']:.0f}x", va="center")
-            labels.append(f"{run['path']} {run['math']}")
+            labels.append(f"{_path(run, runs)} {run['math']}")
         axis.set_yticks(range(len(chosen)), labels)
         axis.invert_yaxis()
         axis.set_title(f"{_length(length)} of audio, {clustering} clustering")

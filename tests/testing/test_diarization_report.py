@@ -83,9 +83,24 @@ def test_markdown_has_a_row_per_run_and_brackets_overlapped_steps():
     text = report.render_markdown(META, runs)
     assert "| 1 h | vbx | fp32 | stock | 24.00 | 150 |" in text
     assert "| 1 h | vbx | fp32 | accelerated | 6.00 | 600 | 0.500 | [0.500] |" in text
-    assert "| 1 h | vbx | fp32 | yes | 0.000000 | 1.00e-06 | 1.00e-08 |" in text
+    assert "| 1 h | vbx | fp32 | accelerated | yes | 0.000000 | 1.00e-06 | 1.00e-08 |" in text
     # what was clustered, so that a degenerate clustering shows
     assert "| 1 h | vbx | fp32 | accelerated | 3558 | 3 (4) | 0.400 | 0.020 | 0.100 | - |" in text
+
+
+def test_a_batch_study_names_each_arms_segmentation_batch():
+    runs = [
+        _run("stock"),
+        _run(segmentation_batch=128, seconds=3.0),
+        _run(segmentation_batch=512, seconds=2.0, identical_to_stock=False, der_vs_stock=1e-4),
+        _run(audio_seconds=600, segmentation_batch=512),  # alone at its length: no batch
+    ]
+    text = report.render_markdown(META, runs)
+    assert "| 1 h | vbx | fp32 | accelerated, batch 128 | 3.00 |" in text
+    assert "| 1 h | vbx | fp32 | accelerated, batch 512 | 2.00 |" in text
+    assert "| 1 h | vbx | fp32 | accelerated, batch 512 | no | 0.000100 |" in text
+    assert "| 10 min | vbx | fp32 | accelerated | 6.00 |" in text
+    assert "| 1 h | vbx | fp32 | stock | 6.00 |" in text
 
 
 def test_the_chart_is_written(tmp_path):
