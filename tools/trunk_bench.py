@@ -81,17 +81,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"float64 truth of 2 chunks: {time.perf_counter() - t0:.1f} s", flush=True)
 
     arms: dict[str, tuple[CudaMath, Any]] = {}
-    planned = {f"pyspk {math}": PlannedTrunk(resnet, math) for math in CudaMath}
-    tier = planned["pyspk fp32"].plan.tier
+    own = {math: PlannedTrunk(resnet, math) for math in CudaMath}
+    tier = own[CudaMath.FP32].plan.tier
     sm80 = None
-    if tier > PtxTier.SM80:
+    if tier > PtxTier.SM80:  # the device's own tier beside sm80's, each named
         sm80 = CudaRuntime(torch.cuda.current_device(), ptx_tier=PtxTier.SM80)
         sm80.load_kernels(KernelModule.TRUNK)
-        for math in CudaMath:
-            planned[f"pyspk {math} sm80"] = PlannedTrunk(resnet, math, runtime=sm80)
-        planned = {
-            f"{name} {tier}" if "sm80" not in name else name: plan for name, plan in planned.items()
-        }
+        planned = {f"pyspk {math} {tier}": plan for math, plan in own.items()}
+        planned.update(
+            {f"pyspk {math} sm80": PlannedTrunk(resnet, math, runtime=sm80) for math in CudaMath}
+        )
+    else:
+        planned = {f"pyspk {math}": plan for math, plan in own.items()}
     stock = type(resnet).forward_frames.__get__(resnet)
     arms["cudnn fp32"] = (CudaMath.FP32, stock)
     arms["cudnn tf32"] = (CudaMath.TF32, stock)

@@ -46,10 +46,8 @@ def _device(ordinal: int, forced: PtxTier | None, force_ptx: bool) -> dict[str, 
     try:
         tier = loadable_tier(device.capability, forced)
         manifest = Manifest.load()
-        artifact = choose_artifact(
-            manifest.module(KernelModule.SEGDENSE), device.capability, tier, force_ptx
-        )
-        # per module: a module may ship a tier above the common ones (the trunk's sm90)
+        # per module: a module may ship a tier above the common ones (the trunk's sm90);
+        # segdense ships the common ones, so its artifact is of `tier`
         modules = {
             str(name): choose_artifact(
                 manifest.module(name), device.capability, forced, force_ptx
@@ -60,7 +58,7 @@ def _device(ordinal: int, forced: PtxTier | None, force_ptx: bool) -> dict[str, 
         report["kernels"] = f"unavailable: {error}"
         return report
     report["tier"] = str(tier)
-    report["artifact"] = artifact.describe()
+    report["artifact"] = modules[str(KernelModule.SEGDENSE)]
     report["modules"] = modules
     report["picks"] = [
         {

@@ -418,8 +418,8 @@ class PipelineAcceleration:
                 self.segmentation = accelerate(pipeline._segmentation.model, self.math, lstm=lstm)
                 self._steps.append(self.segmentation.undo)
             if segmentation_batch is None:  # larger where pyspk's LSTM serves it
-                lstm = self.segmentation is not None and "lstm" in self.segmentation.modules
-                segmentation_batch = TF32_SEGMENTATION_BATCH if lstm else SEGMENTATION_BATCH
+                planned_lstm = self.segmentation is not None and "lstm" in self.segmentation.modules
+                segmentation_batch = TF32_SEGMENTATION_BATCH if planned_lstm else SEGMENTATION_BATCH
             self.embedding = accelerate(pipeline._embedding.model_, self.math)
             self._steps.append(self.embedding.undo)
             self.embeddings = embed_once_per_chunk(pipeline, batch_size)

@@ -80,8 +80,8 @@ behind the Python code")."""
 
 TF32_SEGMENTATION_BATCH = 512
 """Chunks per segmentation forward where the LSTM runs on pyspk's recurrence plan (TF32
-math, `accelerate_pipeline`'s default): its time per chunk falls about threefold from
-128 to 512, and little beyond (benchmarks/h200-lstm.md)."""
+math by default, FP32 math with `accelerate_pipeline(..., lstm=True)`): its time per
+chunk falls about threefold from 128 to 512, and little beyond (benchmarks/h200-lstm.md)."""
 
 
 EMBEDDING_BATCH = 32

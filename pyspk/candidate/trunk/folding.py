@@ -125,10 +125,8 @@ class FoldedConv:
             return pairs.reshape(-1, 2, 4, pairs.shape[-1]).transpose(0, 3, 2, 1)
 
         if warpgroups:
-
-            def planes(
-                halves: np.ndarray,
-            ) -> np.ndarray:  # [k][cout] -> [k / 16][cout / 8][2][8][8]
+            # [k][cout] -> [k / 16][cout / 8][2][8][8]
+            def planes(halves: np.ndarray) -> np.ndarray:
                 blocks = halves.reshape(-1, 2, 8, halves.shape[-1] // 8, 8)
                 return blocks.transpose(0, 3, 1, 4, 2)
 
