@@ -1,17 +1,22 @@
 """The corpus benchmark: many files through one pipeline on one GPU, one after another
-(stock and accelerated) and in corpus mode (`diarize_corpus`: files decoded ahead, two
+(stock and accelerated) and in corpus mode (`diarize_corpus`: files decoded ahead,
 accelerated engines taking them in turn), in one process.
 
-    PYTHONPATH=. python3 tools/corpus_bench.py [--hours 1] [--out benchmarks]
-        [--shape community-1] [--math fp32 tf32]
+    PYTHONPATH=. python3 tools/corpus_bench.py [--hours 10] [--out benchmarks]
+        [--shape community-1] [--math fp32 tf32] [--engines 2 3] [--work DIR]
 
 The corpus: synthetic conversations (`pyspk.testing.synthetic.recording`, 4 voices each,
 heard by neither calibration) written as WAV files, lengths drawn like VoxConverse's
-(log-normal, median 5 minutes, clipped to 30 s .. 20 min) until they add up to --hours.
+(log-normal, median 5 minutes, clipped to 30 s .. 20 min) until they add up to --hours;
+kept in --work, so that a second shape's run on the same machine reads the same files.
 The pipelines are the diarization benchmark's (`tools/diarize_bench.py`). Each arm reads
 the WAV files from disk and writes RTTM files; the stock arm runs in FP32 math only (it
-switches TF32 off whatever the caller asks). Each run records whether every annotation
-(the RTTM text) equals the stock one. Writes <device>-corpus.md and .json into --out.
+switches TF32 off whatever the caller asks) and counts the embeddings each file's
+clustering kept (outside its timing). Each run records whether every annotation (the
+RTTM text) equals the stock one, and the peaks of host memory (the process's resident
+set) and of device memory in use, sampled every 50 ms. Writes <device>-corpus.md and
+.json into --out; runs of another shape already there on the same corpus are kept, so
+one file holds both shapes.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("PYANNOTE_METRICS_ENABLED", "false")
 
@@ -35,8 +41,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks")
     parser.add_argument("--hours", type=float, default=1.0)
     parser.add_argument("--shape", choices=["agglomerative", "community-1"], default="community-1")
-    parser.add_argument("--math", nargs="+", default=["fp32", "tf32"])
+    parser.add_argument("--math", nargs="*", default=["fp32", "tf32"])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cuda",
+                        help="cpu: a smoke run (--math with no value: stock)")  # fmt: skip
+    parser.add_argument("--engines", type=int, nargs="+", default=[2],
+                        help="corpus mode's engines: a corpus arm per value")  # fmt: skip
+    parser.add_argument("--work", type=Path, default=None,
+                        help="where the audio and RTTM files go (default: a new temporary "
+                        "folder); audio already there for the same lengths is reused")  # fmt: skip
     parser.add_argument(
         "--no-stock",
         action="store_true",
@@ -60,130 +73,238 @@ def lengths(hours: float, seed: int) -> list[float]:
     return [round(length, 1) for length in drawn]
 
 
+class _Clustered:
+    """A pipeline hook that keeps the last file's segmentations and embeddings, to count
+    the embeddings its clustering kept (pyannote's own filter)."""
+
+    def __init__(self, pipeline: Any) -> None:
+        self.pipeline = pipeline
+        self.artefacts: dict[str, Any] = {}
+
+    def __call__(self, step: str, artefact: Any, file: Any = None, **progress: Any) -> None:
+        if not progress and step in ("segmentation", "embeddings"):
+            self.artefacts[step] = artefact
+
+    def count(self) -> int:
+        embeddings = self.artefacts.get("embeddings")
+        if embeddings is None:
+            return 0
+        segmentations = self.artefacts["segmentation"]
+        kept, _, _ = self.pipeline.clustering.filter_embeddings(embeddings, segmentations)
+        return len(kept)
+
+
+def _corpus(folder: Path, drawn: list[float]) -> list[Path]:
+    """The corpus's WAV files in `folder`, written unless there for these lengths."""
+    import soundfile
+
+    from pyspk.testing.synthetic import recording
+
+    folder.mkdir(parents=True, exist_ok=True)
+    written = folder / "lengths.json"
+    if not written.exists() or json.loads(written.read_text()) != drawn:
+        for old in folder.glob("*.wav"):
+            old.unlink()
+        for index, seconds in enumerate(drawn):
+            made = recording(seconds, seed=1000 + index)
+            soundfile.write(folder / f"file{index:03d}.wav", made.waveform, 16000)
+        written.write_text(json.dumps(drawn))
+    return sorted(folder.glob("*.wav"))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    import soundfile
     import torch
 
     warnings.simplefilter("ignore")
     import pyspk.pyannote as pa
     from pyspk.pyannote.corpus import diarize_file
     from pyspk.testing.benchmark import device_slug
+    from pyspk.testing.memory import PeakMemory
     from pyspk.testing.synthetic import recording
     from tools.diarize_bench import _pipelines
 
-    device = torch.device("cuda")
-    work = Path(tempfile.mkdtemp(prefix="pyspk-corpus-"))
+    device = torch.device(args.device)
+    on_gpu = device.type == "cuda"
+
+    def synchronize() -> None:
+        if on_gpu:
+            torch.cuda.synchronize(device)
+
+    work = args.work or Path(tempfile.mkdtemp(prefix="pyspk-corpus-"))
+    work.mkdir(parents=True, exist_ok=True)
     bench_args = argparse.Namespace(shapes=[args.shape], fit_seed=11, plda_seed=12)
-    pipeline = _pipelines(bench_args, work, device)[args.shape]
+    pipeline = _pipelines(bench_args, Path(tempfile.mkdtemp(dir=work)), device)[args.shape]
     clustering = "vbx" if args.shape == "community-1" else "agglomerative"
-    folder = work / "audio"
-    folder.mkdir()
     drawn = lengths(args.hours, args.seed)
-    for index, seconds in enumerate(drawn):
-        made = recording(seconds, seed=1000 + index)
-        soundfile.write(folder / f"file{index:03d}.wav", made.waveform, 16000)
-    files = sorted(folder.glob("*.wav"))
+    made = time.perf_counter()
+    files = _corpus(work / "audio", drawn)
+    folder = files[0].parent
     audio_seconds = sum(drawn)
-    print(f"{len(files)} files, {audio_seconds / 3600:.2f} h, written", flush=True)
+    print(
+        f"{len(files)} files, {audio_seconds / 3600:.2f} h, ready in "
+        f"{time.perf_counter() - made:.1f} s",
+        flush=True,
+    )
+    outputs = Path(tempfile.mkdtemp(prefix=f"{args.shape}-", dir=work))
+
+    def gpu_used() -> int:
+        free, total = torch.cuda.mem_get_info(device)
+        return total - free
+
+    device_used = gpu_used if on_gpu else None
 
     def rttms(out: Path) -> dict[str, str]:
         return {p.name: p.read_text() for p in sorted(out.glob("*.rttm"))}
 
-    def sequential(label: str) -> tuple[float, list[dict]]:
-        out = work / label
-        out.mkdir()
-        torch.cuda.synchronize()
-        started = time.perf_counter()
-        entries = [diarize_file(pipeline, path, None, out) for path in files]
-        return time.perf_counter() - started, entries
-
     runs: list[dict] = []
 
-    def record(path: str, math: str, seconds: float, out: Path, entries: list[dict]) -> None:
+    def record(
+        path: str, math: str, seconds: float, out: Path, entries: list[dict], peak: PeakMemory
+    ) -> dict:
         same = rttms(out) == stock_rttms
-        runs.append(
-            {
-                "path": path,
-                "math": math,
-                "gpus": 1,
-                "clustering": clustering,
-                "audio_seconds": audio_seconds,
-                "files": len(files),
-                "seconds": seconds,
-                "rtfx": audio_seconds / seconds,
-                "identical_to_stock": same,
-                "failed": sum(entry["status"] != "done" for entry in entries),
-                "per_file": [
-                    {k: entry.get(k) for k in ("path", "audio_seconds", "seconds", "speakers")}
-                    for entry in entries
-                ],
-            }
-        )
+        run = {
+            "path": path,
+            "math": math,
+            "gpus": 1,
+            "clustering": clustering,
+            "audio_seconds": audio_seconds,
+            "files": len(files),
+            "seconds": seconds,
+            "rtfx": audio_seconds / seconds,
+            "identical_to_stock": same,
+            "failed": sum(entry["status"] != "done" for entry in entries),
+            "host_peak_gb": peak.host_bytes / 1e9,
+            "device_peak_gb": peak.device_bytes / 1e9,
+            "per_file": [
+                {k: entry.get(k) for k in ("path", "audio_seconds", "seconds", "speakers")}
+                for entry in entries
+            ],
+        }
+        runs.append(run)
         print(
             f"{path} {math}: {seconds:.2f} s, {audio_seconds / seconds:.0f}x, identical to "
-            f"stock {same}",
+            f"stock {same}, peaks {run['host_peak_gb']:.2f} GB host, "
+            f"{run['device_peak_gb']:.2f} GB device",
             flush=True,
         )
+        return run
+
+    def sequential(label: str, counter: _Clustered | None = None) -> tuple[float, list[dict]]:
+        """Every file in turn; the time is the files' own (the counting is outside)."""
+        out = outputs / label
+        out.mkdir()
+        entries, seconds = [], 0.0
+        options = {} if counter is None else {"hook": counter}
+        for path in files:
+            synchronize()
+            started = time.perf_counter()
+            entries.append(diarize_file(pipeline, path, None, out, **options))
+            seconds += time.perf_counter() - started
+            if counter is not None:
+                entries[-1]["embeddings_clustered"] = counter.count()
+        return seconds, entries
 
     warm = {"waveform": torch.from_numpy(recording(60, seed=99).waveform)[None],
             "sample_rate": 16000, "uri": "warm"}  # fmt: skip
     pipeline(warm)
     stock_rttms: dict[str, str] = {}
+    clustered: list[int] = []
     if not args.no_stock:
-        seconds, entries = sequential("stock")
-        stock_rttms = rttms(work / "stock")
-        record("stock", "fp32", seconds, work / "stock", entries)
+        with PeakMemory(device_used) as peak:
+            seconds, entries = sequential("stock", _Clustered(pipeline))
+        stock_rttms = rttms(outputs / "stock")
+        clustered = [entry.get("embeddings_clustered", 0) for entry in entries]
+        run = record("stock", "fp32", seconds, outputs / "stock", entries, peak)
+        for kept, entry in zip(run["per_file"], entries, strict=True):
+            kept["embeddings_clustered"] = entry.get("embeddings_clustered")
     for math in args.math:
         with pa.accelerate_pipeline(pipeline, math):
             pipeline(warm)
-            seconds, entries = sequential(f"sequential-{math}")
+            with PeakMemory(device_used) as peak:
+                seconds, entries = sequential(f"sequential-{math}")
         if not stock_rttms:  # --no-stock: the accelerated FP32 run stands for it
-            stock_rttms = rttms(work / f"sequential-{math}")
-        record("sequential", math, seconds, work / f"sequential-{math}", entries)
-        out = work / f"corpus-{math}"
-        torch.cuda.synchronize()
-        started = time.perf_counter()
-        run = pa.diarize_corpus(pipeline, [folder], out, math=math, progress=None)
-        seconds = time.perf_counter() - started
-        manifest = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
-        record("corpus", math, seconds, out, manifest)
-        runs[-1]["engines"] = 2
-        runs[-1]["setup_seconds"] = run.setup_seconds
-        runs[-1]["rtfx_after_setup"] = audio_seconds / (seconds - run.setup_seconds)
-    slug = device_slug(torch.cuda.get_device_name())
+            stock_rttms = rttms(outputs / f"sequential-{math}")
+        record("sequential", math, seconds, outputs / f"sequential-{math}", entries, peak)
+        for engines in args.engines:
+            out = outputs / f"corpus-{math}-{engines}"
+            synchronize()
+            with PeakMemory(device_used) as peak:
+                started = time.perf_counter()
+                corpus = pa.diarize_corpus(
+                    pipeline, [folder], out, math=math, engines=engines, progress=None
+                )
+                seconds = time.perf_counter() - started
+            lines = (out / "manifest.jsonl").read_text().splitlines()
+            manifest = [json.loads(line) for line in lines]
+            run = record("corpus", math, seconds, out, manifest, peak)
+            run["engines"] = engines
+            run["setup_seconds"] = corpus.setup_seconds
+            run["rtfx_after_setup"] = audio_seconds / (seconds - corpus.setup_seconds)
+    name = torch.cuda.get_device_name(device) if on_gpu else "cpu"
+    slug = device_slug(name)
     args.out.mkdir(parents=True, exist_ok=True)
-    meta = {
-        "device": torch.cuda.get_device_name(),
-        "shape": args.shape,
-        "lengths": drawn,
+    speakers = [entry["speakers"] for entry in runs[0]["per_file"] if entry["speakers"] is not None]
+    shape_meta = {
         "agreement_with": "accelerated fp32 sequential" if args.no_stock else "stock",
+        "embeddings_clustered": sum(clustered),
+        "speakers_found": {str(n): speakers.count(n) for n in sorted(set(speakers))},
     }
-    (args.out / f"{slug}-corpus.json").write_text(
-        json.dumps({"meta": meta, "runs": runs}, indent=1) + "\n"
-    )
-    table = [
+    meta = {
+        "device": name,
+        "lengths": drawn,
+        "voices_per_file": 4,
+        "memory_sampling_s": 0.05,
+        "shapes": {clustering: shape_meta},
+    }
+    json_path = args.out / f"{slug}-corpus.json"
+    if json_path.exists():  # another shape's runs on this same corpus are kept
+        before = json.loads(json_path.read_text())
+        if before.get("meta", {}).get("lengths") == drawn:
+            runs = [run for run in before["runs"] if run["clustering"] != clustering] + runs
+            meta["shapes"] = {**before["meta"].get("shapes", {}), clustering: shape_meta}
+    json_path.write_text(json.dumps({"meta": meta, "runs": runs}, indent=1) + "\n")
+    (args.out / f"{slug}-corpus.md").write_text(_markdown(meta, runs, args.hours))
+    return 0
+
+
+def _markdown(meta: dict, runs: list[dict], hours: float) -> str:
+    drawn = meta["lengths"]
+    lines = [
         f"# Corpus benchmark: {meta['device']}",
         "",
-        f"`tools/corpus_bench.py --hours {args.hours:g} --shape {args.shape}`: {len(files)} "
-        f"WAV files, {audio_seconds / 3600:.2f} h (lengths {min(drawn):.0f} to "
-        f"{max(drawn):.0f} s, median {sorted(drawn)[len(drawn) // 2]:.0f} s), read from "
-        "disk, RTTM files written; one process, one GPU. Corpus mode: `diarize_corpus`, "
-        "two engines, files decoded ahead.",
+        f"`tools/corpus_bench.py --hours {hours:g}`: {len(drawn)} WAV files, "
+        f"{sum(drawn) / 3600:.2f} h (lengths {min(drawn):.0f} to {max(drawn):.0f} s, median "
+        f"{sorted(drawn)[len(drawn) // 2]:.0f} s; synthetic conversations of "
+        f"{meta['voices_per_file']} voices the calibrations never heard), read from disk, "
+        "RTTM files written; one process, one GPU, each shape's arms in one process. "
+        "Corpus mode: `diarize_corpus`, files decoded ahead, N engines. Peaks: the "
+        f"process's resident set and the device's memory in use, sampled every "
+        f"{meta['memory_sampling_s'] * 1000:.0f} ms.",
         "",
-        "| path | math | seconds | x real time | of it, setup (s) | x real time after setup "
-        f"| identical to {'the accelerated FP32 run' if args.no_stock else 'stock'} | failed |",
-        "|---|---|---|---|---|---|---|---|",
+    ]
+    for clustering, shape in meta["shapes"].items():
+        found = ", ".join(f"{n} in {count}" for n, count in shape["speakers_found"].items())
+        lines.append(
+            f"- {clustering}: stock clustered {shape['embeddings_clustered']} embeddings in "
+            f"all; speakers found (speakers in files): {found}."
+        )
+    lines += [
+        "",
+        "| clustering | path | math | engines | seconds | x real time | of it, setup (s) "
+        "| x real time after setup | host peak (GB) | device peak (GB) | identical to stock "
+        "| failed |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
-        table.append(
-            f"| {run['path']} | {run['math']} | {run['seconds']:.2f} | {run['rtfx']:.0f} | "
-            f"{run.get('setup_seconds', 0.0):.2f} | "
-            f"{run.get('rtfx_after_setup', run['rtfx']):.0f} | "
-            f"{'yes' if run['identical_to_stock'] else 'no'} | {run['failed']} |"
+        lines.append(
+            f"| {run['clustering']} | {run['path']} | {run['math']} | {run.get('engines', 1)} "
+            f"| {run['seconds']:.2f} | {run['rtfx']:.0f} | {run.get('setup_seconds', 0.0):.2f} "
+            f"| {run.get('rtfx_after_setup', run['rtfx']):.0f} | {run['host_peak_gb']:.2f} "
+            f"| {run['device_peak_gb']:.2f} | {'yes' if run['identical_to_stock'] else 'no'} "
+            f"| {run['failed']} |"
         )
-    (args.out / f"{slug}-corpus.md").write_text("\n".join(table) + "\n")
-    return 0
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -3,10 +3,12 @@ JSON-lines manifest of what was done, and a rerun that skips it.
 
 - `diarize_corpus`: on this process's GPU. Files are decoded ahead on a bounded queue
   (at most `decode_ahead` decoded files wait), largest first, and `engines` accelerated
-  copies of the pipeline take them in turn on threads: the GPU passes of the engines run
-  one at a time (their math scopes), so one file's clustering, reconstruction and RTTM
-  run on the host while the next file's models run on the GPU. Each file's output is
-  the one the pipeline gives it alone (the copies hold the same weights).
+  copies of the pipeline take them in turn on threads, each on streams of its own: one
+  file's clustering, reconstruction and RTTM run on the host while the next file's
+  models run on the GPU, and the engines' GPU passes (one math: `library_math` scopes
+  of one math run together) overlap each other. Each file's output is the one the
+  pipeline gives it alone (the copies hold the same weights, and no kernel's result
+  depends on what runs beside it).
 - `diarize_corpus_on_dask`: the same files as tasks of a `dask.distributed` cluster, one
   worker process per GPU (`local_gpu_cluster`, or workers started on other machines),
   largest first. Each worker builds its pipeline once (`make_pipeline`, a picklable

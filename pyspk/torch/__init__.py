@@ -137,27 +137,93 @@ _KEPT_PARTIALS = 16
 _current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", _current_stream_handle)
 
 
-# PyTorch's TF32 switches are process-wide: one scope at a time may hold them
-_MATH_SCOPE = threading.RLock()
+class _MathScopes:
+    """PyTorch's TF32 switches are process-wide. Scopes of one math share them: any
+    number of threads may be inside FP32 scopes (or TF32 ones) at once, so two engines'
+    GPU passes of one math overlap; a scope of the other math waits until none is open.
+    A thread alone in its scopes may nest the other math: it switches them, and no other
+    thread joins until that inner scope ends. The switches as they were before the first
+    scope are restored after the last."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._math: CudaMath | None = None
+        self._depth: dict[int, int] = {}  # open scopes per thread
+        self._switched = 0  # open inner scopes of the other math (one thread's)
+        self._before: tuple[bool, bool] = (False, False)
+        self._undo = threading.local()  # per thread: the math to return to, per scope
+
+    @staticmethod
+    def _set(math: CudaMath) -> None:
+        allow = math is CudaMath.TF32
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = allow
+
+    def enter(self, math: CudaMath) -> None:
+        me = threading.get_ident()
+        with self._changed:
+            while True:
+                if not self._depth:
+                    self._before = (
+                        torch.backends.cuda.matmul.allow_tf32,
+                        torch.backends.cudnn.allow_tf32,
+                    )
+                    self._math, previous = math, None
+                    self._set(math)
+                    break
+                if self._math is math and (self._switched == 0 or set(self._depth) == {me}):
+                    previous = None
+                    break
+                if set(self._depth) == {me}:  # this thread alone: it nests the other math
+                    previous, self._math = self._math, math
+                    self._switched += 1
+                    self._set(math)
+                    break
+                self._changed.wait()
+            self._depth[me] = self._depth.get(me, 0) + 1
+        stack = getattr(self._undo, "stack", None)
+        if stack is None:
+            stack = self._undo.stack = []
+        stack.append(previous)
+
+    def leave(self) -> None:
+        me = threading.get_ident()
+        previous = self._undo.stack.pop()
+        with self._changed:
+            self._depth[me] -= 1
+            if self._depth[me] == 0:
+                del self._depth[me]
+            if previous is not None:
+                self._math = previous
+                self._switched -= 1
+                self._set(previous)
+            if not self._depth:
+                self._math = None
+                (
+                    torch.backends.cuda.matmul.allow_tf32,
+                    torch.backends.cudnn.allow_tf32,
+                ) = self._before
+            self._changed.notify_all()
+
+
+_MATH_SCOPES = _MathScopes()
 
 
 @contextlib.contextmanager
 def library_math(math: CudaMath) -> Iterator[None]:
     """PyTorch's TF32 switches for `math` (on for TF32, off for FP32), restored after;
     torch's notice that these switches are its legacy API is silenced meanwhile. The
-    switches are the process's, not the thread's: scopes in other threads wait until
-    this one ends (a thread may nest its own), so an FP32 scope is FP32 whatever other
-    threads' scopes ask. PyTorch work outside any scope still sees the switches as the
-    scope running at the time sets them."""
-    allow = math is CudaMath.TF32
-    with _MATH_SCOPE, warnings.catch_warnings():
+    switches are the process's, not the thread's: scopes of one math in several threads
+    run together, and a scope of the other math waits until they have all ended (a thread
+    alone in its scopes may nest either), so an FP32 scope is FP32 whatever other threads'
+    scopes ask. PyTorch work outside any scope still sees the switches as the scopes open
+    at the time set them."""
+    with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*TF32")
-        before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = allow
+        _MATH_SCOPES.enter(math)
         try:
             yield
         finally:
-            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+            _MATH_SCOPES.leave()
 
 
 def epilogue(site: DenseSite) -> Callable[[torch.Tensor], torch.Tensor] | None:

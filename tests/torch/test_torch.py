@@ -349,3 +349,59 @@ def test_math_scopes_in_two_threads_never_share_the_switches():
         thread.join()
     assert seen == {CudaMath.FP32: {(False, False)}, CudaMath.TF32: {(True, True)}}
     assert tuple(switch.allow_tf32 for switch in switches) == before
+
+
+def test_scopes_of_one_math_run_together_and_the_other_math_waits():
+    """Two FP32 scopes in two threads are open at once (a barrier inside each would
+    time out otherwise); a TF32 scope asked for meanwhile opens only after both ended,
+    and sees TF32 on; the switches are restored after the last."""
+    import threading
+
+    from pyspk.cuda import CudaMath
+
+    switches = torch.backends.cuda.matmul, torch.backends.cudnn
+    before = tuple(switch.allow_tf32 for switch in switches)
+    both_inside = threading.Barrier(2, timeout=5)
+    events: list[str] = []
+    lock = threading.Lock()
+
+    def fp32(name: str) -> None:
+        with ptorch.library_math(CudaMath.FP32):
+            both_inside.wait()  # raises BrokenBarrierError if the scopes were serialized
+            with lock:
+                events.append(f"{name} in {tuple(s.allow_tf32 for s in switches)}")
+            if name == "a":
+                tf32_thread.start()
+            threading.Event().wait(0.05)  # the TF32 thread asks meanwhile
+            with lock:
+                events.append(f"{name} out")
+
+    def tf32() -> None:
+        with ptorch.library_math(CudaMath.TF32), lock:
+            events.append(f"tf32 in {tuple(s.allow_tf32 for s in switches)}")
+
+    tf32_thread = threading.Thread(target=tf32)
+    threads = [threading.Thread(target=fp32, args=(name,)) for name in "ab"]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    tf32_thread.join()
+    assert sorted(events[:2]) == ["a in (False, False)", "b in (False, False)"]
+    assert sorted(events[2:4]) == ["a out", "b out"]
+    assert events[4] == "tf32 in (True, True)"
+    assert tuple(switch.allow_tf32 for switch in switches) == before
+
+
+def test_a_thread_alone_may_nest_the_other_math():
+    from pyspk.cuda import CudaMath
+
+    switches = torch.backends.cuda.matmul, torch.backends.cudnn
+    before = tuple(switch.allow_tf32 for switch in switches)
+    with ptorch.library_math(CudaMath.FP32):
+        with ptorch.library_math(CudaMath.TF32):
+            assert all(switch.allow_tf32 for switch in switches)
+            with ptorch.library_math(CudaMath.TF32):
+                assert all(switch.allow_tf32 for switch in switches)
+        assert not any(switch.allow_tf32 for switch in switches)
+    assert tuple(switch.allow_tf32 for switch in switches) == before

@@ -1,0 +1,61 @@
+"""Peak memory over a stretch of work, for the benchmarks' reports: the process's
+resident set (from /proc/self/statm) and, given a probe, the device's memory in use,
+both sampled by a background thread. Sampling misses peaks shorter than its period, so a
+report states the period."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from types import TracebackType
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def resident_bytes() -> int:
+    """This process's resident set now, in bytes (0 where /proc is absent)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * _PAGE
+    except OSError:
+        return 0
+
+
+class PeakMemory:
+    """`with PeakMemory(device_used) as peak:` ... then `peak.host_bytes` and
+    `peak.device_bytes`: the largest sample of each while the block ran (its first and
+    last sample included). `device_used` returns the device's bytes in use (for example
+    total minus free from `torch.cuda.mem_get_info`); without it device_bytes stays 0."""
+
+    def __init__(self, device_used: Callable[[], int] | None = None, period_s: float = 0.05):
+        self.period_s = period_s
+        self.host_bytes = 0
+        self.device_bytes = 0
+        self._device_used = device_used
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pyspk-peak-memory", daemon=True)
+
+    def _sample(self) -> None:
+        self.host_bytes = max(self.host_bytes, resident_bytes())
+        if self._device_used is not None:
+            self.device_bytes = max(self.device_bytes, int(self._device_used()))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period_s):
+            self._sample()
+
+    def __enter__(self) -> PeakMemory:
+        self._sample()
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()

@@ -1,0 +1,37 @@
+"""The benchmarks' peak-memory sampler: it sees an allocation made and freed inside its
+block, and the device probe's largest value, not its last."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from pyspk.testing.memory import PeakMemory, resident_bytes
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+
+
+def test_a_freed_allocation_still_shows_in_the_host_peak():
+    before = resident_bytes()
+    with PeakMemory(period_s=0.01) as peak:
+        block = np.ones(64 << 20, dtype=np.uint8)  # 64 MiB, touched
+        time.sleep(0.1)
+        del block
+    assert peak.host_bytes >= before + (60 << 20)
+    assert resident_bytes() < peak.host_bytes
+
+
+def test_the_device_peak_is_the_largest_sample():
+    readings = iter([5, 40, 7] + [3] * 1000)
+    with PeakMemory(lambda: next(readings), period_s=0.01) as peak:
+        time.sleep(0.1)
+    assert peak.device_bytes == 40
+
+
+def test_without_a_probe_the_device_peak_stays_zero():
+    with PeakMemory(period_s=0.01) as peak:
+        pass
+    assert peak.device_bytes == 0 and peak.host_bytes > 0
