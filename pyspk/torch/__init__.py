@@ -153,22 +153,34 @@ class _MathScopes:
         self._before: tuple[bool, bool] = (False, False)
         self._undo = threading.local()  # per thread: the math to return to, per scope
 
+    # The switches are read and written under the lock alone, torch's notice that they
+    # are its legacy API silenced there: a filter held for a whole scope would be
+    # restored out of order by scopes of other threads that overlap it.
     @staticmethod
-    def _set(math: CudaMath) -> None:
-        allow = math is CudaMath.TF32
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = allow
+    def _switches() -> tuple[bool, bool]:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*TF32")
+            return torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+
+    @staticmethod
+    def _set(matmul: bool, cudnn: bool) -> None:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*TF32")
+            torch.backends.cuda.matmul.allow_tf32 = matmul
+            torch.backends.cudnn.allow_tf32 = cudnn
+
+    @classmethod
+    def _set_math(cls, math: CudaMath) -> None:
+        cls._set(math is CudaMath.TF32, math is CudaMath.TF32)
 
     def enter(self, math: CudaMath) -> None:
         me = threading.get_ident()
         with self._changed:
             while True:
                 if not self._depth:
-                    self._before = (
-                        torch.backends.cuda.matmul.allow_tf32,
-                        torch.backends.cudnn.allow_tf32,
-                    )
+                    self._before = self._switches()
                     self._math, previous = math, None
-                    self._set(math)
+                    self._set_math(math)
                     break
                 if self._math is math and (self._switched == 0 or set(self._depth) == {me}):
                     previous = None
@@ -176,7 +188,7 @@ class _MathScopes:
                 if set(self._depth) == {me}:  # this thread alone: it nests the other math
                     previous, self._math = self._math, math
                     self._switched += 1
-                    self._set(math)
+                    self._set_math(math)
                     break
                 self._changed.wait()
             self._depth[me] = self._depth.get(me, 0) + 1
@@ -195,13 +207,10 @@ class _MathScopes:
             if previous is not None:
                 self._math = previous
                 self._switched -= 1
-                self._set(previous)
+                self._set_math(previous)
             if not self._depth:
                 self._math = None
-                (
-                    torch.backends.cuda.matmul.allow_tf32,
-                    torch.backends.cudnn.allow_tf32,
-                ) = self._before
+                self._set(*self._before)
             self._changed.notify_all()
 
 
@@ -210,20 +219,18 @@ _MATH_SCOPES = _MathScopes()
 
 @contextlib.contextmanager
 def library_math(math: CudaMath) -> Iterator[None]:
-    """PyTorch's TF32 switches for `math` (on for TF32, off for FP32), restored after;
-    torch's notice that these switches are its legacy API is silenced meanwhile. The
-    switches are the process's, not the thread's: scopes of one math in several threads
-    run together, and a scope of the other math waits until they have all ended (a thread
-    alone in its scopes may nest either), so an FP32 scope is FP32 whatever other threads'
-    scopes ask. PyTorch work outside any scope still sees the switches as the scopes open
-    at the time set them."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*TF32")
-        _MATH_SCOPES.enter(math)
-        try:
-            yield
-        finally:
-            _MATH_SCOPES.leave()
+    """PyTorch's TF32 switches for `math` (on for TF32, off for FP32), restored after
+    (without torch's notice that these switches are its legacy API). The switches are
+    the process's, not the thread's: scopes of one math in several threads run together,
+    and a scope of the other math waits until they have all ended (a thread alone in its
+    scopes may nest either), so an FP32 scope is FP32 whatever other threads' scopes
+    ask. PyTorch work outside any scope still sees the switches as the scopes open at the
+    time set them."""
+    _MATH_SCOPES.enter(math)
+    try:
+        yield
+    finally:
+        _MATH_SCOPES.leave()
 
 
 def epilogue(site: DenseSite) -> Callable[[torch.Tensor], torch.Tensor] | None:

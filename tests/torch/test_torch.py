@@ -405,3 +405,39 @@ def test_a_thread_alone_may_nest_the_other_math():
                 assert all(switch.allow_tf32 for switch in switches)
         assert not any(switch.allow_tf32 for switch in switches)
     assert tuple(switch.allow_tf32 for switch in switches) == before
+
+
+def test_overlapping_scopes_leave_the_warning_filters_as_they_were():
+    """A enters, B enters, A leaves, B leaves: out of nesting order, as two engines'
+    passes end. The process's warning filters are then as before (no filter of the
+    scopes is left behind or lost), and so are the switches."""
+    import threading
+
+    from pyspk.cuda import CudaMath
+
+    filters = list(warnings.filters)
+    switches = torch.backends.cuda.matmul, torch.backends.cudnn
+    before = tuple(switch.allow_tf32 for switch in switches)
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+
+    def a() -> None:
+        with ptorch.library_math(CudaMath.TF32):
+            a_in.set()
+            assert b_in.wait(5)
+        a_out.set()
+
+    def b() -> None:
+        assert a_in.wait(5)
+        with ptorch.library_math(CudaMath.TF32):
+            b_in.set()
+            assert a_out.wait(5)
+            assert all(switch.allow_tf32 for switch in switches)  # A's leaving kept them
+
+    threads = [threading.Thread(target=a), threading.Thread(target=b)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert a_out.is_set() and b_in.is_set()
+    assert warnings.filters == filters
+    assert tuple(switch.allow_tf32 for switch in switches) == before
