@@ -140,16 +140,18 @@ _current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", _current_st
 class _MathScopes:
     """PyTorch's TF32 switches are process-wide. Scopes of one math share them: any
     number of threads may be inside FP32 scopes (or TF32 ones) at once, so two engines'
-    GPU passes of one math overlap; a scope of the other math waits until none is open.
-    A thread alone in its scopes may nest the other math: it switches them, and no other
-    thread joins until that inner scope ends. The switches as they were before the first
-    scope are restored after the last."""
+    GPU passes of one math overlap; a scope of the other math waits until none is open,
+    and while it waits no new thread joins the open math (so it is not starved). A thread
+    alone in its scopes may nest the other math: it switches them, and no other thread
+    joins until that inner scope ends. The switches as they were before the first scope
+    are restored after the last."""
 
     def __init__(self) -> None:
         self._changed = threading.Condition()
         self._math: CudaMath | None = None
         self._depth: dict[int, int] = {}  # open scopes per thread
         self._switched = 0  # open inner scopes of the other math (one thread's)
+        self._waiting = dict.fromkeys(CudaMath, 0)  # threads waiting to open a scope
         self._before: tuple[bool, bool] = (False, False)
         self._undo = threading.local()  # per thread: the math to return to, per scope
 
@@ -182,7 +184,10 @@ class _MathScopes:
                     self._math, previous = math, None
                     self._set_math(math)
                     break
-                if self._math is math and (self._switched == 0 or set(self._depth) == {me}):
+                others_wait = any(n for m, n in self._waiting.items() if m is not math)
+                if self._math is math and (
+                    me in self._depth or (self._switched == 0 and not others_wait)
+                ):
                     previous = None
                     break
                 if set(self._depth) == {me}:  # this thread alone: it nests the other math
@@ -190,7 +195,11 @@ class _MathScopes:
                     self._switched += 1
                     self._set_math(math)
                     break
-                self._changed.wait()
+                self._waiting[math] += 1
+                try:
+                    self._changed.wait()
+                finally:
+                    self._waiting[math] -= 1
             self._depth[me] = self._depth.get(me, 0) + 1
         stack = getattr(self._undo, "stack", None)
         if stack is None:

@@ -441,3 +441,47 @@ def test_overlapping_scopes_leave_the_warning_filters_as_they_were():
     assert a_out.is_set() and b_in.is_set()
     assert warnings.filters == filters
     assert tuple(switch.allow_tf32 for switch in switches) == before
+
+
+def test_a_waiting_scope_of_the_other_math_is_not_starved():
+    """A holds FP32; a TF32 scope asks and waits; an FP32 scope asked for after it waits
+    too, and opens only after the TF32 one has ended."""
+    import threading
+    import time
+
+    from pyspk.cuda import CudaMath
+
+    order: list[str] = []
+    a_in, a_leave = threading.Event(), threading.Event()
+
+    def a() -> None:
+        with ptorch.library_math(CudaMath.FP32):
+            a_in.set()
+            assert a_leave.wait(5)
+            order.append("a out")
+
+    def scope(math: CudaMath, name: str) -> None:
+        with ptorch.library_math(math):
+            order.append(name)
+
+    def waiting(math: CudaMath) -> bool:
+        deadline = time.monotonic() + 5
+        while ptorch._MATH_SCOPES._waiting[math] == 0:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.001)
+        return True
+
+    first = threading.Thread(target=a)
+    first.start()
+    assert a_in.wait(5)
+    tf32 = threading.Thread(target=scope, args=(CudaMath.TF32, "tf32"))
+    tf32.start()
+    assert waiting(CudaMath.TF32)
+    fp32 = threading.Thread(target=scope, args=(CudaMath.FP32, "late fp32"))
+    fp32.start()
+    assert waiting(CudaMath.FP32)  # it did not join A's open FP32 scopes
+    a_leave.set()
+    for thread in (first, tf32, fp32):
+        thread.join()
+    assert order == ["a out", "tf32", "late fp32"]
