@@ -141,10 +141,10 @@ class _MathScopes:
     """PyTorch's TF32 switches are process-wide. Scopes of one math share them: any
     number of threads may be inside FP32 scopes (or TF32 ones) at once, so two engines'
     GPU passes of one math overlap; a scope of the other math waits until none is open,
-    and while it waits no new thread joins the open math (so it is not starved). A thread
-    alone in its scopes may nest the other math: it switches them, and no other thread
-    joins until that inner scope ends. The switches as they were before the first scope
-    are restored after the last."""
+    and while it waits no new thread joins the open math, which then yields to it (so it
+    is not starved). A thread alone in its scopes may nest the other math: it switches
+    them, and no other thread joins until that inner scope ends. The switches as they
+    were before the first scope are restored after the last."""
 
     def __init__(self) -> None:
         self._changed = threading.Condition()
@@ -152,6 +152,7 @@ class _MathScopes:
         self._depth: dict[int, int] = {}  # open scopes per thread
         self._switched = 0  # open inner scopes of the other math (one thread's)
         self._waiting = dict.fromkeys(CudaMath, 0)  # threads waiting to open a scope
+        self._last: CudaMath | None = None  # the math of the last scopes to close
         self._before: tuple[bool, bool] = (False, False)
         self._undo = threading.local()  # per thread: the math to return to, per scope
 
@@ -179,12 +180,13 @@ class _MathScopes:
         me = threading.get_ident()
         with self._changed:
             while True:
-                if not self._depth:
+                others_wait = any(n for m, n in self._waiting.items() if m is not math)
+                # none open: the math that ran last yields to the other's waiters
+                if not self._depth and (self._last is not math or not others_wait):
                     self._before = self._switches()
                     self._math, previous = math, None
                     self._set_math(math)
                     break
-                others_wait = any(n for m, n in self._waiting.items() if m is not math)
                 if self._math is math and (
                     me in self._depth or (self._switched == 0 and not others_wait)
                 ):
@@ -218,7 +220,7 @@ class _MathScopes:
                 self._switched -= 1
                 self._set_math(previous)
             if not self._depth:
-                self._math = None
+                self._math, self._last = None, self._math
                 self._set(*self._before)
             self._changed.notify_all()
 
