@@ -120,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import pyspk.pyannote as pa
     from pyspk.pyannote.corpus import diarize_file
     from pyspk.testing.benchmark import device_slug
-    from pyspk.testing.memory import PeakMemory
+    from pyspk.testing.memory import SAMPLING_PERIOD_S, PeakMemory
     from pyspk.testing.synthetic import recording
     from tools.diarize_bench import _pipelines
 
@@ -254,7 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "device": name,
         "lengths": drawn,
         "voices_per_file": 4,
-        "memory_sampling_s": 0.05,
+        "memory_sampling_s": SAMPLING_PERIOD_S,
         "shapes": {clustering: shape_meta},
     }
     json_path = args.out / f"{slug}-corpus.json"

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from types import TracebackType
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+SAMPLING_PERIOD_S = 0.05
 
 
 def resident_bytes() -> int:
@@ -28,7 +29,9 @@ class PeakMemory:
     last sample included). `device_used` returns the device's bytes in use (for example
     total minus free from `torch.cuda.mem_get_info`); without it device_bytes stays 0."""
 
-    def __init__(self, device_used: Callable[[], int] | None = None, period_s: float = 0.05):
+    def __init__(
+        self, device_used: Callable[[], int] | None = None, period_s: float = SAMPLING_PERIOD_S
+    ):
         self.period_s = period_s
         self.host_bytes = 0
         self.device_bytes = 0
