@@ -450,6 +450,7 @@ def test_a_waiting_scope_of_the_other_math_is_not_starved():
     import time
 
     from pyspk.cuda import CudaMath
+    from pyspk.torch._math import _MATH_SCOPES
 
     order: list[str] = []
     a_in, a_leave = threading.Event(), threading.Event()
@@ -466,7 +467,7 @@ def test_a_waiting_scope_of_the_other_math_is_not_starved():
 
     def waiting(math: CudaMath) -> bool:
         deadline = time.monotonic() + 5
-        while ptorch._MATH_SCOPES._waiting[math] == 0:
+        while _MATH_SCOPES._waiting[math] == 0:
             if time.monotonic() > deadline:
                 return False
             time.sleep(0.001)
