@@ -1,7 +1,8 @@
 """Corpus runs on the CPU with the stock pyannote pipeline (random-weight models): which
 files an input names, the manifest and the rerun that skips what it records, a corrupt
-file among good ones, bounded decoding, and a Dask cluster of two worker processes that
-loses one mid-run and still writes every file's RTTM as a single process does."""
+file among good ones, bounded decoding, a Dask cluster of two worker processes that
+loses one mid-run and still writes every file's RTTM as a single process does, and the
+`--gpus` cluster's one device per worker."""
 
 from __future__ import annotations
 
@@ -243,3 +244,31 @@ def test_dask_workers_write_what_one_process_writes_when_one_dies(corpus, tmp_pa
     assert not list(out.glob(".*.partial"))
     assert rttm_uri(good[0]) + ".rttm" in _rttms(out)
     assert np.isfinite([e["seconds"] for e in entries if e["status"] == "done"]).all()
+
+
+def test_the_local_gpu_cluster_pins_each_worker_to_its_device_also_after_a_death():
+    """`--gpus N`'s cluster: worker i sees only device i (CUDA_VISIBLE_DEVICES, read by
+    CUDA when it starts in that process), and a worker the nanny restarts after a kill
+    sees its own device again, not another's or all."""
+    importorskip("distributed", reason="dask.distributed is missing (corpus extra)")
+    from pyspk.pyannote.corpus import local_gpu_cluster
+
+    def visible() -> dict[str, str | None]:
+        return client.run(lambda: os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+    client = local_gpu_cluster(2)
+    try:
+        pinned = visible()
+        assert sorted(pinned.values()) == ["0", "1"]
+        names = client.run(lambda dask_worker: str(dask_worker.name))
+        assert all(pinned[address] == names[address] for address in pinned)
+        victim = next(iter(pinned))
+        os.kill(client.run(os.getpid, workers=[victim])[victim], signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while victim in client.scheduler_info()["workers"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        client.wait_for_workers(2, timeout=60)
+        assert victim not in visible()  # the restarted worker is a new process
+        assert sorted(visible().values()) == ["0", "1"]
+    finally:
+        client.shutdown()
