@@ -2,7 +2,7 @@
 JSON-lines manifest of what was done, and a rerun that skips it.
 
 - `diarize_corpus`: on this process's GPU. Files are decoded ahead on a bounded queue
-  (at most `decode_ahead` decoded files wait), largest first, and `engines` accelerated
+  (at most `decode_ahead` decoded files wait), longest first, and `engines` accelerated
   copies of the pipeline take them in turn on threads, each on streams of its own: one
   file's clustering, reconstruction and RTTM run on the host while the next file's
   models run on the GPU, and the engines' GPU passes (one math: `library_math` scopes
@@ -11,7 +11,7 @@ JSON-lines manifest of what was done, and a rerun that skips it.
   depends on what runs beside it).
 - `diarize_corpus_on_dask`: the same files as tasks of a `dask.distributed` cluster, one
   worker process per GPU (`local_gpu_cluster`, or workers started on other machines),
-  largest first. Each worker builds its pipeline once (`make_pipeline`, a picklable
+  longest first. Each worker builds its pipeline once (`make_pipeline`, a picklable
   function) and writes each RTTM whole; a file whose worker dies is run again on
   another. The manifest is written by the calling process alone.
 
@@ -35,6 +35,7 @@ from typing import Any
 from pyspk.files import (
     Audio,
     FileError,
+    audio_header,
     corpus_files,
     read_audio,
     rttm_twins,
@@ -135,7 +136,7 @@ def _to_stderr(line: str) -> None:
 def _plan(
     inputs: Iterable[str | Path], rttm: Path, manifest: Path | None
 ) -> tuple[list[Path], Manifest, CorpusRun]:
-    """The files to run (largest first, those done before left out), the manifest, and
+    """The files to run (longest first, those done before left out), the manifest, and
     the run's counts so far."""
     files = corpus_files(inputs)
     twins = rttm_twins(files)
@@ -149,8 +150,19 @@ def _plan(
     record = Manifest(manifest if manifest is not None else rttm / MANIFEST_NAME)
     done = record.done()
     todo = [path for path in files if str(path) not in done]
-    todo.sort(key=lambda path: path.stat().st_size, reverse=True)
+    todo.sort(key=_seconds_or_zero, reverse=True)
     return todo, record, CorpusRun(files=len(files), skipped=len(files) - len(todo))
+
+
+def _seconds_or_zero(path: Path) -> float:
+    """The length that orders the run: the header's duration, not the bytes, which
+    understate a compressed file's length; 0 for a file libsndfile cannot read, which
+    fails quickly in its turn."""
+    try:
+        header = audio_header(path)
+    except FileError:
+        return 0.0
+    return header.frames / header.samplerate if header.samplerate > 0 else 0.0
 
 
 def diarize_file(
@@ -378,7 +390,7 @@ def diarize_corpus_on_dask(
     **options: Any,
 ) -> CorpusRun:
     """`diarize_corpus` on the workers of the `dask.distributed` `client`: each file a
-    task, largest first; `make_pipeline()` builds the pipeline on a worker (on the
+    task, longest first; `make_pipeline()` builds the pipeline on a worker (on the
     worker's device; each worker builds it once). Files must be readable at the same
     paths by every worker, and `rttm` writable by them."""
     from distributed import as_completed
@@ -396,7 +408,7 @@ def diarize_corpus_on_dask(
             accelerate,
             options,
             key=f"pyspk-diarize-{index}-{rttm_uri(path)}",
-            priority=len(todo) - index,  # largest first
+            priority=len(todo) - index,  # longest first
             pure=False,
         )
         for index, path in enumerate(todo)
