@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from tests.command import run
+from tests.optional import importorskip
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -224,3 +225,47 @@ def test_a_failing_file_is_reported_and_the_others_go_on(capsys, tmp_path, monke
     assert "1 of 3 files failed" in err
     assert sorted(p.name for p in out.iterdir()) == ["first.rttm", "last.rttm"]
     assert (out / "last.rttm").read_text().startswith("SPEAKER last 1 0.000 0.500")
+
+
+def test_help_names_the_corpus_options(capsys):
+    status, out, _ = _run(capsys, "--help")
+    assert status == 0
+    for option in ("--corpus", "--manifest", "--engines", "--gpus", "--scheduler"):
+        assert option in out
+
+
+def test_corpus_mode_needs_an_rttm_folder_and_inputs(capsys, tmp_path):
+    _one_line_error(*_run(capsys, "--corpus", str(tmp_path), "--pipeline", "x"), "give --rttm DIR")
+    _one_line_error(
+        *_run(capsys, "--corpus", "--rttm", str(tmp_path / "out"), "--pipeline", "x"),
+        "no AUDIO file, folder or @list given",
+    )
+
+
+def test_corpus_inputs_that_name_no_audio_are_an_error(capsys, tmp_path):
+    (tmp_path / "notes.txt").write_text("not audio\n")
+    out = tmp_path / "out"
+    status, stdout, err = _run(
+        capsys, "--corpus", str(tmp_path), "--rttm", str(out), "--pipeline", "x"
+    )
+    _one_line_error(status, stdout, err, "the inputs name no audio file")
+    assert not out.exists()  # nothing written for a run that cannot start
+
+
+def test_gpus_and_scheduler_are_exclusive(capsys, tmp_path):
+    status, out, err = _run(
+        capsys, str(tmp_path), "--rttm", str(tmp_path / "out"), "--pipeline", "x",
+        "--gpus", "2", "--scheduler", "tcp://127.0.0.1:8786",
+    )  # fmt: skip
+    _one_line_error(status, out, err, "give either --gpus or --scheduler")
+
+
+@pytest.mark.parametrize(("gpus", "text"), [("0", "--gpus 0: "), ("999", "this machine has")])
+def test_a_gpu_count_the_machine_cannot_serve_is_an_error(capsys, tmp_path, gpus, text):
+    importorskip("distributed", reason="dask.distributed is missing (corpus extra)")
+    importorskip("torch", reason="PyTorch is missing")
+    (tmp_path / "a.wav").write_bytes(b"RIFF")
+    status, out, err = _run(
+        capsys, str(tmp_path), "--rttm", str(tmp_path / "out"), "--pipeline", "x", "--gpus", gpus
+    )
+    _one_line_error(status, out, err, text)
