@@ -455,7 +455,10 @@ def _corpus_on_dask(args: argparse.Namespace, files: list[Path], options: dict) 
     if args.pipeline and Path(args.pipeline).exists():
         args.pipeline = str(Path(args.pipeline).resolve())
     if args.scheduler:
-        client = Client(args.scheduler)
+        try:
+            client = Client(args.scheduler)
+        except OSError as error:  # no scheduler there (after Dask's connect timeout)
+            raise DiarizeError(f"--scheduler {args.scheduler}: {error}") from None
     else:
         visible = torch.cuda.device_count()
         count = visible if args.gpus == "all" else _gpu_count(args.gpus)

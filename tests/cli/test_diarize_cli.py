@@ -269,3 +269,19 @@ def test_a_gpu_count_the_machine_cannot_serve_is_an_error(capsys, tmp_path, gpus
         capsys, str(tmp_path), "--rttm", str(tmp_path / "out"), "--pipeline", "x", "--gpus", gpus
     )
     _one_line_error(status, out, err, text)
+
+
+def test_a_scheduler_that_does_not_answer_is_named(capsys, tmp_path):
+    """Not "cannot write the output", as an OSError from Dask's connect was reported."""
+    importorskip("distributed", reason="dask.distributed is missing (corpus extra)")
+    importorskip("torch", reason="PyTorch is missing")
+    import dask
+
+    (tmp_path / "a.wav").write_bytes(b"RIFF")
+    address = "tcp://127.0.0.1:1"  # nothing listens on port 1
+    with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):
+        status, out, err = _run(
+            capsys, str(tmp_path), "--rttm", str(tmp_path / "out"), "--pipeline", "x",
+            "--scheduler", address,
+        )  # fmt: skip
+    _one_line_error(status, out, err, f"--scheduler {address}: ")
