@@ -36,21 +36,18 @@ class _MathScopes:
     # are its legacy API silenced there: a filter held for a whole scope would be
     # restored out of order by scopes of other threads that overlap it.
     @staticmethod
-    def _switches() -> tuple[bool, bool]:
+    def _set(matmul: bool, cudnn: bool) -> tuple[bool, bool]:
+        """Sets the switches; returns them as they were."""
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*TF32")
-            return torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-
-    @staticmethod
-    def _set(matmul: bool, cudnn: bool) -> None:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*TF32")
+            before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
             torch.backends.cuda.matmul.allow_tf32 = matmul
             torch.backends.cudnn.allow_tf32 = cudnn
+        return before
 
     @classmethod
-    def _set_math(cls, math: CudaMath) -> None:
-        cls._set(math is CudaMath.TF32, math is CudaMath.TF32)
+    def _set_math(cls, math: CudaMath) -> tuple[bool, bool]:
+        return cls._set(math is CudaMath.TF32, math is CudaMath.TF32)
 
     def enter(self, math: CudaMath) -> None:
         me = threading.get_ident()
@@ -59,9 +56,8 @@ class _MathScopes:
                 others_wait = any(n for m, n in self._waiting.items() if m is not math)
                 # none open: the math that ran last yields to the other's waiters
                 if not self._depth and (self._last is not math or not others_wait):
-                    self._before = self._switches()
                     self._math, previous = math, None
-                    self._set_math(math)
+                    self._before = self._set_math(math)
                     break
                 if self._math is math and (
                     me in self._depth or (self._switched == 0 and not others_wait)
