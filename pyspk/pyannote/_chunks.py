@@ -1,10 +1,23 @@
 """The engine's chunk arithmetic, as pure functions: how many chunks pyannote's
-`Inference.slide` cuts from a waveform, the padded length that holds them all, and which
-embedding batches can run once the segmentation has reached a chunk."""
+`Inference.slide` cuts from a waveform, the padded length that holds them all, which
+segmentation forward runs which chunks, and which embedding batches can run once the
+segmentation has reached a chunk."""
 
 from __future__ import annotations
 
-__all__ = ["chunk_count", "embedding_spans", "padded_length"]
+from collections.abc import Sequence
+
+__all__ = [
+    "chunk_count",
+    "embedding_spans",
+    "padded_length",
+    "segmentation_sizes",
+    "segmentation_spans",
+]
+
+SMALLEST_FORWARD = 32
+"""The smallest segmentation forward: pyspk's segmentation plans serve multiples of 32, and
+below 32 chunks a forward's fixed cost dominates (docs/performance.md)."""
 
 
 def chunk_count(num_samples: int, window: int, step: int) -> int:
@@ -31,4 +44,28 @@ def embedding_spans(done: int, stop: int, total: int, batch: int) -> list[tuple[
         last = min(done + batch, stop)
         spans.append((done, last))
         done = last
+    return spans
+
+
+def segmentation_sizes(batch: int) -> list[int]:
+    """The segmentation forwards' batches, largest first: `batch`, and the powers of two
+    from `SMALLEST_FORWARD` below it, for the file's last chunks."""
+    sizes = [batch]
+    size = SMALLEST_FORWARD
+    while size < batch:
+        sizes.insert(1, size)
+        size *= 2
+    return sizes
+
+
+def segmentation_spans(total: int, sizes: Sequence[int]) -> list[tuple[int, int, int]]:
+    """[first, stop) chunk ranges over `total` chunks with the forward batch that runs each:
+    full forwards of `sizes[0]` (the largest), then the rest on the smallest size that
+    holds it: with `segmentation_sizes`, a last forward pads fewer chunks than it runs,
+    or than `SMALLEST_FORWARD`."""
+    largest = sizes[0]
+    whole = total - total % largest
+    spans = [(first, first + largest, largest) for first in range(0, whole, largest)]
+    if whole < total:
+        spans.append((whole, total, min(size for size in sizes if size >= total - whole)))
     return spans

@@ -1,46 +1,28 @@
-"""The engine's GPU scheduling parts: the streams engines share over their lifetimes, and
-one fixed-batch forward replayed from a CUDA graph."""
+"""The engine's fixed-batch forward, replayed from a CUDA graph captured on one of the
+engine's private streams (`pyspk.torch._streams`)."""
 
 from __future__ import annotations
 
-import threading
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
-__all__ = ["STREAMS", "Forward", "StreamPool"]
+from pyspk.cuda.errors import InvalidArgument
 
-
-class StreamPool:
-    """Streams engines take and give back, per device. A stream that runs library matrix
-    products keeps a cuBLAS workspace for as long as the process lives, which
-    `torch.cuda.empty_cache()` does not release: an engine per accelerate/undo cycle on
-    new streams would leave one more each time. Engines alive at once get streams of
-    their own."""
-
-    def __init__(self) -> None:
-        self._idle: dict[torch.device, list[torch.cuda.Stream]] = {}
-        self._lock = threading.Lock()
-
-    def take(self, device: torch.device, count: int) -> list[torch.cuda.Stream]:
-        with self._lock:
-            idle = self._idle.setdefault(device, [])
-            taken = [idle.pop() for _ in range(min(count, len(idle)))]
-        return taken + [torch.cuda.Stream(device) for _ in range(count - len(taken))]
-
-    def give_back(self, device: torch.device, streams: list[torch.cuda.Stream]) -> None:
-        with self._lock:
-            self._idle.setdefault(device, []).extend(streams)
-
-
-STREAMS = StreamPool()
+__all__ = ["Forward"]
 
 
 class Forward:
     """One fixed-batch forward: inputs copied into static buffers (the rest of a short
     batch zeroed, so padded items are the same on every run), then run eagerly or
-    replayed from a CUDA graph captured once."""
+    replayed from a CUDA graph captured once.
+
+    A smaller forward of the same function can `share` a larger one's memory: its static
+    inputs are the larger's leading items, and its graph takes its memory from the
+    larger's pool. Such forwards must run on one stream, one after another, and each
+    call's outputs must be consumed before the next call of any of them."""
 
     def __init__(
         self,
@@ -50,32 +32,47 @@ class Forward:
         device: torch.device,
         graph: bool,
         stream: torch.cuda.Stream,
+        share: Forward | None = None,
     ) -> None:
         self.name = name
         self.function = function
-        self.inputs = [torch.zeros(shape, device=device) for shape in shapes]
         self.batch = shapes[0][0]
+        if share is None:
+            self.inputs = [torch.zeros(shape, device=device) for shape in shapes]
+        else:
+            if [shape[1:] for shape in shapes] != [tuple(x.shape[1:]) for x in share.inputs]:
+                raise InvalidArgument(f"{name}: shapes {shapes} are not {share.name}'s items")
+            if self.batch > share.batch:
+                raise InvalidArgument(f"{name}: batch {self.batch} exceeds {share.name}'s")
+            self.inputs = [static[: self.batch] for static in share.inputs]
         self.graph: torch.cuda.CUDAGraph | None = None
         self.outputs: tuple[torch.Tensor, ...] = ()
         self.note = "eager"
         if graph:
-            self._capture(stream)
+            self._capture(
+                stream, None if share is None or share.graph is None else share.graph.pool()
+            )
 
-    def _capture(self, stream: torch.cuda.Stream) -> None:
-        """Captures on PyTorch's capture stream after two eager runs on `stream` (the
-        stream the forward will replay on): lazy initialisation and workspaces."""
+    def _capture(self, stream: torch.cuda.Stream, pool: Any) -> None:
+        """Captures on `stream`, the private stream the forward will replay on, after two
+        eager runs there (lazy initialisation and workspaces). Not on PyTorch's default
+        capture stream: that one comes from PyTorch's shared pool (`private_stream`)."""
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for _ in range(2):
                 self.function(*self.inputs)
-        torch.cuda.current_stream().wait_stream(stream)
+        current = torch.cuda.current_stream()
+        current.wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         try:
-            # thread-local: what other threads do meanwhile (allocate, synchronize) is
-            # none of this capture's business, and cannot break it
-            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            # thread-local: what other threads do on their own streams meanwhile
+            # (allocate, synchronize them) is none of this capture's business
+            with torch.cuda.graph(
+                graph, pool=pool, stream=stream, capture_error_mode="thread_local"
+            ):
                 outputs = self.function(*self.inputs)
-        except RuntimeError as error:  # a model with host work inside: run eagerly
+        except RuntimeError as error:  # host work inside, or a device-wide synchronize
+            _after_failed_capture(current, stream)
             self.note = f"eager (capture failed: {' '.join(str(error).split())[:200]})"
             warnings.warn(
                 f"pyspk engine: the {self.name} forward runs eagerly, its CUDA graph "
@@ -89,7 +86,8 @@ class Forward:
 
     def __call__(self, *values: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """The outputs for `values` (a batch of at most `batch` items each), valid
-        until the next call on the current stream."""
+        until the next call on the current stream (of this forward, or of one sharing its
+        memory)."""
         count = values[0].shape[0]
         for static, value in zip(self.inputs, values, strict=True):
             static[:count].copy_(value)
@@ -102,3 +100,15 @@ class Forward:
 
     def close(self) -> None:
         self.graph, self.outputs, self.inputs = None, (), []
+
+
+def _after_failed_capture(current: torch.cuda.Stream, captured: torch.cuda.Stream) -> None:
+    """Undoes what `torch.cuda.graph` leaves behind when its capture fails (PyTorch 2.11):
+    the thread's current stream is still the capture stream, and the device's default
+    generator still counts as capturing, so the next random draw on the device raises
+    "Offset increment outside graph capture" (measured on the H200, in a later test). A
+    copy of the generator's state (same seed and offset) that is not capturing replaces
+    it."""
+    torch.cuda.set_stream(current)
+    generator = torch.cuda.default_generators[captured.device.index]
+    generator.graphsafe_set_state(generator.clone_state())

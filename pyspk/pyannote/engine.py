@@ -8,7 +8,9 @@ result:
   the embeddings); both cut the same samples for audio at the models' sample rate.
 - Segmentation runs `segmentation_batch` chunks per forward (128 by default, where
   the LSTM's time per chunk levels off; see `SEGMENTATION_BATCH`), the pyspk plans
-  serving a multiple of 32 as batch-32 enqueues. The powerset-to-speakers conversion
+  serving a multiple of 32 as batch-32 enqueues; a file's last chunks run on the
+  smallest forward of 32, 64, ... chunks that holds them (`_chunks.segmentation_spans`),
+  not padded to a whole batch. The powerset-to-speakers conversion
   stays on the GPU, where the embedding of the same chunks reads it.
 - The embedding model runs its ResNet trunk once per chunk (`forward_frames`) and pools
   the chunk's three speaker masks together, 32 chunks a forward: the stock embeddings
@@ -56,10 +58,11 @@ from pyspk.cuda import CudaMath
 from pyspk.cuda.errors import ClosedError, InvalidArgument
 from pyspk.errors import TooLongError, available_host_memory, run_all
 from pyspk.pyannote import _chunks, _clustering, _steps
-from pyspk.pyannote._graphs import STREAMS, Forward
+from pyspk.pyannote._graphs import Forward
 from pyspk.pyannote._report import RunReport
 from pyspk.pyannote.fbank import Fbank
 from pyspk.torch import library_math, shared_runtime
+from pyspk.torch._streams import STREAMS
 
 if TYPE_CHECKING:
     from lightning.fabric.utilities.data import AttributeDict
@@ -141,7 +144,7 @@ class Engine:
         # and the report are the engine's own
         self._lock = threading.Lock()
         self.unserved = self._unserved(pipeline)
-        self._segment: Forward | None = None
+        self._segments: dict[int, Forward] = {}  # by batch, the largest first
         self._embed: Forward | None = None
         self._linkage: DeviceLinkage | None = None
         if self.unserved is not None:
@@ -163,14 +166,16 @@ class Engine:
             self._fbank = Fbank(self._embedding_model, self.device)
             # frames of the segmentation's output per chunk: what the masks have
             self._mask_frames = self._segmentation_model.num_frames(window)
-            self._segment = Forward(
-                "segmentation",
-                self._segment_eager,
-                [(segmentation_batch, 1, window)],
-                self.device,
-                graphs,
-                seg_stream,
-            )
+            for size in _chunks.segmentation_sizes(segmentation_batch):
+                self._segments[size] = Forward(
+                    "segmentation" if size == segmentation_batch else f"segmentation {size}",
+                    self._segment_eager,
+                    [(size, 1, window)],
+                    self.device,
+                    graphs,
+                    seg_stream,
+                    share=self._segments.get(segmentation_batch),
+                )
             self._embed = Forward(
                 "embedding",
                 self._embed_eager,
@@ -207,8 +212,12 @@ class Engine:
         """How each forward runs ("graph", or "eager" and why)."""
         if self.unserved is not None:
             return {"engine": f"stock apply ({self.unserved})"}
-        assert self._segment is not None and self._embed is not None  # made when served
-        return {forward.name: forward.note for forward in (self._segment, self._embed)}
+        assert self._segments and self._embed is not None  # made when served
+        forwards = [*self._segments.values(), self._embed]
+        notes = {forward.note for forward in self._segments.values()}
+        if len(notes) == 1:  # the segmentation's sizes alike: one entry
+            forwards = [self._segments[self.segmentation_batch], self._embed]
+        return {forward.name: forward.note for forward in forwards}
 
     def close(self) -> None:
         """Drops the captured graphs and their memory (before the plans they hold); a
@@ -217,7 +226,7 @@ class Engine:
             if self.closed:
                 return
             self.closed = True
-            parts = (self._segment, self._embed, self._linkage)
+            parts = (*reversed(self._segments.values()), self._embed, self._linkage)
             steps = [part.close for part in parts if part is not None]
             if self.unserved is None:
                 steps.append(self._give_back)
@@ -342,7 +351,7 @@ class Engine:
         """Queues both models over `chunks`: each segmentation batch on one stream, the
         embeddings of the chunks it completed on the other, then the copies to the host.
         Returns at once; the events say when each part is done."""
-        assert self._segment is not None and self._embed is not None
+        assert self._segments and self._embed is not None
         total = chunks.shape[0]
         current = torch.cuda.current_stream()
         seg_stream, emb_stream = self._streams if self.overlap else (current, current)
@@ -354,10 +363,9 @@ class Engine:
         scores = masks = embeddings = None
         exclude = self._exclusion()
         embedded = 0
-        for first in range(0, total, self.segmentation_batch):
-            stop = min(first + self.segmentation_batch, total)
+        for first, stop, size in _chunks.segmentation_spans(total, [*self._segments]):
             with torch.cuda.stream(seg_stream):
-                batch_scores, batch_masks = self._segment(chunks[first:stop])
+                batch_scores, batch_masks = self._segments[size](chunks[first:stop])
                 if scores is None or masks is None:
                     scores = torch.empty((total, *batch_scores.shape[1:]), device=self.device)
                     masks = torch.empty((total, *batch_masks.shape[1:]), device=self.device)

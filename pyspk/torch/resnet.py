@@ -4,7 +4,7 @@
 into its convolutions in float64. `PlannedTrunk(resnet, math)` is a `forward_frames`
 for that module: fbank `(B, 998, 80)` float32 on the plan's device runs in pieces of 16
 chunks that alternate between two trunk plans, the first on PyTorch's current stream,
-the second on a side stream that forks from it and joins it again, so one plan's kernels
+the second on a private side stream that forks from it and joins it again, so one plan's kernels
 fill the last partial wave of the other's and the call can be captured in a CUDA graph
 (`streams=1`: pieces of 32 on one plan). Each chunk's output has the same bits either
 way. Any other input takes the module's own `forward_frames`.
@@ -13,6 +13,7 @@ records) and refuses a call after the parameters changed (`WeightsChangedError`)
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -37,6 +38,7 @@ from pyspk.cuda import CudaRuntime
 from pyspk.cuda.errors import InvalidArgument
 from pyspk.cuda.math import CudaMath
 from pyspk.torch import check_planned_call, shared_runtime, tensor_state
+from pyspk.torch._streams import STREAMS
 
 __all__ = ["PlannedTrunk", "trunk_weights"]
 
@@ -142,7 +144,12 @@ class PlannedTrunk:
             self.close()
             raise
         self.plan = self.plans[0]
-        self._side = torch.cuda.Stream(self._ordinal) if streams > 1 else None
+        # a private stream: one of PyTorch's pooled streams can be another thread's, and
+        # its work would join a capture that forks to it (`_streams.private_stream`)
+        self._side: torch.cuda.Stream | None = None
+        if streams > 1:
+            (self._side,) = STREAMS.take(device, 1)
+            self._give_back = weakref.finalize(self, STREAMS.give_back, device, [self._side])
 
     def _state(self) -> tuple[int, ...]:
         return tensor_state([*self.resnet.parameters(), *self.resnet.buffers()])
@@ -194,6 +201,8 @@ class PlannedTrunk:
     def close(self) -> None:
         for plan in self.plans:
             plan.close()
+        if self._side is not None:
+            self._give_back()
 
     def entries(self) -> str:
         return f"trunk {self.math}"

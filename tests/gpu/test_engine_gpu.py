@@ -6,6 +6,8 @@ another synthetic recording, so that its output follows the voices):
 - a batch of 128 (or 64) through the pyspk.torch wrappers gives the bits of batch-32
   calls;
 - overlapped streams with graph replay give the bits of one stream run eagerly;
+- the engine's smaller segmentation forwards (a file's last chunks) repeat their bits and
+  leave the full forward's outputs alone; in FP32 math they give its bits chunk for chunk;
 - in FP32 math the accelerated pipeline's annotation is the stock pipeline's, its
   segmentation scores and embeddings within the tolerances below;
 - the library's TF32 switches follow the math inside `apply` and are restored after;
@@ -28,6 +30,7 @@ import numpy as np
 import pytest
 
 from pyspk.cuda import CudaMath
+from pyspk.pyannote._chunks import segmentation_sizes
 from pyspk.testing import torch_replay_matches_eager
 from tests.gpu.diarization import calibrated_pipeline, synthetic_file, tracks
 
@@ -100,6 +103,37 @@ def test_overlapped_graph_replay_gives_the_sequential_bits(torch, pyannote, pipe
     assert np.array_equal(ours.scores, theirs.scores)
     assert np.array_equal(ours.embeddings, theirs.embeddings, equal_nan=True)
     assert tracks(first) == tracks(second)
+
+
+@pytest.mark.parametrize("math", list(CudaMath), ids=str)
+def test_smaller_segmentation_forwards_give_the_full_forwards_bits(torch, pyannote, pipeline, math):
+    """Every forward of the engine's ladder (512 or 128 chunks down to 32, sharing the
+    full forward's inputs and graph memory) repeats its bits, its padding zeroed, and
+    leaves the full forward's outputs alone. In FP32 math they are the full forward's bits
+    chunk for chunk; in TF32 math cuDNN's LSTM picks its algorithm by batch, so a file's
+    last chunks have the bits of their own forward size (still the same on every run)."""
+    generator = torch.Generator(device="cuda").manual_seed(6)
+    with pyannote.accelerate_pipeline(pipeline, math) as acceleration:
+        engine = acceleration.engine
+        forwards = engine._segments
+        assert [*forwards] == segmentation_sizes(engine.segmentation_batch)
+        full = forwards[engine.segmentation_batch]
+        chunks = torch.randn(full.inputs[0].shape, generator=generator, device="cuda") * 0.1
+        with torch.inference_mode(), torch.cuda.stream(engine._streams[0]):
+            expected = [output.clone() for output in full(chunks)]
+            for size, forward in forwards.items():
+                count = size - 3 if size > 32 else 17  # a short last forward, padded
+                got = [output[:count].clone() for output in forward(chunks[:count])]
+                forward(chunks[:count].flip(0))  # other data between the two runs
+                again = forward(chunks[:count])
+                for mine, repeat, theirs in zip(got, again, expected, strict=True):
+                    assert torch.equal(mine, repeat[:count]), (size, count)
+                    if math is CudaMath.FP32:
+                        assert torch.equal(mine, theirs[:count]), (size, count)
+            again = full(chunks)
+            for mine, theirs in zip(again, expected, strict=True):
+                assert torch.equal(mine, theirs)
+        torch.cuda.synchronize()
 
 
 def test_fp32_accelerated_pipeline_gives_the_stock_annotation(torch, pyannote, pipeline, audio):
@@ -366,21 +400,26 @@ def test_fp32_and_tf32_pipelines_in_two_threads_keep_their_own_math(torch, pyann
 
 
 def test_a_capture_while_another_thread_allocates_and_synchronizes(torch, pyannote, pipeline):
-    """The engine captures its graphs in thread-local mode: another thread allocating and
-    waiting for its own stream meanwhile neither breaks the capture nor sends it to
-    eager."""
+    """The engine captures its graphs in thread-local mode on streams of its own: another
+    thread allocating and waiting on its streams meanwhile neither breaks the capture
+    nor sends it to eager. The thread goes through all 32 streams of PyTorch's pool,
+    among them PyTorch's default capture stream, which the engine once captured on
+    (measured: the thread's synchronize then invalidated the segmentation's capture)."""
     import threading
 
     file = synthetic_file(torch, 30.0, 27)
-    with pyannote.accelerate_pipeline(pipeline, "fp32"):
+    with pyannote.accelerate_pipeline(pipeline, "fp32") as acceleration:
         serial = tracks(pipeline(dict(file)))
+        engine_streams = {stream.cuda_stream for stream in acceleration.engine._streams}
+    pooled = [torch.cuda.Stream() for _ in range(32)]
+    assert not engine_streams & {stream.cuda_stream for stream in pooled}
     stop = threading.Event()
 
     def busy() -> None:
-        side = torch.cuda.Stream()
-        with torch.cuda.stream(side):
-            while not stop.is_set():
-                torch.empty(1 << 20, device="cuda").fill_(1.0)
+        while not stop.is_set():
+            for side in pooled:
+                with torch.cuda.stream(side):
+                    torch.empty(1 << 20, device="cuda").fill_(1.0)
                 side.synchronize()
 
     worker = threading.Thread(target=busy)
@@ -401,7 +440,9 @@ def test_a_device_wide_synchronize_during_a_capture_leaves_eager_forwards(
     """CUDA refuses a device-wide synchronize while any stream captures, and invalidates
     the capture (measured on the H200: `torch.cuda.synchronize()` in another thread sent
     the segmentation forward to eager). The engine then runs that forward eagerly, says
-    so in a warning and in `describe()`, and gives the same tracks."""
+    so in a warning and in `describe()`, and gives the same tracks; the thread's stream
+    is the one it had, and a random draw on the device works (measured: a failed capture
+    left the default generator capturing, and the next `torch.randn` raised)."""
     import threading
 
     file = synthetic_file(torch, 30.0, 27)
@@ -414,6 +455,7 @@ def test_a_device_wide_synchronize_during_a_capture_leaves_eager_forwards(
             with contextlib.suppress(RuntimeError):  # refused while the engine captures
                 torch.cuda.synchronize()
 
+    before = torch.cuda.current_stream()
     worker = threading.Thread(target=busy)
     worker.start()
     try:
@@ -427,6 +469,8 @@ def test_a_device_wide_synchronize_during_a_capture_leaves_eager_forwards(
         notes = acceleration.engine.describe()
         eager = [name for name, note in notes.items() if note.startswith("eager (capture failed")]
         assert eager, notes
+        assert torch.cuda.current_stream() == before
+        assert torch.isfinite(torch.randn(4, device="cuda")).all()
         assert all(
             any(f"the {name} forward runs eagerly" in str(w.message) for w in caught)
             for name in eager

@@ -8,7 +8,13 @@ import warnings
 
 import pytest
 
-from pyspk.pyannote._chunks import chunk_count, embedding_spans, padded_length
+from pyspk.pyannote._chunks import (
+    chunk_count,
+    embedding_spans,
+    padded_length,
+    segmentation_sizes,
+    segmentation_spans,
+)
 from tests.optional import importorskip
 
 os.environ.setdefault("PYANNOTE_METRICS_ENABLED", "false")
@@ -57,3 +63,48 @@ def test_embedding_spans_cover_every_chunk_once_in_full_batches(total, segmentat
     assert spans[-1][1] == total
     sizes = [last - first for first, last in spans]
     assert all(size == batch for size in sizes[:-1]) and 0 < sizes[-1] <= batch
+
+
+@pytest.mark.parametrize(
+    ("batch", "sizes"),
+    [
+        (512, [512, 256, 128, 64, 32]),
+        (128, [128, 64, 32]),
+        (100, [100, 64, 32]),
+        (32, [32]),
+        (16, [16]),
+        (33, [33, 32]),
+    ],
+)
+def test_segmentation_sizes_are_the_batch_then_powers_of_two_from_32(batch, sizes):
+    assert segmentation_sizes(batch) == sizes
+
+
+@pytest.mark.parametrize("batch", [512, 128, 100, 32, 16])
+@pytest.mark.parametrize("total", [1, 17, 31, 32, 33, 141, 291, 511, 512, 513, 1000, 3591])
+def test_segmentation_spans_tile_the_file_and_pad_less_than_they_run(batch, total):
+    """Full forwards of the batch, then one last forward, the smallest that holds the
+    rest: its padding is less than the chunks it runs, or than 32; and the embedding
+    spans over those forwards still cover every chunk once."""
+    sizes = segmentation_sizes(batch)
+    spans = segmentation_spans(total, sizes)
+    assert [first for first, _, _ in spans] == [0] + [stop for _, stop, _ in spans[:-1]]
+    assert spans[-1][1] == total
+    assert all(size == batch for _, _, size in spans[:-1])
+    first, stop, size = spans[-1]
+    assert size in sizes and stop - first <= size
+    assert size - (stop - first) < max(stop - first, 32) or size == batch
+    if stop - first < batch:
+        assert size == min(s for s in sizes if s >= stop - first)
+    done, embedded = 0, []
+    for _, stop, _ in spans:
+        embedded += embedding_spans(done, stop, total, 32)
+        done = embedded[-1][1] if embedded else 0
+    assert embedded[-1][1] == total and sum(b - a for a, b in embedded) == total
+
+
+def test_the_hours_last_chunks_run_on_the_smallest_forward():
+    """3591 chunks (an hour) at 512: seven full forwards, and 7 chunks on 32, where
+    padding them to 512 ran 505 chunks of zeros."""
+    spans = segmentation_spans(3591, segmentation_sizes(512))
+    assert len(spans) == 8 and spans[-1] == (3584, 3591, 32)

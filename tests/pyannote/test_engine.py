@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import types
 import warnings
 
 import numpy as np
@@ -52,18 +53,37 @@ def test_labels_are_the_stock_names_in_the_stock_order():
 
 class _FakeCuda:
     """Stand-ins for the torch.cuda calls of a graph capture, on the CPU: each capture
-    is recorded with its mode, and `fail` makes it raise as a failed capture does."""
+    is recorded with its mode and stream, and `fail` makes it raise as a failed capture
+    does."""
 
     def __init__(self, fail: bool) -> None:
         self.fail = fail
         self.modes: list[str] = []
+        self.streams: list[object] = []
+        self.current = _FakeCuda.Stream()
+        self.default_generators = [_FakeCuda.Generator()]
 
     class Stream:
+        device = types.SimpleNamespace(index=0)
+
         def wait_stream(self, other: object) -> None:
             pass
 
+    class Generator:
+        def __init__(self) -> None:
+            self.states: list[str] = ["capturing"]
+
+        def clone_state(self) -> str:
+            return "a copy"
+
+        def graphsafe_set_state(self, state: str) -> None:
+            self.states.append(state)
+
     def current_stream(self) -> _FakeCuda.Stream:
-        return _FakeCuda.Stream()
+        return self.current
+
+    def set_stream(self, stream: _FakeCuda.Stream) -> None:
+        self.current = stream
 
     def stream(self, stream: object):
         import contextlib
@@ -73,17 +93,28 @@ class _FakeCuda:
     class CUDAGraph:
         pass
 
-    def graph(self, graph: object, capture_error_mode: str = "global"):
+    def graph(
+        self,
+        graph: object,
+        pool: object = None,
+        stream: object = None,
+        capture_error_mode: str = "global",
+    ):
         import contextlib
 
         self.modes.append(capture_error_mode)
+        self.streams.append(stream)
         fail = self.fail
 
         @contextlib.contextmanager
         def capturing():
+            # as torch.cuda.graph: the capture stream made current; a failed capture
+            # leaves it so
+            before, self.current = self.current, stream
             if fail:
                 raise RuntimeError("operation not permitted when stream is capturing")
             yield
+            self.current = before
 
         return capturing()
 
@@ -93,16 +124,20 @@ class _FakeCuda:
 
 @pytest.mark.parametrize("fail", [False, True])
 def test_capture_is_thread_local_and_a_fallback_is_said(monkeypatch, fail):
-    """The forward's graph is captured in thread-local mode (other threads' allocations
-    and synchronizations cannot break it); a failed capture says so, in `note` (which
-    `Engine.describe` reports) and in a warning, and the forward runs eagerly."""
+    """The forward's graph is captured in thread-local mode, on its own replay stream, not
+    PyTorch's pooled default capture stream (other threads' allocations and
+    synchronizations cannot break it); a failed capture says so, in `note` (which
+    `Engine.describe` reports) and in a warning, and the forward runs eagerly, the
+    thread's stream and the default generator's state put back as they were."""
     import torch
 
     from pyspk.pyannote import _graphs
 
     fake = _FakeCuda(fail)
-    for name in ("Stream", "current_stream", "stream", "CUDAGraph", "graph", "synchronize"):
+    names = ("Stream", "current_stream", "set_stream", "stream", "CUDAGraph", "graph")
+    for name in (*names, "synchronize", "default_generators"):
         monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
+    replay, before = fake.Stream(), fake.current
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         forward = _graphs.Forward(
@@ -111,15 +146,18 @@ def test_capture_is_thread_local_and_a_fallback_is_said(monkeypatch, fail):
             [(4, 3)],
             torch.device("cpu"),
             graph=True,
-            stream=fake.Stream(),
+            stream=replay,
         )
-    assert fake.modes == ["thread_local"]
+    assert fake.modes == ["thread_local"] and fake.streams == [replay]
     said = [w for w in caught if "runs eagerly" in str(w.message)]
     if fail:
         assert forward.graph is None and forward.note.startswith("eager (capture failed")
         assert len(said) == 1 and "segmentation forward" in str(said[0].message)
+        assert fake.default_generators[0].states == ["capturing", "a copy"]
     else:
         assert forward.note == "graph" and not said
+        assert fake.default_generators[0].states == ["capturing"]
+    assert fake.current is before
 
 
 def test_a_file_the_device_or_host_cannot_hold_is_refused_first(monkeypatch):

@@ -1,0 +1,62 @@
+"""Private CUDA streams, shared over their users' lifetimes: `STREAMS.take(device, n)`
+and `STREAMS.give_back(device, streams)`."""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from pyspk.cuda import driver
+
+__all__ = ["STREAMS", "StreamPool", "private_stream"]
+
+
+def private_stream(device: torch.device) -> torch.cuda.Stream:
+    """A non-blocking stream that no other code is handed, for the process's lifetime.
+    `torch.cuda.Stream()` hands out a pool of 32 streams per device in turn, so another
+    thread's new stream can be one that pyspk captures on or forks to inside a capture,
+    and what that thread enqueues or waits for meanwhile joins or breaks the graph
+    (measured on the H200: a thread's `synchronize` on such a stream invalidated the
+    engine's capture)."""
+    ordinal = _cuda(device).index
+    # the stream needs the primary context (PyTorch's) alive as long as it is: never released
+    context = driver.call("cuDevicePrimaryCtxRetain", driver.device(ordinal))
+    driver.call("cuCtxPushCurrent", context)
+    try:
+        flags = int(driver.api().CUstream_flags.CU_STREAM_NON_BLOCKING)
+        handle = driver.call("cuStreamCreate", flags)
+    finally:
+        driver.call("cuCtxPopCurrent")
+    return torch.cuda.ExternalStream(int(handle), device=torch.device("cuda", ordinal))
+
+
+def _cuda(device: torch.device) -> torch.device:
+    """`device` with its ordinal ("cuda" is the current device)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return torch.device("cuda", index)
+
+
+class StreamPool:
+    """Private streams (`private_stream`) that engines and planned trunks take and give
+    back, per device. A stream that runs library matrix products keeps a cuBLAS
+    workspace for as long as the process lives, which `torch.cuda.empty_cache()` does not
+    release: an engine per accelerate/undo cycle on new streams would leave one more each
+    time. Users alive at once get streams of their own."""
+
+    def __init__(self) -> None:
+        self._idle: dict[torch.device, list[torch.cuda.Stream]] = {}
+        self._lock = threading.Lock()
+
+    def take(self, device: torch.device, count: int) -> list[torch.cuda.Stream]:
+        with self._lock:
+            idle = self._idle.setdefault(_cuda(device), [])
+            taken = [idle.pop() for _ in range(min(count, len(idle)))]
+        return taken + [private_stream(device) for _ in range(count - len(taken))]
+
+    def give_back(self, device: torch.device, streams: list[torch.cuda.Stream]) -> None:
+        with self._lock:
+            self._idle.setdefault(_cuda(device), []).extend(streams)
+
+
+STREAMS = StreamPool()
