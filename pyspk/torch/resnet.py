@@ -137,6 +137,7 @@ class PlannedTrunk:
                 f"the model on {self._ordinal}"
             )
         self.plans: list[TrunkPlan] = []
+        self._side: torch.cuda.Stream | None = None
         try:
             for _ in range(streams):
                 self.plans.append(plan_trunk(runtime, self.math, weights))
@@ -146,7 +147,6 @@ class PlannedTrunk:
         self.plan = self.plans[0]
         # a private stream: one of PyTorch's pooled streams can be another thread's, and
         # its work would join a capture that forks to it (`_streams.private_stream`)
-        self._side: torch.cuda.Stream | None = None
         if streams > 1:
             (self._side,) = STREAMS.take(device, 1)
             self._give_back = weakref.finalize(self, STREAMS.give_back, device, [self._side])

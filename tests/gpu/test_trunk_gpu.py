@@ -284,6 +284,19 @@ def test_sm75_tier_refuses_the_trunk(torch) -> None:
         plan_trunk(sm75, CudaMath.FP32, TrunkWeights.random(0))
 
 
+def test_a_planned_trunk_the_tier_refuses_says_so(pyannote, torch) -> None:
+    """A refused plan leaves `PlannedTrunk` through its own `close()`, which must not
+    fail before the side stream is taken: the caller sees the tier's refusal."""
+    from pyspk.torch.resnet import PlannedTrunk
+
+    model = pyannote.wespeaker_resnet34(seed=1).cuda()
+    with (
+        CudaRuntime(0, ptx_tier=PtxTier.SM75) as sm75,
+        pytest.raises(DeviceUnsupported, match="sm80 tier"),
+    ):
+        PlannedTrunk(model.resnet, CudaMath.FP32, runtime=sm75)
+
+
 @pytest.mark.parametrize("math", list(CudaMath), ids=str)
 def test_planned_trunk_in_the_model_and_undo(pyannote, torch, math) -> None:
     """`accelerate` puts the trunk of a WeSpeaker ResNet34 on the plan; its output
