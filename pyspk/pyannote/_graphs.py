@@ -21,8 +21,9 @@ class Forward:
 
     A smaller forward of the same function can `share` a larger one's memory: its static
     inputs are the larger's leading items, and its graph takes its memory from the
-    larger's pool. Such forwards must run on one stream, one after another, and each
-    call's outputs must be consumed before the next call of any of them."""
+    larger's pool (`shared_pool`). Such forwards must run on one stream, one after
+    another, and each call's outputs must be consumed before the next call of any of
+    them."""
 
     def __init__(
         self,
@@ -48,15 +49,23 @@ class Forward:
         self.graph: torch.cuda.CUDAGraph | None = None
         self.outputs: tuple[torch.Tensor, ...] = ()
         self.note = "eager"
-        if graph:
-            self._capture(
-                stream, None if share is None or share.graph is None else share.graph.pool()
-            )
+        self.shared_pool: Any = None  # the graph memory a smaller forward may capture into
+        if not graph:
+            return
+        pool = None if share is None else share.shared_pool
+        if self._capture(stream, pool):
+            assert self.graph is not None
+            self.shared_pool = self.graph.pool()
+        elif share is not None and pool is not None:
+            # PyTorch's allocator still records this failed capture into the pool, and
+            # refuses another capture into it ("already recording to mempool_id")
+            share.shared_pool = None
 
-    def _capture(self, stream: torch.cuda.Stream, pool: Any) -> None:
+    def _capture(self, stream: torch.cuda.Stream, pool: Any) -> bool:
         """Captures on `stream`, the private stream the forward will replay on, after two
         eager runs there (lazy initialisation and workspaces). Not on PyTorch's default
-        capture stream: that one comes from PyTorch's shared pool (`private_stream`)."""
+        capture stream: that one comes from PyTorch's shared pool (`private_stream`).
+        False when the capture failed, the forward then running eagerly."""
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for _ in range(2):
@@ -81,8 +90,9 @@ class Forward:
                 stacklevel=2,
             )
             torch.cuda.synchronize()
-            return
+            return False
         self.graph, self.outputs, self.note = graph, outputs, "graph"
+        return True
 
     def __call__(self, *values: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """The outputs for `values` (a batch of at most `batch` items each), valid
@@ -103,12 +113,15 @@ class Forward:
 
 
 def _after_failed_capture(current: torch.cuda.Stream, captured: torch.cuda.Stream) -> None:
-    """Undoes what `torch.cuda.graph` leaves behind when its capture fails (PyTorch 2.11):
-    the thread's current stream is still the capture stream, and the device's default
-    generator still counts as capturing, so the next random draw on the device raises
-    "Offset increment outside graph capture" (measured on the H200, in a later test). A
-    copy of the generator's state (same seed and offset) that is not capturing replaces
-    it."""
+    """Undoes what `torch.cuda.graph` leaves behind when its capture fails after it began
+    (PyTorch 2.11): the thread's current stream is still the capture stream, and the
+    device's default generator still counts as capturing, so the next random draw on the
+    device raises "Offset increment outside graph capture" (measured on the H200, in a
+    later test). A copy of the generator's state (same seed and offset) that is not
+    capturing replaces it. A failure before the capture began (the thread on its own
+    stream) touched neither."""
+    if torch.cuda.current_stream() != captured:
+        return
     torch.cuda.set_stream(current)
     generator = torch.cuda.default_generators[captured.device.index]
     generator.graphsafe_set_state(generator.clone_state())

@@ -159,7 +159,7 @@ class Engine:
         seg_stream, emb_stream = STREAMS.take(self.device, 2)
         self._streams = (seg_stream, emb_stream)
         # given back at close, or when an engine never closed is collected
-        self._give_back = weakref.finalize(self, STREAMS.give_back, self.device, [*self._streams])
+        self._give_back = weakref.finalize(self, STREAMS.give_back, [*self._streams])
         window = self._segmentation_model.audio.get_num_samples(inference.duration)
         started = time.perf_counter()
         with torch.inference_mode(), library_math(self.math), torch.cuda.device(self.device):

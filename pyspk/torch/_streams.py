@@ -52,11 +52,20 @@ class StreamPool:
         with self._lock:
             idle = self._idle.setdefault(_cuda(device), [])
             taken = [idle.pop() for _ in range(min(count, len(idle)))]
-        return taken + [private_stream(device) for _ in range(count - len(taken))]
+        try:
+            while len(taken) < count:
+                taken.append(private_stream(device))
+        except BaseException:
+            self.give_back(taken)
+            raise
+        return taken
 
-    def give_back(self, device: torch.device, streams: list[torch.cuda.Stream]) -> None:
+    def give_back(self, streams: list[torch.cuda.Stream]) -> None:
+        """Each stream back under its own device (not the current one: a finalizer may
+        run in any thread)."""
         with self._lock:
-            self._idle.setdefault(_cuda(device), []).extend(streams)
+            for stream in streams:
+                self._idle.setdefault(_cuda(stream.device), []).append(stream)
 
 
 STREAMS = StreamPool()

@@ -141,15 +141,15 @@ class PlannedTrunk:
         try:
             for _ in range(streams):
                 self.plans.append(plan_trunk(runtime, self.math, weights))
+            # a private stream: one of PyTorch's pooled streams can be another thread's,
+            # and its work would join a capture that forks to it (`_streams.private_stream`)
+            if streams > 1:
+                (self._side,) = STREAMS.take(device, 1)
+                self._give_back = weakref.finalize(self, STREAMS.give_back, [self._side])
         except BaseException:
             self.close()
             raise
         self.plan = self.plans[0]
-        # a private stream: one of PyTorch's pooled streams can be another thread's, and
-        # its work would join a capture that forks to it (`_streams.private_stream`)
-        if streams > 1:
-            (self._side,) = STREAMS.take(device, 1)
-            self._give_back = weakref.finalize(self, STREAMS.give_back, device, [self._side])
 
     def _state(self) -> tuple[int, ...]:
         return tensor_state([*self.resnet.parameters(), *self.resnet.buffers()])

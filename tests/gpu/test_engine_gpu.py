@@ -119,6 +119,7 @@ def test_smaller_segmentation_forwards_give_the_full_forwards_bits(torch, pyanno
         assert [*forwards] == segmentation_sizes(engine.segmentation_batch)
         full = forwards[engine.segmentation_batch]
         chunks = torch.randn(full.inputs[0].shape, generator=generator, device="cuda") * 0.1
+        engine._streams[0].wait_stream(torch.cuda.current_stream())  # chunks made there
         with torch.inference_mode(), torch.cuda.stream(engine._streams[0]):
             expected = [output.clone() for output in full(chunks)]
             for size, forward in forwards.items():
@@ -130,9 +131,12 @@ def test_smaller_segmentation_forwards_give_the_full_forwards_bits(torch, pyanno
                     assert torch.equal(mine, repeat[:count]), (size, count)
                     if math is CudaMath.FP32:
                         assert torch.equal(mine, theirs[:count]), (size, count)
-            again = full(chunks)
-            for mine, theirs in zip(again, expected, strict=True):
-                assert torch.equal(mine, theirs)
+            kept = full(chunks)  # the full forward's own outputs, not copies
+            for size, forward in forwards.items():
+                if forward is not full:
+                    forward(chunks[: size - 3].flip(0))
+            for mine, theirs in zip(kept, expected, strict=True):
+                assert torch.equal(mine, theirs)  # no smaller forward wrote over them
         torch.cuda.synchronize()
 
 

@@ -53,13 +53,15 @@ def test_labels_are_the_stock_names_in_the_stock_order():
 
 class _FakeCuda:
     """Stand-ins for the torch.cuda calls of a graph capture, on the CPU: each capture
-    is recorded with its mode and stream, and `fail` makes it raise as a failed capture
-    does."""
+    is recorded with its mode, stream and pool; the captures numbered in `fail` raise as
+    a failed capture does, after it began (the capture stream made current and left so)
+    or, with `early`, before (as a refused synchronize in `torch.cuda.graph`)."""
 
-    def __init__(self, fail: bool) -> None:
-        self.fail = fail
+    def __init__(self, fail: set[int], early: bool = False) -> None:
+        self.fail, self.early = fail, early
         self.modes: list[str] = []
         self.streams: list[object] = []
+        self.pools: list[object] = []
         self.current = _FakeCuda.Stream()
         self.default_generators = [_FakeCuda.Generator()]
 
@@ -91,28 +93,32 @@ class _FakeCuda:
         return contextlib.nullcontext()
 
     class CUDAGraph:
-        pass
+        def pool(self) -> object:
+            return self.pool_id
 
     def graph(
         self,
-        graph: object,
+        graph: _FakeCuda.CUDAGraph,
         pool: object = None,
         stream: object = None,
         capture_error_mode: str = "global",
     ):
         import contextlib
 
+        number = len(self.modes)
         self.modes.append(capture_error_mode)
         self.streams.append(stream)
-        fail = self.fail
+        self.pools.append(pool)
+        graph.pool_id = pool if pool is not None else f"pool {number}"
+        fail = number in self.fail
 
         @contextlib.contextmanager
         def capturing():
-            # as torch.cuda.graph: the capture stream made current; a failed capture
-            # leaves it so
+            if fail and self.early:
+                raise RuntimeError("operation not permitted when stream is capturing")
             before, self.current = self.current, stream
             if fail:
-                raise RuntimeError("operation not permitted when stream is capturing")
+                raise RuntimeError("operation failed due to a previous error during capture")
             yield
             self.current = before
 
@@ -120,6 +126,14 @@ class _FakeCuda:
 
     def synchronize(self) -> None:
         pass
+
+
+def _fake_cuda(monkeypatch, fake: _FakeCuda) -> None:
+    import torch
+
+    names = ("Stream", "current_stream", "set_stream", "stream", "CUDAGraph", "graph")
+    for name in (*names, "synchronize", "default_generators"):
+        monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
 
 
 @pytest.mark.parametrize("fail", [False, True])
@@ -133,10 +147,8 @@ def test_capture_is_thread_local_and_a_fallback_is_said(monkeypatch, fail):
 
     from pyspk.pyannote import _graphs
 
-    fake = _FakeCuda(fail)
-    names = ("Stream", "current_stream", "set_stream", "stream", "CUDAGraph", "graph")
-    for name in (*names, "synchronize", "default_generators"):
-        monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
+    fake = _FakeCuda({0} if fail else set())
+    _fake_cuda(monkeypatch, fake)
     replay, before = fake.Stream(), fake.current
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -158,6 +170,62 @@ def test_capture_is_thread_local_and_a_fallback_is_said(monkeypatch, fail):
         assert forward.note == "graph" and not said
         assert fake.default_generators[0].states == ["capturing"]
     assert fake.current is before
+
+
+def test_a_capture_refused_before_it_began_leaves_the_generator_alone(monkeypatch):
+    """A capture that fails before it began (`torch.cuda.graph`'s synchronize refused
+    while another thread captures) left neither the stream nor the generator capturing:
+    the forward runs eagerly and replaces nothing."""
+    import torch
+
+    from pyspk.pyannote import _graphs
+
+    fake = _FakeCuda({0}, early=True)
+    _fake_cuda(monkeypatch, fake)
+    before = fake.current
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        forward = _graphs.Forward(
+            "x", lambda x: (x,), [(4, 3)], torch.device("cpu"), True, fake.Stream()
+        )
+    assert forward.graph is None and fake.current is before
+    assert fake.default_generators[0].states == ["capturing"]
+
+
+def test_smaller_forwards_share_the_inputs_and_pool_until_a_shared_capture_fails(monkeypatch):
+    """A forward that `share`s a larger one's memory takes its static inputs' leading
+    items and captures into its pool; after a capture into that pool failed (PyTorch's
+    allocator then still records into it), the later forwards get pools of their own.
+    Another item shape, or a larger batch, is refused."""
+    import torch
+
+    from pyspk.cuda.errors import InvalidArgument
+    from pyspk.pyannote import _graphs
+
+    fake = _FakeCuda({2})  # the third capture fails
+    _fake_cuda(monkeypatch, fake)
+
+    def forward(name: str, batch: int, share: object = None, items: int = 3):
+        return _graphs.Forward(
+            name, lambda x: (x * 2,), [(batch, items)], torch.device("cpu"), True,
+            fake.Stream(), share=share,
+        )  # fmt: skip
+
+    full = forward("full", 8)
+    half = forward("half", 4, full)
+    assert half.inputs[0].data_ptr() == full.inputs[0].data_ptr()
+    assert half.inputs[0].shape == (4, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        quarter = forward("quarter", 2, full)
+    eighth = forward("eighth", 1, full)
+    assert fake.pools == [None, "pool 0", "pool 0", None]
+    assert quarter.graph is None and eighth.note == "graph"
+    assert full.shared_pool is None and half.shared_pool == "pool 0"
+    with pytest.raises(InvalidArgument, match="not full's items"):
+        forward("other", 2, full, items=5)
+    with pytest.raises(InvalidArgument, match="exceeds full's"):
+        forward("larger", 16, full)
 
 
 def test_a_file_the_device_or_host_cannot_hold_is_refused_first(monkeypatch):
