@@ -213,11 +213,10 @@ class Engine:
         if self.unserved is not None:
             return {"engine": f"stock apply ({self.unserved})"}
         assert self._segments and self._embed is not None  # made when served
-        forwards = [*self._segments.values(), self._embed]
-        notes = {forward.note for forward in self._segments.values()}
-        if len(notes) == 1:  # the segmentation's sizes alike: one entry
-            forwards = [self._segments[self.segmentation_batch], self._embed]
-        return {forward.name: forward.note for forward in forwards}
+        segments = [*self._segments.values()]  # the full forward first
+        if len({forward.note for forward in segments}) == 1:  # all alike: one entry
+            segments = segments[:1]
+        return {forward.name: forward.note for forward in (*segments, self._embed)}
 
     def close(self) -> None:
         """Drops the captured graphs and their memory (before the plans they hold); a

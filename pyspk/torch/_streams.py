@@ -1,5 +1,5 @@
 """Private CUDA streams, shared over their users' lifetimes: `STREAMS.take(device, n)`
-and `STREAMS.give_back(device, streams)`."""
+and `STREAMS.give_back(streams)`."""
 
 from __future__ import annotations
 
