@@ -2,8 +2,10 @@
 JSON-lines manifest of what was done, and a rerun that skips it.
 
 - `diarize_corpus`: on this process's GPU. Files are decoded ahead on a bounded queue
-  (at most `decode_ahead` decoded files wait), longest first, and `engines` accelerated
-  copies of the pipeline take them in turn on threads, each on streams of its own: one
+  (at most `decode_ahead` decoded files wait), longest first, from the start, and
+  `engines` accelerated copies of the pipeline take them in turn on threads, each on
+  streams of its own (each copy accelerated in its thread, one at a time, the first
+  diarizing while the next are planned and captured): one
   file's clustering, reconstruction and RTTM run on the host while the next file's
   models run on the GPU, and the engines' GPU passes (one math: `library_math` scopes
   of one math run together) overlap each other. Each file's output is the one the
@@ -108,7 +110,8 @@ class CorpusRun:
     audio_seconds: float = 0.0
     seconds: float = 0.0
     setup_seconds: float = 0.0
-    """Of `seconds`, before the first file: copying and accelerating the pipelines."""
+    """Of `seconds`, before any file could start: copying the pipelines and accelerating
+    the first (the others are accelerated while it diarizes)."""
 
     @property
     def rtfx(self) -> float:
@@ -229,8 +232,6 @@ def diarize_corpus(
     the manifest says are done are skipped, and an RTTM it does not record as done is
     written again. `options` go to each pipeline call (e.g. `num_speakers`); `progress`
     gets one line per file."""
-    from pyspk.pyannote import accelerate_pipeline
-
     if engines < 1 or decode_ahead < 1:
         raise ValueError(f"engines and decode_ahead must be positive: {engines}, {decode_ahead}")
     rttm = Path(rttm)
@@ -239,20 +240,49 @@ def diarize_corpus(
         return run
     started = time.perf_counter()
     pipelines = [pipeline, *(copy.deepcopy(pipeline) for _ in range(min(engines, len(todo)) - 1))]
-    accelerations = []
+    setup = _Setup(math, segmentation_batch) if accelerate else None
+    crew = _Engines(pipelines, todo, decode_ahead, rttm, options, setup)
     try:
-        if accelerate:
-            for own in pipelines:
-                accelerations.append(
-                    accelerate_pipeline(own, math, segmentation_batch=segmentation_batch)
-                )
-        run.setup_seconds = time.perf_counter() - started
-        _Engines(pipelines, todo, decode_ahead, rttm, options).run(record, run, progress, started)
+        crew.run(record, run, progress, started)
     finally:
-        for acceleration in accelerations:
-            acceleration.undo()
+        crew.undo()
     run.seconds = time.perf_counter() - started
     return run
+
+
+class _Setup:
+    """Each engine's acceleration, made in its own thread one engine at a time: the first
+    engine diarizes while the next ones plan and capture (their captures are
+    thread-local, on streams of their own), so a run waits for one engine's setup, not
+    all of them. Each thread runs on the device the caller's thread had."""
+
+    def __init__(self, math: str, segmentation_batch: int | None) -> None:
+        import torch
+
+        self.math, self.segmentation_batch = math, segmentation_batch
+        self.device = torch.cuda.current_device()
+        self.lock = threading.Lock()
+        self.accelerations: list[Any] = []
+
+    def accelerate(self, pipeline: Any, stop: threading.Event) -> bool:
+        """Accelerates `pipeline` in this thread, unless the run stopped meanwhile."""
+        import torch
+
+        from pyspk.pyannote import accelerate_pipeline
+
+        torch.cuda.set_device(self.device)
+        with self.lock:
+            if stop.is_set():
+                return False
+            self.accelerations.append(
+                accelerate_pipeline(pipeline, self.math, segmentation_batch=self.segmentation_batch)
+            )
+        return True
+
+    def undo(self) -> None:
+        from pyspk.errors import run_all
+
+        run_all([acceleration.undo for acceleration in self.accelerations])
 
 
 class _Engines:
@@ -262,9 +292,16 @@ class _Engines:
     after their current file, and `run` raises it."""
 
     def __init__(
-        self, pipelines: list[Any], todo: list[Path], ahead: int, rttm: Path, options: dict
+        self,
+        pipelines: list[Any],
+        todo: list[Path],
+        ahead: int,
+        rttm: Path,
+        options: dict,
+        setup: _Setup | None,
     ) -> None:
         self.pipelines, self.todo, self.rttm, self.options = pipelines, todo, rttm, options
+        self.setup = setup
         self.decoded: queue.Queue = queue.Queue(maxsize=ahead)
         self.stop = threading.Event()
         self.raised: list[BaseException] = []
@@ -306,6 +343,11 @@ class _Engines:
         self, own: Any, record: Manifest, run: CorpusRun, progress: Any, started: float
     ) -> None:
         try:
+            if self.setup is not None:
+                if not self.setup.accelerate(own, self.stop):
+                    return
+                with self.lock:  # the first engine ready ends the run's setup
+                    run.setup_seconds = run.setup_seconds or time.perf_counter() - started
             while (item := self.take()) is not None:
                 path, audio = item
                 if isinstance(audio, Exception):
@@ -341,6 +383,11 @@ class _Engines:
                     thread.join()
         if self.raised:
             raise self.raised[0]
+
+    def undo(self) -> None:
+        """Undoes the accelerations made (after `run`: no engine thread runs)."""
+        if self.setup is not None:
+            self.setup.undo()
 
 
 # -- Dask -----------------------------------------------------------------------------

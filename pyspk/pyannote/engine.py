@@ -430,7 +430,9 @@ class Engine:
         report.steps["speaker_counting"] = time.perf_counter() - counting
         hook("speaker_counting", count)
         if np.nanmax(count.data) == 0.0:
-            torch.cuda.synchronize()
+            # this file's own work, not the device's: another thread's capture survives
+            # it, and another engine's work is not waited for
+            gpu.embeddings_copied.synchronize()
             return report, segmentations, count, None, clean
         batches = len(gpu.embedded)
         hook("embeddings", None, total=batches, completed=0)

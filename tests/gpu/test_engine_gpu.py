@@ -480,3 +480,39 @@ def test_a_device_wide_synchronize_during_a_capture_leaves_eager_forwards(
             for name in eager
         )
         assert tracks(pipeline(dict(file))) == serial
+
+
+def test_a_silent_file_waits_for_its_own_work_not_the_devices(torch, pyannote, pipeline):
+    """A file where no one speaks returns once its own GPU work is done. It had waited
+    with a device-wide synchronize, which CUDA refuses while any stream captures (and
+    which invalidates that capture: `test_a_device_wide_synchronize_...` above), and
+    which waited for every other engine's work too: a capture in this thread now
+    completes while another thread diarizes a silent file."""
+    import threading
+
+    from pyspk.torch._streams import private_stream
+
+    silent = {"waveform": torch.zeros(1, 30 * 16000), "sample_rate": 16000, "uri": "silent"}
+    outcomes: list = []
+
+    def diarize() -> None:
+        try:
+            outcomes.append(tracks(pipeline(dict(silent))))
+        except Exception as error:  # recorded, and shown by the assertion below
+            outcomes.append(error)
+
+    with pyannote.accelerate_pipeline(pipeline, "fp32"):
+        alone = tracks(pipeline(dict(silent)))
+        assert alone == [[], []]  # no speaker: the path under test
+        x = torch.ones(8, device="cuda")
+        graph = torch.cuda.CUDAGraph()
+        stream = private_stream(torch.device("cuda"))
+        with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
+            y = x * 2.0
+            worker = threading.Thread(target=diarize)
+            worker.start()
+            worker.join()
+        graph.replay()
+        torch.cuda.synchronize()
+    assert outcomes == [alone]
+    assert bool((y == 2.0).all())

@@ -166,6 +166,81 @@ def test_an_error_outside_any_file_stops_the_run_and_is_raised(corpus, tmp_path)
     assert 1 <= len(entries) <= 2  # one file in each engine's hands at most
 
 
+class _Accelerations:
+    """`accelerate_pipeline` stood in for (the CPU has no engine): what each call got,
+    on which thread, and whether it was undone. `fail_at` makes that call raise."""
+
+    def __init__(self, wait_before: int | None = None, fail_at: int | None = None) -> None:
+        self.calls: list[str] = []
+        self.undone: list[bool] = []
+        self.first_file_done = threading.Event()
+        self.wait_before, self.fail_at = wait_before, fail_at
+
+    def __call__(self, pipeline, math, segmentation_batch=None):
+        index = len(self.calls)
+        self.calls.append(threading.current_thread().name)
+        if index == self.wait_before:  # returns only if another engine diarizes meanwhile
+            assert self.first_file_done.wait(timeout=120), "no file was diarized meanwhile"
+        if index == self.fail_at:
+            raise MemoryError(f"accelerating engine {index}")
+        self.undone.append(False)
+        return _Undo(self.undone, index)
+
+
+class _Undo:
+    def __init__(self, undone: list[bool], index: int) -> None:
+        self.undone, self.index = undone, index
+
+    def undo(self) -> None:
+        self.undone[self.index] = True
+
+
+def _stand_in(monkeypatch, accelerations: _Accelerations) -> None:
+    torch = importorskip("torch", reason="PyTorch is missing")
+    import pyspk.pyannote
+
+    monkeypatch.setattr(pyspk.pyannote, "accelerate_pipeline", accelerations)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+
+
+def test_the_first_engine_diarizes_while_the_next_is_accelerated(corpus, tmp_path, monkeypatch):
+    """Each engine is accelerated in its own thread, one at a time, and the first takes
+    files as soon as it is ready: the second engine's acceleration here returns only
+    once a file is done, so a run that accelerated every engine first would never end.
+    Every acceleration is undone at the end, and the setup is the first engine's."""
+    _stack()
+    from pyspk.pyannote.corpus import diarize_corpus
+
+    accelerations = _Accelerations(wait_before=1)
+    _stand_in(monkeypatch, accelerations)
+    run = diarize_corpus(
+        cpu_pipeline(),
+        [corpus],
+        tmp_path,
+        engines=2,
+        progress=lambda line: accelerations.first_file_done.set(),
+    )
+    assert (run.done, run.failed) == (4, 1)
+    assert len(accelerations.calls) == 2 and len(set(accelerations.calls)) == 2
+    assert threading.current_thread().name not in accelerations.calls
+    assert accelerations.undone == [True, True]
+    assert 0.0 < run.setup_seconds < run.seconds
+
+
+def test_an_engine_that_cannot_be_accelerated_stops_the_run(corpus, tmp_path, monkeypatch):
+    """An acceleration that fails (here the second engine's) is not a file's failure:
+    the run stops, raises it, and undoes the accelerations it made."""
+    _stack()
+    from pyspk.pyannote.corpus import diarize_corpus
+
+    accelerations = _Accelerations(fail_at=1)
+    _stand_in(monkeypatch, accelerations)
+    with pytest.raises(MemoryError, match="accelerating engine 1"):
+        diarize_corpus(cpu_pipeline(), [corpus], tmp_path, engines=2, progress=None)
+    assert accelerations.undone == [True]
+
+
 def test_a_decoding_error_of_any_kind_is_that_files_and_names_are_unique(
     corpus, tmp_path, monkeypatch
 ):
