@@ -482,27 +482,40 @@ def test_a_device_wide_synchronize_during_a_capture_leaves_eager_forwards(
         assert tracks(pipeline(dict(file))) == serial
 
 
-def test_a_silent_file_waits_for_its_own_work_not_the_devices(torch, pyannote, pipeline):
-    """A file where no one speaks returns once its own GPU work is done. It had waited
-    with a device-wide synchronize, which CUDA refuses while any stream captures (and
-    which invalidates that capture: `test_a_device_wide_synchronize_...` above), and
-    which waited for every other engine's work too: a capture in this thread now
-    completes while another thread diarizes a silent file."""
+def test_a_file_with_no_speaker_waits_for_its_own_work_not_the_devices(
+    torch, pyannote, pipeline, monkeypatch
+):
+    """A file where no one speaks (its speaker count zero throughout: the count is zeroed
+    here, as the random-weight models hear speakers even in silence) returns once its
+    own GPU work is done. It had waited with a device-wide synchronize, which CUDA
+    refuses while any stream captures (and which invalidates that capture:
+    `test_a_device_wide_synchronize_...` above), and which waited for every other
+    engine's work too: a capture in this thread now completes while another thread
+    diarizes such a file."""
     import threading
 
+    from pyspk.pyannote import _steps
     from pyspk.torch._streams import private_stream
 
-    silent = {"waveform": torch.zeros(1, 30 * 16000), "sample_rate": 16000, "uri": "silent"}
+    counted = _steps.speaker_count
+
+    def no_one(*args, **kwargs):
+        count = counted(*args, **kwargs)
+        count.data[...] = 0
+        return count
+
+    monkeypatch.setattr(_steps, "speaker_count", no_one)
+    file = synthetic_file(torch, 30.0, 27)
     outcomes: list = []
 
     def diarize() -> None:
         try:
-            outcomes.append(tracks(pipeline(dict(silent))))
+            outcomes.append(tracks(pipeline(dict(file))))
         except Exception as error:  # recorded, and shown by the assertion below
             outcomes.append(error)
 
     with pyannote.accelerate_pipeline(pipeline, "fp32"):
-        alone = tracks(pipeline(dict(silent)))
+        alone = tracks(pipeline(dict(file)))
         assert alone == [[], []]  # no speaker: the path under test
         x = torch.ones(8, device="cuda")
         graph = torch.cuda.CUDAGraph()
