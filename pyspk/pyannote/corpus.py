@@ -241,11 +241,13 @@ def diarize_corpus(
     started = time.perf_counter()
     pipelines = [pipeline, *(copy.deepcopy(pipeline) for _ in range(min(engines, len(todo)) - 1))]
     setup = _Setup(math, segmentation_batch) if accelerate else None
-    crew = _Engines(pipelines, todo, decode_ahead, rttm, options, setup)
     try:
-        crew.run(record, run, progress, started)
+        _Engines(pipelines, todo, decode_ahead, rttm, options, setup).run(
+            record, run, progress, started
+        )
     finally:
-        crew.undo()
+        if setup is not None:  # after `run`: no engine thread runs
+            setup.undo()
     run.seconds = time.perf_counter() - started
     return run
 
@@ -383,11 +385,6 @@ class _Engines:
                     thread.join()
         if self.raised:
             raise self.raised[0]
-
-    def undo(self) -> None:
-        """Undoes the accelerations made (after `run`: no engine thread runs)."""
-        if self.setup is not None:
-            self.setup.undo()
 
 
 # -- Dask -----------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import threading
 import torch
 
 from pyspk.cuda import driver
+from pyspk.torch import _ordinal
 
 __all__ = ["STREAMS", "StreamPool", "private_stream"]
 
@@ -33,8 +34,7 @@ def private_stream(device: torch.device) -> torch.cuda.Stream:
 
 def _cuda(device: torch.device) -> torch.device:
     """`device` with its ordinal ("cuda" is the current device)."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return torch.device("cuda", index)
+    return torch.device("cuda", _ordinal(device))
 
 
 class StreamPool:

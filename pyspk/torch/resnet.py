@@ -37,7 +37,7 @@ from pyspk.candidate.trunk import (
 from pyspk.cuda import CudaRuntime
 from pyspk.cuda.errors import InvalidArgument
 from pyspk.cuda.math import CudaMath
-from pyspk.torch import check_planned_call, shared_runtime, tensor_state
+from pyspk.torch import _ordinal, check_planned_call, shared_runtime, tensor_state
 from pyspk.torch._streams import STREAMS
 
 __all__ = ["PlannedTrunk", "trunk_weights"]
@@ -126,7 +126,7 @@ class PlannedTrunk:
         device = next(resnet.parameters()).device
         if device.type != "cuda":
             raise InvalidArgument(f"{CONTEXT}: the model is on {device}, not a CUDA device")
-        self._ordinal = device.index if device.index is not None else torch.cuda.current_device()
+        self._ordinal = _ordinal(device)
         weights = trunk_weights(resnet)
         self._planned_state = self._state()
         if runtime is None:
