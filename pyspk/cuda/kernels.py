@@ -342,6 +342,9 @@ class Launch:
 
                 driver.unwrap(f"cuLaunchKernel({name})", (status,))
 
+        # the bound call points into this Launch's parameter block: the launcher keeps
+        # it alive, or a launcher outliving its Launch would pass freed memory
+        launch.prepared = self  # type: ignore[attr-defined]
         return launch
 
     def enqueue(self, stream: Any) -> None:

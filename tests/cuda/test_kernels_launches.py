@@ -96,6 +96,22 @@ def test_enqueue_accepts_an_int_handle(fake: FakeApi) -> None:
     assert isinstance(stream, CUstream) and int(stream) == 0xABC
 
 
+def test_a_bound_launcher_keeps_its_parameter_block(fake: FakeApi) -> None:
+    """A launcher from `bind` passes the parameter block's address: with its Launch
+    dropped, the block must stay alive and hold its values (a freed block passed the
+    kernel whatever the memory held next: an illegal address on the GPU)."""
+    import gc
+
+    launcher = _launch(fake, SIGNATURE, VALUES).bind(CUstream(0xABC))
+    gc.collect()
+    for _ in range(50):  # churn the allocator over where a freed block would lie
+        _launch(fake, SIGNATURE, [0] * len(VALUES))
+    launcher()
+    address = fake.launches[-1][5]
+    slots = list((ctypes.c_uint64 * len(SIGNATURE)).from_address(address))
+    assert [_read(slot, kind) for slot, kind in zip(slots, SIGNATURE, strict=True)] == VALUES
+
+
 def test_enqueue_failure_names_the_kernel(fake: FakeApi) -> None:
     launch = _launch(fake, SIGNATURE, VALUES)
     fake.launch_status = Result.CUDA_ERROR_INVALID_VALUE
