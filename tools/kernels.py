@@ -452,6 +452,7 @@ TRUNK_CONSTANTS = {
         ),
         "trunkconv.cuh",
     ),
+    **dict.fromkeys(("PAIR_GROUPS", "PAIR_TILES", "PAIR_STAGES"), "trunkpairs.cuh"),
     "STEM_THREADS": "trunk.cu",
     "STEM_TILE_BINS": "trunk.cu",
     "STEM_TILE_FRAMES": "trunk.cu",
@@ -617,6 +618,8 @@ def python_kernels() -> dict[str, dict[str, str]]:
         for site in TrunkSite
         for math in CudaMath
     }
+    for suffix in ("f16x3", "f16"):
+        trunk[f"{trunk_shapes.PAIRS_KERNEL}_{suffix}"] = "shapes.PAIRS_KERNEL"
     trunk[trunk_shapes.CLEAR_KERNEL] = "shapes.CLEAR_KERNEL"
     trunk[trunk_shapes.CHUNK_MAX_KERNEL] = "shapes.CHUNK_MAX_KERNEL"
     cluster = {

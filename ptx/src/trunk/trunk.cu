@@ -12,6 +12,7 @@
 
 #include "common.cuh"
 #include "trunkconv.cuh"
+#include "trunkpairs.cuh"
 
 // The 1 -> 32 stem: fbank [item][frame][bin] (the model's (B, T, F) input, read as the
 // convolution's (bin, frame) image), weights [tap][32], bias [32], output NHWC
@@ -141,27 +142,39 @@ spk_trunk_chunk_max(const float* __restrict__ x, u64 x_len, u32 item_len,
 }
 
 // One convolution entry: x, w, bias (bias, then the columns' inverse scales), residual
-// (length 0: none), y, in_max, out_max (length 0: none), items, flags.
+// (length 0: none), y, in_max, out_max (length 0: none), items, flags. LAUNCH names the
+// launch's threads and blocks an SM, BODY the device function.
+#define SPK_CONV_ARGUMENTS                                                                     \
+    x, x_len, w, w_len, bias, bias_len, residual, residual_len, y, y_len, in_max, in_max_len, \
+        out_max, out_max_len, items, flags
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-#define SPK_TRUNK_BODY(SHAPE, SPLIT)                                                          \
-    spk::trunk_conv<SHAPE, spk::TierTiles<SHAPE>, SPLIT>(                                     \
-        x, x_len, w, w_len, bias, bias_len, residual, residual_len, y, y_len, in_max,          \
-        in_max_len, out_max, out_max_len, items, flags)
+#define SPK_TRUNK_BODY(SHAPE, SPLIT) \
+    spk::trunk_conv<SHAPE, spk::TierTiles<SHAPE>, SPLIT>(SPK_CONV_ARGUMENTS)
 #else
 #define SPK_TRUNK_BODY(SHAPE, SPLIT) SPK_TIER_STUB()
 #endif
-#define SPK_TRUNK_CONV(NAME, SHAPE, SPLIT)                                                  \
-    extern "C" __global__ void __launch_bounds__(SHAPE::THREADS, SHAPE::MIN_BLOCKS) NAME(    \
+// the row-pair form exists where wgmma does (the sm90 tier); it traps elsewhere
+#if defined(SPK_WGMMA)
+#define SPK_PAIRS_BODY(SHAPE, SPLIT) spk::trunk_conv_pairs<SHAPE, SPLIT>(SPK_CONV_ARGUMENTS)
+#else
+#define SPK_PAIRS_BODY(SHAPE, SPLIT) SPK_TIER_STUB()
+#endif
+#define SPK_TRUNK_ENTRY(NAME, LAUNCH, BODY)                                                     \
+    extern "C" __global__ void __launch_bounds__(LAUNCH::THREADS, LAUNCH::MIN_BLOCKS) NAME(     \
         const float* __restrict__ x, u64 x_len, const float* __restrict__ w, u64 w_len,      \
         const float* __restrict__ bias, u64 bias_len, const float* __restrict__ residual,    \
         u64 residual_len, float* __restrict__ y, u64 y_len, const u32* __restrict__ in_max, \
         u64 in_max_len, u32* __restrict__ out_max, u64 out_max_len, u32 items, u32 flags) { \
-        SPK_TRUNK_BODY(SHAPE, SPLIT);                                                        \
+        BODY;                                                                                \
     }
+#define SPK_TRUNK_CONV(NAME, SHAPE, SPLIT) SPK_TRUNK_ENTRY(NAME, SHAPE, SPK_TRUNK_BODY(SHAPE, SPLIT))
 #define SPK_TRUNK_SPLIT(SITE, SHAPE) SPK_TRUNK_CONV(spk_trunk_##SITE##_f16x3, SHAPE, true)
 #define SPK_TRUNK_SHAPE(SITE, SHAPE)                      \
     SPK_TRUNK_CONV(spk_trunk_##SITE##_f16, SHAPE, false) \
     SPK_TRUNK_SPLIT(SITE, SHAPE)
+#define SPK_TRUNK_PAIRS(SITE, SHAPE)                                                            \
+    SPK_TRUNK_ENTRY(spk_trunk_##SITE##_f16, spk::PairShape<SHAPE>, SPK_PAIRS_BODY(SHAPE, false)) \
+    SPK_TRUNK_ENTRY(spk_trunk_##SITE##_f16x3, spk::PairShape<SHAPE>, SPK_PAIRS_BODY(SHAPE, true))
 
 // Shapes: (CIN, COUT, HIN, WIN, STRIDE, KS), one per distinct convolution of the trunk.
 // The 1x1 shortcuts run the three products in both maths: 0.5% of the trunk's work, and
@@ -180,6 +193,7 @@ typedef spk::ConvShape<128, 256, 20, 250, 2, 1> Layer4Shortcut;
 typedef spk::ConvShape<256, 256, 10, 125, 1, 3> Layer4Conv;
 
 SPK_TRUNK_SHAPE(layer1_conv, Layer1Conv)
+SPK_TRUNK_PAIRS(layer1_pairs, Layer1Conv)  // layer1 in row pairs (sm90 tier: trunkpairs.cuh)
 SPK_TRUNK_SHAPE(layer2_down, Layer2Down)
 SPK_TRUNK_SPLIT(layer2_shortcut, Layer2Shortcut)
 SPK_TRUNK_SHAPE(layer2_conv, Layer2Conv)

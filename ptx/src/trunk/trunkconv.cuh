@@ -280,6 +280,54 @@ __device__ __forceinline__ void store_tile(const float (&acc)[L::MI][L::NJ][4],
     }
 }
 
+// This lane's a fragment of row tile mi in a step (a_hi, and with SPLIT a_lo): rows g,
+// g + 8 of the tile (a_rows + the tile's offset; a blocked row of a STRIP, bit mi * 2 +
+// half of `blocked`, reads the zero row at a_zero) at k pairs t, t, t + 4, t + 4, which
+// hold channels 4t, 4t + 1 and 4t + 2, 4t + 3 (the weights' FRAGMENT_ORDER), times the
+// rows' scales, rounded (split) to FP16.
+template <class S, class L, bool SPLIT>
+__device__ __forceinline__ void row_fragment(saddr a_rows, saddr a_zero, u32 blocked, u32 mi,
+                                             const float (&scale)[2], uint4& a_hi, uint4& a_lo) {
+    const u32 top_at = mi * L::ROW_STEP * S::A_STRIDE * 4;
+    const u32 bottom_at = top_at + 8 * S::A_STRIDE * 4;
+    const bool top_off = S::STRIP && ((blocked >> (mi * 2)) & 1);
+    const bool bottom_off = S::STRIP && ((blocked >> (mi * 2 + 1)) & 1);
+    const float4 top = lds4(top_off ? a_zero : a_rows + top_at);
+    const float4 bottom = lds4(bottom_off ? a_zero : a_rows + bottom_at);
+    const float2 v[4] = {make_float2(top.x, top.y), make_float2(bottom.x, bottom.y),
+                         make_float2(top.z, top.w), make_float2(bottom.z, bottom.w)};
+    u32 hi[4], lo[4];
+#pragma unroll
+    for (u32 e = 0; e < 4; ++e) {
+        const float s = scale[e & 1];
+        if constexpr (SPLIT) {
+            f16_split(v[e].x * s, v[e].y * s, hi[e], lo[e]);
+        } else {
+            hi[e] = f16_pair(v[e].x * s, v[e].y * s);
+        }
+    }
+    a_hi = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    if constexpr (SPLIT) {
+        a_lo = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    }
+}
+
+// The residual rows m0 .. m0 + CONV_BM - 1 (those below `rows`), columns n0 .. n0 + BN -
+// 1, fetched into L2 by THREADS threads (thread `tid` of them) a stage before the
+// epilogue reads them: there each read waits on the L2 instead of on device memory.
+template <class S, u32 THREADS>
+__device__ __forceinline__ void prefetch_rows(const float* __restrict__ residual, u32 m0, u32 rows,
+                                              u32 n0, u32 tid) {
+    constexpr u32 LINES = S::BN / 32;  // 128-byte lines per row
+#pragma unroll
+    for (u32 i = tid; i < CONV_BM * LINES; i += THREADS) {
+        const u32 m = m0 + i / LINES;
+        if (m < rows) {
+            prefetch_l2(residual + (u64(m) * S::COUT + n0 + i % LINES * 32));
+        }
+    }
+}
+
 // One step's products of a warp (WarpTiles): its a fragments a_hi (and a_lo), the step's
 // weights at b_base (per column 16 words: high(t), high(t + 4), low(t), low(t + 4) of
 // each t; without SPLIT 8, the high ones); SPLIT sums a column tile's three products in a
@@ -581,14 +629,7 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
             // the tile's shortcut rows into L2 a stage before its epilogue reads them:
             // there each read waits on the L2 instead of on device memory (only the
             // stride-1 3x3s, the blocks' second convolutions, take a residual)
-            constexpr u32 LINES = S::BN / 32;  // 128-byte lines per row
-#pragma unroll
-            for (u32 i = tid; i < CONV_BM * LINES; i += S::THREADS) {
-                const u32 m = m0 + i / LINES;
-                if (m < rows) {
-                    prefetch_l2(residual + (u64(m) * S::COUT + n0 + i % LINES * 32));
-                }
-            }
+            prefetch_rows<S, S::THREADS>(residual, m0, rows, n0, tid);
         }
         const u32 blocked_rows = dy == 0 ? edges : dy == S::KS - 1 ? edges >> 8 : 0;
 #pragma unroll(!SPLIT && L::A_SETS > 1 ? S::STEPS : 1)
@@ -608,31 +649,8 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
             uint4 a_lo[SPLIT ? MI : 1];
 #pragma unroll
             for (u32 mi = 0; mi < MI; ++mi) {
-                // a0..a3: rows g, g + 8, g, g + 8 at k pairs t, t, t + 4, t + 4, which
-                // hold channels 4t, 4t + 1 and 4t + 2, 4t + 3 (the weights' FRAGMENT_ORDER)
-                // a blocked row (STRIP) reads the zero row
-                const u32 top_at = mi * L::ROW_STEP * S::A_STRIDE * 4;
-                const u32 bottom_at = top_at + 8 * S::A_STRIDE * 4;
-                const bool top_off = S::STRIP && ((blocked >> (mi * 2)) & 1);
-                const bool bottom_off = S::STRIP && ((blocked >> (mi * 2 + 1)) & 1);
-                const float4 top = lds4(top_off ? a_zero : a_rows + top_at);
-                const float4 bottom = lds4(bottom_off ? a_zero : a_rows + bottom_at);
-                const float2 v[4] = {make_float2(top.x, top.y), make_float2(bottom.x, bottom.y),
-                                     make_float2(top.z, top.w), make_float2(bottom.z, bottom.w)};
-                u32 hi[4], lo[4];
-#pragma unroll
-                for (u32 e = 0; e < 4; ++e) {
-                    const float s = row_scale[mi][e & 1];
-                    if constexpr (SPLIT) {
-                        f16_split(v[e].x * s, v[e].y * s, hi[e], lo[e]);
-                    } else {
-                        hi[e] = f16_pair(v[e].x * s, v[e].y * s);
-                    }
-                }
-                a_hi[mi] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-                if constexpr (SPLIT) {
-                    a_lo[mi] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
-                }
+                row_fragment<S, L, SPLIT>(a_rows, a_zero, blocked, mi, row_scale[mi], a_hi[mi],
+                                          a_lo[SPLIT ? mi : 0]);
                 if constexpr (L::WGMMA) {  // each row tile's products as soon as it is converted
                     group_products<S, L, SPLIT>(acc[mi], fresh, a_hi[mi], a_lo[SPLIT ? mi : 0], b_base);
                 }

@@ -24,6 +24,11 @@ CONV_BK = 16  # reduction elements per step (a stage holds one, or a strip's thr
 CONV_STAGES = 3
 CONV_RELU = 1  # epilogue flags
 CONV_NCHW = 2
+# layer1's row-pair form (sm90 tier, measured against the strip form by
+# tools/trunk_forms.py, not planned): warpgroups and image rows a tile
+PAIR_GROUPS = 2
+PAIR_TILES = 2  # tiles a row-pair block takes in turn
+PAIR_STAGES = 4  # the row-pair form's copy ring: the strips a stage reads, and one ahead
 STEM_THREADS = 256
 STEM_TILE_BINS = 8  # a stem block's tile of positions
 STEM_TILE_FRAMES = 32
@@ -32,6 +37,7 @@ KERNEL_PREFIX = "spk_trunk_"
 CLEAR_KERNEL = KERNEL_PREFIX + "clear"
 CHUNK_MAX_KERNEL = KERNEL_PREFIX + "chunk_max"
 CONTEXT = "trunk plan"
+PAIRS_KERNEL = KERNEL_PREFIX + "layer1_pairs"  # + "_f16x3" or "_f16", as the site's
 
 
 @attrs.frozen
@@ -119,6 +125,18 @@ class ConvShape:
     def grid(self) -> tuple[int, int, int]:
         tiles = -(-TRUNK_BATCH * self.positions // CONV_BM)
         return (-(-tiles // self.tiles_per_block), self.cout // self.block_channels, 1)
+
+    def pair_launch(
+        self, groups: int = PAIR_GROUPS, tiles: int = PAIR_TILES, stages: int = PAIR_STAGES
+    ) -> tuple[tuple[int, int, int], int, int]:
+        """(grid, block threads, dynamic shared bytes) of the row-pair form (its build's
+        constants by default): tiles of `groups` runs of CONV_BM positions, one image
+        row apart, each row in ceil(wout / CONV_BM) runs, `tiles` a block; per block
+        the weights (K x cout FP16 high and low words) and a ring of `stages` strips
+        (CONV_BM + 3 rows)."""
+        count = TRUNK_BATCH * self.hout // groups * -(-self.wout // CONV_BM)
+        shared = (self.k * self.cout + stages * (CONV_BM + 3) * CONV_BK) * 4
+        return (-(-count // tiles), 1, 1), 128 * groups, shared
 
     def macs(self) -> int:
         """Multiply-adds per chunk."""
