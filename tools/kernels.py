@@ -452,7 +452,9 @@ TRUNK_CONSTANTS = {
         ),
         "trunkconv.cuh",
     ),
-    **dict.fromkeys(("PAIR_GROUPS", "PAIR_TILES", "PAIR_STAGES"), "trunkpairs.cuh"),
+    **dict.fromkeys(
+        ("TILE_GROUPS", "TILE_ROWS", "TILE_FRAMES", "TILE_TILES", "TILE_AHEAD"), "trunktiles.cuh"
+    ),
     "STEM_THREADS": "trunk.cu",
     "STEM_TILE_BINS": "trunk.cu",
     "STEM_TILE_FRAMES": "trunk.cu",
@@ -607,6 +609,7 @@ def python_kernels() -> dict[str, dict[str, str]]:
     from pyspk.candidate.trunk import shapes as trunk_shapes
     from pyspk.candidate.trunk.shapes import TrunkSite
     from pyspk.cuda.math import CudaMath
+    from pyspk.cuda.tier import PtxTier
 
     segdense: dict[str, str] = {}
     for entry in selection.Entry:
@@ -614,12 +617,11 @@ def python_kernels() -> dict[str, dict[str, str]]:
     for splits in range(1, shapes.EMBED_MAX_SPLITS + 1):
         segdense.setdefault(shapes.Reduction.shape(splits).kernel, f"Reduction.shape({splits})")
     trunk = {
-        site.kernel(math): f"TrunkSite.{site.name}.kernel({math})"
+        site.kernel(math, tier): f"TrunkSite.{site.name}.kernel({math}, {tier})"
         for site in TrunkSite
         for math in CudaMath
+        for tier in (None, PtxTier.SM90)
     }
-    for suffix in ("f16x3", "f16"):
-        trunk[f"{trunk_shapes.PAIRS_KERNEL}_{suffix}"] = "shapes.PAIRS_KERNEL"
     trunk[trunk_shapes.CLEAR_KERNEL] = "shapes.CLEAR_KERNEL"
     trunk[trunk_shapes.CHUNK_MAX_KERNEL] = "shapes.CHUNK_MAX_KERNEL"
     cluster = {

@@ -1,18 +1,19 @@
 #!/usr/bin/env python3
-"""Layer1's two sm90 forms side by side: the strip form against the row-pair form.
+"""Layer1's sm90 forms side by side: the strip form against the 2D-tile form.
 
     PYTHONPATH=. python3 tools/trunk_forms.py [--rounds 7] [--launches 20] [--out FILE]
-        [--variant GROUPS,TILES,STAGES=CUBIN ...]
+        [--variant GROUPS,ROWS,TILES,AHEAD=CUBIN ...]
 
 On one H200 (the sm90 tier) and in one process: layer1's convolution
-(`TrunkWeights.random(3)`) on random activations at batch 32, in each math, without and
-with the residual (a block's first and second convolutions). Each form's output and
-chunk maxima are compared bit for bit with the strip form's (`spk_trunk_layer1_conv_*`)
-at 32 and at 11 chunks; then each round times `--launches` launches of each form with
-CUDA events, the forms in turn, and the median of the rounds is reported in
-microseconds a launch. A `--variant` adds the row-pair entries of another build of the
-trunk module (a cubin for sm_90a built with other PAIR_GROUPS, PAIR_TILES and
-PAIR_STAGES), launched with the geometry those constants give.
+(`TrunkWeights.random(3)`) on random activations at batch 32 (each chunk at its own
+level, 2^-6 to 2^6), in each math, without and with the residual (a block's first and
+second convolutions). Each form's output on chunks 0 and 1 is compared with float64
+(`pyspk.reference.trunk_conv`, norm-wise relative error), and its chunk maxima with the
+strip form's; then each round times `--launches` launches of each form with CUDA
+events, the forms in turn, and the median of the rounds is reported in microseconds a
+launch. The 2D-tile form runs in TF32 math only. A `--variant` adds the tile entry of
+another build of the trunk module (a cubin for sm_90a built with other TILE_GROUPS,
+TILE_ROWS, TILE_TILES and TILE_AHEAD), launched with the geometry those constants give.
 """
 
 from __future__ import annotations
@@ -28,22 +29,19 @@ import numpy as np
 SITE_NAME = "layer1_conv"
 
 
-def _variant_kernels(spec: str) -> tuple[str, dict[str, object], tuple]:
-    """`GROUPS,TILES,STAGES=CUBIN` -> (label, {math name: Kernel}, geometry)."""
-    from pyspk.candidate.trunk.shapes import PAIRS_KERNEL, TrunkSite
+def _variant_kernel(spec: str) -> tuple[str, object, tuple]:
+    """`GROUPS,ROWS,TILES,AHEAD=CUBIN` -> (label, Kernel, geometry)."""
+    from pyspk.candidate.trunk.shapes import TILES_KERNEL, TrunkSite
     from pyspk.cuda import driver
     from pyspk.cuda.kernels import Kernel
 
     numbers, path = spec.split("=", 1)
-    groups, tiles, stages = (int(n) for n in numbers.split(","))
+    groups, rows, tiles, ahead = (int(n) for n in numbers.split(","))
     module = driver.call("cuModuleLoadData", Path(path).read_bytes())
-    kernels = {}
-    for math_name, suffix in (("fp32", "f16x3"), ("tf32", "f16")):
-        name = f"{PAIRS_KERNEL}_{suffix}"
-        handle = driver.call("cuModuleGetFunction", module, name.encode())
-        kernels[math_name] = Kernel(name, handle, None)
-    geometry = TrunkSite.LAYER1_CONV.shape.pair_launch(groups, tiles, stages)
-    return f"pairs g{groups} t{tiles} s{stages}", kernels, geometry
+    handle = driver.call("cuModuleGetFunction", module, TILES_KERNEL.encode())
+    geometry = TrunkSite.LAYER1_CONV.shape.tile_launch(groups, rows, tiles, ahead)
+    label = f"tiles g{groups} r{rows} t{tiles} a{ahead}"
+    return label, Kernel(TILES_KERNEL, handle, None), geometry
 
 
 def _timer(runtime) -> Callable[[Callable[[], None], int], float]:
@@ -73,12 +71,32 @@ class _Buffers:
         rng = np.random.default_rng(0)
         levels = 2.0 ** rng.integers(-6, 7, TRUNK_BATCH)
         x = np.abs(rng.normal(size=(TRUNK_BATCH, shape.x_item))) * levels[:, None]
-        x = x.astype(np.float32)
+        self.x_host = x.astype(np.float32)
+        self.residual_host = rng.normal(size=TRUNK_BATCH * shape.y_item).astype(np.float32)
         self.runtime, self.conv = runtime, conv
-        self.x = runtime.upload(x)
-        self.in_max = runtime.upload(np.abs(x).max(axis=1).view(np.int32), np.int32)
-        self.residual = runtime.upload(rng.normal(size=TRUNK_BATCH * shape.y_item))
+        self.x = runtime.upload(self.x_host)
+        self.in_max = runtime.upload(np.abs(self.x_host).max(axis=1).view(np.int32), np.int32)
+        self.residual = runtime.upload(self.residual_host)
         self.weight = self.bias = None
+        self._truth: dict[bool, np.ndarray] = {}
+
+    def truth(self, residual: bool) -> np.ndarray:
+        """Chunks 0 and 1 of the convolution (+ residual, ReLU) in float64."""
+        from pyspk import reference
+
+        if residual not in self._truth:
+            shape = self.conv.site.shape
+            x = self.x_host[:2].reshape(2, shape.hin, shape.win, shape.cin)
+            res = self.residual_host[: 2 * shape.y_item].reshape(2, shape.hout, shape.wout, -1)
+            self._truth[residual] = reference.trunk_conv(
+                x,
+                self.conv.weight,
+                self.conv.bias,
+                1,
+                residual=res if residual else None,
+                relu=True,
+            ).reshape(-1)
+        return self._truth[residual]
 
     def use_math(self, math) -> None:
         self.weight = self.runtime.upload(self.conv.packed(self.conv.site.splits(math), True))
@@ -124,17 +142,21 @@ class _Form:
 
 
 def _compare(forms: list[_Form], residual: bool, rounds: int, launches: int, time) -> list[str]:
-    """Per form: the median us a launch and whether its bits are the first form's."""
+    """Per form: the median us a launch, its norm-wise error against float64 on chunks
+    0 and 1, and whether its chunk maxima are the first form's, at 32 and at 11 chunks."""
     from pyspk.candidate.trunk.shapes import TRUNK_BATCH
 
+    truth = forms[0].buffers.truth(residual)
+    error: dict[str, float] = {}
     same: dict[str, list[bool]] = {form.label: [] for form in forms}
     for items in (TRUNK_BATCH, 11):
-        first_y, first_max = forms[0].bits(items, residual)
+        _, first_max = forms[0].bits(items, residual)
         for form in forms:
             y, out_max = form.bits(items, residual)
-            same[form.label].append(
-                bool(np.array_equal(y, first_y) and np.array_equal(out_max, first_max))
-            )
+            same[form.label].append(bool(np.array_equal(out_max, first_max)))
+            if items == TRUNK_BATCH:
+                got = y[: truth.size].view(np.float32).astype(np.float64)
+                error[form.label] = float(np.linalg.norm(got - truth) / np.linalg.norm(truth))
     bound = [(form.label, form.launcher(TRUNK_BATCH, residual)) for form in forms]
     for _, launch in bound:
         time(launch, 3)  # warm-up
@@ -143,10 +165,10 @@ def _compare(forms: list[_Form], residual: bool, rounds: int, launches: int, tim
         for label, launch in bound:
             times[label].append(time(launch, launches))
     return [
-        f"residual={'yes' if residual else 'no '} {label:<18} "
+        f"residual={'yes' if residual else 'no '} {label:<16} "
         f"{statistics.median(times[label]):8.1f} us "
         f"({min(times[label]):.1f}-{max(times[label]):.1f}) "
-        f"same bits: {same[label][0]} / {same[label][1]}"
+        f"error {error[label]:.3e}, maxima as strip's: {same[label][0]} / {same[label][1]}"
         for label, _ in bound
     ]
 
@@ -160,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from pyspk.candidate.trunk import TrunkWeights
-    from pyspk.candidate.trunk.shapes import PAIRS_KERNEL, TRUNK_BATCH, TrunkSite
+    from pyspk.candidate.trunk.shapes import TRUNK_BATCH, TrunkSite
     from pyspk.cuda import CudaRuntime, DeviceAttributes
     from pyspk.cuda.manifest import KernelModule
     from pyspk.cuda.math import CudaMath
@@ -171,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         f"# {Path(__file__).name}: layer1's convolution, {DeviceAttributes.query(0).name}, "
         f"batch {TRUNK_BATCH}, {args.rounds} rounds of {args.launches} launches a form, "
-        "median (range) us a launch; same bits as the strip form at 32 / 11 chunks"
+        "median (range) us a launch; norm-wise error against float64 on chunks 0 and 1; "
+        "chunk maxima as the strip form's at 32 / 11 chunks"
     ]
     with CudaRuntime(0) as runtime:
         loaded = runtime.load_kernels(KernelModule.TRUNK)
@@ -180,19 +203,15 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         buffers = _Buffers(runtime, conv)
         time = _timer(runtime)
-        variants = [_variant_kernels(spec) for spec in args.variant]
+        variants = [_variant_kernel(spec) for spec in args.variant]
         for math in CudaMath:
             buffers.use_math(math)
-            forms = [
-                _Form("strip", loaded.function(site.kernel(math)), site.launch(), buffers),
-                _Form(
-                    "pairs",
-                    loaded.function(f"{PAIRS_KERNEL}_{site.kernel(math).rsplit('_', 1)[1]}"),
-                    site.shape.pair_launch(),
-                    buffers,
-                ),
-                *(_Form(label, kernels[str(math)], at, buffers) for label, kernels, at in variants),
-            ]
+            forms = [_Form("strip", loaded.function(site.kernel(math)), site.launch(), buffers)]
+            if math is CudaMath.TF32:
+                tiles = loaded.function(site.kernel(math, PtxTier.SM90))
+                geometry = site.launch(math, PtxTier.SM90)
+                forms.append(_Form("tiles", tiles, geometry, buffers))
+                forms += [_Form(label, k, at, buffers) for label, k, at in variants]
             for residual in (False, True):
                 for line in _compare(forms, residual, args.rounds, args.launches, time):
                     print(f"{math} {line}", flush=True)

@@ -221,3 +221,52 @@ def test_a_single_convolution_measures_its_input_first(fake, runtime, monkeypatc
     values = params(launch, CONV_PARAMS)
     assert (values["in_max"], values["in_max_len"]) == (measured["maxima"], 32)
     assert (values["out_max_len"], values["items"]) == (0, 3)
+
+
+def test_layer1_runs_its_tile_form_in_tf32_math_on_the_sm90_tier() -> None:
+    """The 2D-tile form serves layer1's convolutions in TF32 math on sm90 alone; every
+    other site, math and tier keeps its kernel and launch."""
+    from pyspk.candidate.trunk.shapes import TILES_KERNEL
+
+    layer1 = TrunkSite.LAYER1_CONV
+    assert layer1.kernel(CudaMath.TF32, PtxTier.SM90) == TILES_KERNEL
+    assert layer1.launch(CudaMath.TF32, PtxTier.SM90) == layer1.shape.tile_launch()
+    for site in TrunkSite:
+        for math in CudaMath:
+            for tier in (None, PtxTier.SM80, PtxTier.SM90):
+                if site is layer1 and math is CudaMath.TF32 and tier is PtxTier.SM90:
+                    continue
+                assert site.kernel(math, tier) == site.kernel(math)
+                assert site.launch(math, tier) == site.launch()
+    # 32 chunks of 80 rows in tiles of 4 rows x 64 frames (16 runs a row), 8 a block
+    (grid, _, _), threads, shared = layer1.shape.tile_launch()
+    assert (grid, threads) == (32 * 20 * 16 // 8, 128)
+    assert 2 * shared <= 227 * 1024  # two blocks an SM on the H200
+
+
+def test_a_trunk_plan_on_the_sm90_tier_launches_the_tile_form(fake, monkeypatch, weights) -> None:
+    """On compute capability 9.0 the plan loads the sm90 tier: TF32 math launches layer1's
+    six convolutions on the tile form with its geometry, FP32 math the strip form."""
+    from pyspk.candidate.trunk.shapes import TILES_KERNEL
+    from pyspk.cuda import CudaRuntime
+
+    attribute = fake.cuDeviceGetAttribute
+
+    def hopper(which, device):
+        status, value = attribute(which, device)
+        major, minor = (
+            fake.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+            fake.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+        )
+        return (status, {major: 9, minor: 0}.get(which, value))
+
+    monkeypatch.setattr(fake, "cuDeviceGetAttribute", hopper)
+    with CudaRuntime(0) as runtime:
+        for math in CudaMath:
+            _, _, _, launches = trunk_launches(fake, runtime, math, weights)
+            layer1 = [launch for launch in launches if "layer1" in launch[0]]
+            name = TILES_KERNEL if math is CudaMath.TF32 else TrunkSite.LAYER1_CONV.kernel(math)
+            grid, threads, shared = TrunkSite.LAYER1_CONV.launch(math, PtxTier.SM90)
+            assert len(layer1) == 6
+            assert all(launch[0] == f"fn:{name}" for launch in layer1)
+            assert all(launch[1:4] == (grid, (threads, 1, 1), shared) for launch in layer1)

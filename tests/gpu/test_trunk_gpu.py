@@ -19,7 +19,6 @@ from pyspk.candidate.trunk import (
     plan_conv,
     plan_trunk,
 )
-from pyspk.cuda.manifest import KernelModule
 from pyspk.cuda.math import CudaMath
 from pyspk.cuda.runtime import CudaRuntime
 from pyspk.cuda.tier import PtxTier
@@ -277,43 +276,6 @@ def test_a_chunk_that_is_not_finite_leaves_its_neighbours_alone(
     assert torch.equal(clean[0], dirty[0]) and torch.equal(clean[3], dirty[3])
 
 
-@pytest.mark.parametrize("math", list(CudaMath), ids=str)
-def test_layer1_row_pairs_give_the_strip_forms_bits(runtime, math) -> None:
-    """On the sm90 tier, layer1's convolutions run in row pairs (two warpgroups one
-    image row apart share each staged input row): each warpgroup meets its taps and
-    channel blocks in the strip form's order, so the outputs and the chunk maxima are
-    the strip form's bits, with and without the residual, at 32 chunks and at 11, the
-    chunks at levels 2^-6 to 2^6."""
-    from pyspk.candidate.trunk.shapes import PAIRS_KERNEL
-    from tests.repo import load_tool
-
-    if runtime.load_kernels(KernelModule.TRUNK).tier is not PtxTier.SM90:
-        pytest.skip("the row-pair form is the sm90 tier's")
-    forms = load_tool("trunk_forms")
-    site = TrunkSite.LAYER1_CONV
-    loaded = runtime.load_kernels(KernelModule.TRUNK)
-    conv = next(c for c in TrunkWeights.random(3).convs() if c.site is site)
-    buffers = forms._Buffers(runtime, conv)
-    buffers.use_math(math)
-    strip = forms._Form("strip", loaded.function(site.kernel(math)), site.launch(), buffers)
-    pairs = forms._Form(
-        "pairs",
-        loaded.function(f"{PAIRS_KERNEL}_{site.kernel(math).rsplit('_', 1)[1]}"),
-        site.shape.pair_launch(),
-        buffers,
-    )
-    for residual in (False, True):
-        for items in (TRUNK_BATCH, 11):
-            y, out_max = pairs.bits(items, residual)
-            want_y, want_max = strip.bits(items, residual)
-            assert np.array_equal(y, want_y), (residual, items)
-            assert np.array_equal(out_max, want_max), (residual, items)
-            written = items * site.shape.y_item
-            assert np.count_nonzero(y[:written]) > written // 8  # not left cleared
-            assert not np.any(y[written:])  # absent chunks not written
-            assert np.count_nonzero(out_max[:items]) == items
-
-
 def test_sm75_tier_refuses_the_trunk(torch) -> None:
     with (
         CudaRuntime(0, ptx_tier=PtxTier.SM75) as sm75,
@@ -471,8 +433,9 @@ def _site_kernels(site: TrunkSite) -> int:
 
 def test_memcheck_finds_nothing_in_the_trunk() -> None:
     """Every entry a trunk plan launches: the whole trunk in both maths on 2 chunks; and
-    layer1's convolution on 11 chunks, where the last block has three tiles of its four
-    and two tiles that span two chunks come before their block's last."""
+    layer1's convolution on 11 chunks, where (strip form) the last block has three tiles
+    of its four and two tiles that span two chunks come before their block's last, and
+    (the tile form, TF32 math on sm90) every row's last run overlaps the one before."""
     _all_clean(
         "memcheck",
         [

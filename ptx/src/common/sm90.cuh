@@ -13,13 +13,14 @@
 namespace spk {
 
 // The descriptor of a K-major FP16 operand at `address` (16-byte aligned) without
-// swizzling: 8 x 8 core matrices of 128 contiguous bytes (8 rows of 16 bytes), the
-// two k halves of a step 128 bytes apart (the leading offset) and each next 8 rows 256
-// bytes on (the stride offset). Bits 0-13 address / 16, 16-29 leading / 16, 32-45
-// stride / 16; swizzle and base offset 0.
-__device__ __forceinline__ u64 wgmma_b_desc(saddr address) {
-    return u64((address & 0x3ffff) >> 4) | (u64(128 >> 4) << 16) | (u64(256 >> 4) << 32);
+// swizzling: 8 x 8 core matrices of 128 contiguous bytes (8 rows of 16 bytes), the two k
+// halves of a step `leading` bytes apart and each next 8 rows `stride` bytes on. Bits
+// 0-13 address / 16, 16-29 leading / 16, 32-45 stride / 16; swizzle and base offset 0.
+__device__ __forceinline__ u64 wgmma_desc(saddr address, u32 leading, u32 stride) {
+    return u64((address & 0x3ffff) >> 4) | (u64(leading >> 4) << 16) | (u64(stride >> 4) << 32);
 }
+// A B operand of packed weights: the k halves 128 bytes apart, the next 8 columns 256 on.
+__device__ __forceinline__ u64 wgmma_b_desc(saddr address) { return wgmma_desc(address, 128, 256); }
 
 // Orders this thread's earlier register and shared memory accesses before the warpgroup's
 // next wgmma, which reads and writes its operands asynchronously.
@@ -88,6 +89,21 @@ __device__ __forceinline__ void wgmma_f16<64>(float (&d)[8][4], uint4 a, u64 b, 
           "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
           "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
         : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(b), "r"(accumulate));
+}
+
+// d = a b (+ d where `accumulate` is not 0) over one m64n32k16 tile with both operands
+// in shared memory: a and b their descriptors (wgmma_desc), d as in wgmma_f16.
+__device__ __forceinline__ void wgmma_f16_shared(float (&d)[4][4], u64 a, u64 b, u32 accumulate) {
+    asm volatile(
+        "{ .reg .pred p; setp.ne.b32 p, %18, 0; "
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+        "%16, %17, p, 1, 1, 0, 0; }"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+        : "l"(a), "l"(b), "r"(accumulate));
 }
 
 }  // namespace spk

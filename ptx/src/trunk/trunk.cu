@@ -12,7 +12,7 @@
 
 #include "common.cuh"
 #include "trunkconv.cuh"
-#include "trunkpairs.cuh"
+#include "trunktiles.cuh"
 
 // The 1 -> 32 stem: fbank [item][frame][bin] (the model's (B, T, F) input, read as the
 // convolution's (bin, frame) image), weights [tap][32], bias [32], output NHWC
@@ -153,11 +153,11 @@ spk_trunk_chunk_max(const float* __restrict__ x, u64 x_len, u32 item_len,
 #else
 #define SPK_TRUNK_BODY(SHAPE, SPLIT) SPK_TIER_STUB()
 #endif
-// the row-pair form exists where wgmma does (the sm90 tier); it traps elsewhere
+// the 2D-tile form exists where wgmma does (the sm90 tier); it traps elsewhere
 #if defined(SPK_WGMMA)
-#define SPK_PAIRS_BODY(SHAPE, SPLIT) spk::trunk_conv_pairs<SHAPE, SPLIT>(SPK_CONV_ARGUMENTS)
+#define SPK_TILES_BODY(SHAPE) spk::trunk_conv_tiles<SHAPE>(SPK_CONV_ARGUMENTS)
 #else
-#define SPK_PAIRS_BODY(SHAPE, SPLIT) SPK_TIER_STUB()
+#define SPK_TILES_BODY(SHAPE) SPK_TIER_STUB()
 #endif
 #define SPK_TRUNK_ENTRY(NAME, LAUNCH, BODY)                                                     \
     extern "C" __global__ void __launch_bounds__(LAUNCH::THREADS, LAUNCH::MIN_BLOCKS) NAME(     \
@@ -172,9 +172,8 @@ spk_trunk_chunk_max(const float* __restrict__ x, u64 x_len, u32 item_len,
 #define SPK_TRUNK_SHAPE(SITE, SHAPE)                      \
     SPK_TRUNK_CONV(spk_trunk_##SITE##_f16, SHAPE, false) \
     SPK_TRUNK_SPLIT(SITE, SHAPE)
-#define SPK_TRUNK_PAIRS(SITE, SHAPE)                                                            \
-    SPK_TRUNK_ENTRY(spk_trunk_##SITE##_f16, spk::PairShape<SHAPE>, SPK_PAIRS_BODY(SHAPE, false)) \
-    SPK_TRUNK_ENTRY(spk_trunk_##SITE##_f16x3, spk::PairShape<SHAPE>, SPK_PAIRS_BODY(SHAPE, true))
+#define SPK_TRUNK_TILES(SITE, SHAPE) \
+    SPK_TRUNK_ENTRY(spk_trunk_##SITE##_f16, spk::SlabShape<SHAPE>, SPK_TILES_BODY(SHAPE))
 
 // Shapes: (CIN, COUT, HIN, WIN, STRIDE, KS), one per distinct convolution of the trunk.
 // The 1x1 shortcuts run the three products in both maths: 0.5% of the trunk's work, and
@@ -193,7 +192,7 @@ typedef spk::ConvShape<128, 256, 20, 250, 2, 1> Layer4Shortcut;
 typedef spk::ConvShape<256, 256, 10, 125, 1, 3> Layer4Conv;
 
 SPK_TRUNK_SHAPE(layer1_conv, Layer1Conv)
-SPK_TRUNK_PAIRS(layer1_pairs, Layer1Conv)  // layer1 in row pairs (sm90 tier: trunkpairs.cuh)
+SPK_TRUNK_TILES(layer1_tiles, Layer1Conv)  // layer1 in 2D tiles, TF32 math (sm90 tier: trunktiles.cuh)
 SPK_TRUNK_SHAPE(layer2_down, Layer2Down)
 SPK_TRUNK_SPLIT(layer2_shortcut, Layer2Shortcut)
 SPK_TRUNK_SHAPE(layer2_conv, Layer2Conv)

@@ -215,8 +215,8 @@ __device__ __forceinline__ void f16_split(float a, float b, u32& high, u32& low)
 
 // The epilogue of one tile (rows m0 on, this thread's fragment rows, L's, and columns
 // n0 + nj * 8 + 2 t): the sums times the row's and the column's inverse scales (exact), + bias,
-// + residual, ReLU, stored NHWC or NCHW; each chunk's largest output raised into out_max.
-// Every thread of the block calls it.
+// + residual (read here, or `held`: this thread's pairs, read earlier), ReLU, stored NHWC
+// or NCHW; each chunk's largest output raised into out_max. Every thread of the block calls it.
 template <class S, class L>
 __device__ __forceinline__ void store_tile(const float (&acc)[L::MI][L::NJ][4],
                                            const float (&row_scale)[L::MI][2], u32 m0, u32 rows,
@@ -224,7 +224,8 @@ __device__ __forceinline__ void store_tile(const float (&acc)[L::MI][L::NJ][4],
                                            const float* __restrict__ bias,
                                            const float* __restrict__ residual, u64 residual_len,
                                            float* __restrict__ y, u32* __restrict__ out_max,
-                                           u64 out_max_len, u32 flags) {
+                                           u64 out_max_len, u32 flags,
+                                           const float2 (*held)[L::NJ][2] = nullptr) {
     const bool relu = flags & CONV_RELU, nchw = flags & CONV_NCHW;
     const u32 first_item = m0 / S::POS;
     float largest_first = 0.0f, largest_next = 0.0f;  // of first_item's rows, the next item's
@@ -252,7 +253,9 @@ __device__ __forceinline__ void store_tile(const float (&acc)[L::MI][L::NJ][4],
                     fmaf(acc[mi][nj][2 * half + 1] * row_inverse, column_inverse.y, bias_pair.y);
                 if (residual_len != 0) {
                     const float2 r =
-                        __ldg(reinterpret_cast<const float2*>(residual + m * S::COUT + n));
+                        held != nullptr
+                            ? held[mi][nj][half]
+                            : __ldg(reinterpret_cast<const float2*>(residual + m * S::COUT + n));
                     v0 += r.x;
                     v1 += r.y;
                 }

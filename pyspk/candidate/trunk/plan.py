@@ -91,9 +91,10 @@ class _Uploaded:
     def __init__(self, runtime: CudaRuntime, math: CudaMath, conv: FoldedConv) -> None:
         self.site = conv.site
         loaded = runtime.load_kernels(KernelModule.TRUNK)
-        _, _, shared = conv.site.launch()
+        self.math, self.tier = math, loaded.tier
+        _, _, shared = conv.site.launch(math, loaded.tier)
         (self.kernel,) = launchable_kernels(
-            runtime.device, loaded, [conv.site.kernel(math)], shared
+            runtime.device, loaded, [conv.site.kernel(math, loaded.tier)], shared
         )
         warpgroups = conv.site.on_warpgroups(loaded.tier)
         self.weight = runtime.upload(conv.packed(conv.site.splits(math), warpgroups))
@@ -119,7 +120,7 @@ class _Uploaded:
     ) -> Launch:
         """A launch on (address, length) buffers, prepared now; the stem takes no
         in_max, residual or flags."""
-        grid, block, shared = self.site.launch()
+        grid, block, shared = self.site.launch(self.math, self.tier)
         weights = [self.weight.ptr, len(self.weight), self.bias.ptr, len(self.bias)]
         if self.site is TrunkSite.STEM:
             values = [*x, *weights, *y, *out_max, items]

@@ -24,11 +24,14 @@ CONV_BK = 16  # reduction elements per step (a stage holds one, or a strip's thr
 CONV_STAGES = 3
 CONV_RELU = 1  # epilogue flags
 CONV_NCHW = 2
-# layer1's row-pair form (sm90 tier, measured against the strip form by
-# tools/trunk_forms.py, not planned): warpgroups and image rows a tile
-PAIR_GROUPS = 2
-PAIR_TILES = 2  # tiles a row-pair block takes in turn
-PAIR_STAGES = 4  # the row-pair form's copy ring: the strips a stage reads, and one ahead
+# layer1's 2D-tile form (TF32 math, sm90 tier: `TrunkSite.in_tiles`): warpgroups a
+# block, output rows a warpgroup, output frames a tile row, tiles a block, slab copies
+# in flight
+TILE_GROUPS = 1
+TILE_ROWS = 4
+TILE_FRAMES = 64
+TILE_TILES = 8
+TILE_AHEAD = 1
 STEM_THREADS = 256
 STEM_TILE_BINS = 8  # a stem block's tile of positions
 STEM_TILE_FRAMES = 32
@@ -37,7 +40,7 @@ KERNEL_PREFIX = "spk_trunk_"
 CLEAR_KERNEL = KERNEL_PREFIX + "clear"
 CHUNK_MAX_KERNEL = KERNEL_PREFIX + "chunk_max"
 CONTEXT = "trunk plan"
-PAIRS_KERNEL = KERNEL_PREFIX + "layer1_pairs"  # + "_f16x3" or "_f16", as the site's
+TILES_KERNEL = KERNEL_PREFIX + "layer1_tiles_f16"
 
 
 @attrs.frozen
@@ -126,17 +129,22 @@ class ConvShape:
         tiles = -(-TRUNK_BATCH * self.positions // CONV_BM)
         return (-(-tiles // self.tiles_per_block), self.cout // self.block_channels, 1)
 
-    def pair_launch(
-        self, groups: int = PAIR_GROUPS, tiles: int = PAIR_TILES, stages: int = PAIR_STAGES
+    def tile_launch(
+        self,
+        groups: int = TILE_GROUPS,
+        rows: int = TILE_ROWS,
+        tiles: int = TILE_TILES,
+        ahead: int = TILE_AHEAD,
     ) -> tuple[tuple[int, int, int], int, int]:
-        """(grid, block threads, dynamic shared bytes) of the row-pair form (its build's
-        constants by default): tiles of `groups` runs of CONV_BM positions, one image
-        row apart, each row in ceil(wout / CONV_BM) runs, `tiles` a block; per block
-        the weights (K x cout FP16 high and low words) and a ring of `stages` strips
-        (CONV_BM + 3 rows)."""
-        count = TRUNK_BATCH * self.hout // groups * -(-self.wout // CONV_BM)
-        shared = (self.k * self.cout + stages * (CONV_BM + 3) * CONV_BK) * 4
-        return (-(-count // tiles), 1, 1), 128 * groups, shared
+        """(grid, block threads, dynamic shared bytes) of the 2D-tile form (its build's
+        constants by default): a tile `groups` x `rows` output rows by TILE_FRAMES frames,
+        each row in ceil(wout / TILE_FRAMES) runs, `tiles` a block; per block the weights
+        (K x cout FP16), `ahead` + 1 FP32 slabs of the tile's rows and frames with their
+        border, 16 channels, and two FP16 slabs."""
+        count = TRUNK_BATCH * self.hout // (groups * rows) * -(-self.wout // TILE_FRAMES)
+        pixels = (groups * rows + 2) * (TILE_FRAMES + 2)
+        slabs = (ahead + 1) * pixels * CONV_BK * 4 + 2 * pixels * CONV_BK * 2
+        return (-(-count // tiles), 1, 1), 128 * groups, self.k * self.cout * 2 + slabs
 
     def macs(self) -> int:
         """Multiply-adds per chunk."""
@@ -166,14 +174,24 @@ class TrunkSite(enum.Enum):
     def shape(self) -> ConvShape:
         return _SHAPES[self]
 
-    def kernel(self, math: CudaMath) -> str:
-        """The exported kernel: the stem's one SIMT FP32 entry serves both maths; the
-        others are `_f16x3` (three scaled FP16 products, FP32 math) or `_f16` (one,
+    def kernel(self, math: CudaMath, tier: PtxTier | None = None) -> str:
+        """The exported kernel that runs the site in `math` on `tier` (None: the form
+        every tensor-core tier has): the stem's one SIMT FP32 entry serves both maths;
+        the others are `_f16x3` (three scaled FP16 products, FP32 math) or `_f16` (one,
         TF32 math), but the 1x1 shortcuts run `_f16x3` in both: a small share of the
-        work, and the library keeps at least one of them in FP32 under TF32 math."""
+        work, and the library keeps at least one of them in FP32 under TF32 math.
+        Layer1's convolutions in TF32 math on the sm90 tier: `TILES_KERNEL`."""
+        if self.in_tiles(math, tier):
+            return TILES_KERNEL
         if self is TrunkSite.STEM:
             return KERNEL_PREFIX + self.value
         return f"{KERNEL_PREFIX}{self.value}_{'f16x3' if self.splits(math) else 'f16'}"
+
+    def in_tiles(self, math: CudaMath | None, tier: PtxTier | None) -> bool:
+        """Whether the site runs its 2D-tile form (`ptx/src/trunk/trunktiles.cuh`, both
+        wgmma operands in shared memory): layer1's convolutions in TF32 math on the sm90
+        tier, where the strip form converts each activation once per tap and warp."""
+        return self is TrunkSite.LAYER1_CONV and math is CudaMath.TF32 and tier is PtxTier.SM90
 
     def splits(self, math: CudaMath) -> bool:
         """Whether the site's kernel takes three products of split operands (and reads
@@ -189,8 +207,12 @@ class TrunkSite(enum.Enum):
         `FoldedConv.packed`'s warpgroup layout."""
         return tier is PtxTier.SM90 and self is not TrunkSite.STEM and self.shape.strip
 
-    def launch(self) -> tuple[tuple[int, int, int], int, int]:
-        """(grid, block threads, dynamic shared bytes)."""
+    def launch(
+        self, math: CudaMath | None = None, tier: PtxTier | None = None
+    ) -> tuple[tuple[int, int, int], int, int]:
+        """(grid, block threads, dynamic shared bytes) of `kernel(math, tier)`."""
+        if self.in_tiles(math, tier):
+            return self.shape.tile_launch()
         if self is TrunkSite.STEM:
             tiles = TRUNK_BINS // STEM_TILE_BINS * -(-TRUNK_FRAMES // STEM_TILE_FRAMES)
             return (tiles, TRUNK_BATCH, 1), STEM_THREADS, 0

@@ -1,0 +1,228 @@
+// Layer1's 3x3 convolutions on the sm90 tier in 2D tiles, both wgmma operands in shared
+// memory (TF32 math: one FP16 product).
+//
+// In the strip form every warp converts its own a fragments for every tap, and with 32
+// output channels each converted fragment serves only 32 columns: layer1 takes 2.4x a
+// layer3 convolution's time for the same products (docs/performance.md). Here a block
+// stages an input slab of SLAB_ROWS image rows x TILE_PIXELS frames (its tile's rows and
+// frames with a one-pixel border, zero-filled outside the image, so no tap needs a
+// redirect) of 16 channels, converts it once to scaled FP16 in shared memory, and every
+// tap's product reads it there by descriptor: the slab row r + dy from frame dx on is
+// 64 consecutive 16-byte rows, which is what a K-major operand without swizzling is.
+//
+// The slab's FP16 layout: plane k / 8 of the step's 16 k, [slab pixel][8 k], the k in
+// the weights' FRAGMENT_ORDER (channels 4t, 4t + 1 at k 2t, 2t + 1 of plane 0, channels
+// 4t + 2, 4t + 3 at the same k of plane 1), so the packed weights serve unchanged.
+//
+// A block owns TILE_GROUPS warpgroups of TILE_ROWS output rows x 64 frames of one chunk,
+// one m64n32 accumulator per row; the last of a row's 16 runs of 64 frames starts at
+// WOUT - 64, overlapping the one before: those outputs are computed twice, alike, and
+// written twice. The weights (18 KB) stay in shared memory. Per stage (one channel block
+// of one tile): the FP32 slab lands by cp.async in a ring of TILE_AHEAD + 1 slots, the
+// block converts it into one of two FP16 slabs, and each warpgroup issues its 9 x
+// TILE_ROWS products without waiting: they run while the block converts the next stage.
+// One chunk's scale serves the whole tile.
+
+#pragma once
+
+#include "trunkconv.cuh"
+
+namespace spk {
+
+constexpr u32 TILE_GROUPS = 1;   // warpgroups a block
+constexpr u32 TILE_ROWS = 4;     // output rows a warpgroup
+constexpr u32 TILE_FRAMES = 64;  // output frames a tile row: wgmma's M
+constexpr u32 TILE_TILES = 8;    // tiles a block takes in turn
+constexpr u32 TILE_AHEAD = 1;    // slab copies in flight ahead of the stage converted
+
+template <class S>
+struct SlabShape : S {
+    static constexpr u32 THREADS = 128 * TILE_GROUPS, MIN_BLOCKS = 2;
+    static constexpr u32 OUT_ROWS = TILE_GROUPS * TILE_ROWS;  // a tile's output rows
+    static constexpr u32 RUNS = (S::WOUT + TILE_FRAMES - 1) / TILE_FRAMES;  // 64-frame runs a row
+    static constexpr u32 ITEM_TILES = S::HOUT / OUT_ROWS * RUNS;
+    static constexpr u32 SLAB_ROWS = OUT_ROWS + 2, SLAB_PIXELS = TILE_FRAMES + 2;
+    static constexpr u32 PIXELS = SLAB_ROWS * SLAB_PIXELS;
+    static constexpr u32 RAW_BYTES = PIXELS * CONV_BK * 4, HALF_BYTES = PIXELS * CONV_BK * 2;
+    static constexpr u32 PLANE = PIXELS * 16;  // bytes between the two k planes
+    static constexpr u32 W_BYTES = S::K * S::COUT * 2;  // one FP16 product's weights
+    static constexpr u32 SLOTS = TILE_AHEAD + 1;
+    static constexpr u32 SHARED = W_BYTES + SLOTS * RAW_BYTES + 2 * HALF_BYTES;
+    static constexpr u32 COPIES = PIXELS * 4;  // 16-byte copies (and conversions) a stage
+    static constexpr u32 GRID_X = (TRUNK_BATCH * ITEM_TILES + TILE_TILES - 1) / TILE_TILES;
+    static_assert(S::STRIP && S::BN == S::COUT && S::COUT == 32 && S::HOUT % OUT_ROWS == 0,
+                  "one block column of 32 channels");
+};
+
+// A warpgroup's accumulators as store_tile reads them: row tile mi is output row mi of
+// the group (a row stride of WOUT positions), warp w its frames 16 w .. 16 w + 15.
+template <class S>
+struct SlabTiles {
+    static constexpr bool WGMMA = true;
+    static constexpr u32 MI = TILE_ROWS, NJ = S::BN / 8, ROW_STEP = S::WOUT;
+};
+
+}  // namespace spk
+
+#if defined(SPK_WGMMA)
+
+namespace spk {
+
+template <class S>
+__device__ __forceinline__ void trunk_conv_tiles(const float* __restrict__ x, u64 x_len,
+                                                 const float* __restrict__ w, u64 w_len,
+                                                 const float* __restrict__ bias, u64 bias_len,
+                                                 const float* __restrict__ residual,
+                                                 u64 residual_len, float* __restrict__ y, u64 y_len,
+                                                 const u32* __restrict__ in_max, u64 in_max_len,
+                                                 u32* __restrict__ out_max, u64 out_max_len,
+                                                 u32 items, u32 flags) {
+    using P = SlabShape<S>;
+    using L = SlabTiles<S>;
+    constexpr u32 MI = L::MI, NJ = L::NJ;
+    const bool valid = launch_is(P::GRID_X, 1, 1, P::THREADS) & (items >= 1) &
+                       (items <= TRUNK_BATCH) & (x_len >= items * S::X_ITEM) &
+                       (w_len == P::W_BYTES / 4) & (bias_len == 2 * S::COUT) &
+                       ((residual_len == 0) | (residual_len >= items * S::Y_ITEM)) &
+                       (y_len >= items * S::Y_ITEM) & (in_max_len >= items) &
+                       ((out_max_len == 0) | (out_max_len >= items)) & (flags < 4) &
+                       aligned16(x) & aligned16(w) & aligned16(residual) & aligned16(y) &
+                       (dynamic_shared_bytes() >= P::SHARED);
+    const u32 tile_count = items * P::ITEM_TILES, tile0 = blockIdx.x * TILE_TILES;
+    if (!valid | (tile0 >= tile_count)) {
+        return;  // uniform over the block: no barrier is split
+    }
+    const u32 stage_count = min(TILE_TILES, tile_count - tile0) * S::CBLOCKS;
+    extern __shared__ __align__(16) float shared[];
+    const saddr weights = shared_address(shared), raw = weights + P::W_BYTES;
+    const saddr half = raw + P::SLOTS * P::RAW_BYTES;
+    const u32 tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const u32 group = warp / 4, g = lane >> 2, t = lane & 3;
+
+    // tile -> item, its first output row and frame (the last run ends at WOUT)
+    auto tile_at = [](u32 tile, u32& item, u32& h0, u32& v0) {
+        item = tile / P::ITEM_TILES;
+        h0 = tile % P::ITEM_TILES / P::RUNS * P::OUT_ROWS;
+        v0 = min(tile % P::RUNS * TILE_FRAMES, S::WOUT - TILE_FRAMES);
+    };
+    for (u32 i = tid; i < P::W_BYTES / 16; i += P::THREADS) {  // the weights, once
+        cp_async16_fill(weights + i * 16, w + i * 4, 16);
+    }
+    auto load_stage = [&](u32 j) {  // channel block cb of the slab of tile j / CBLOCKS
+        u32 item, h0, v0;
+        tile_at(tile0 + j / S::CBLOCKS, item, h0, v0);
+        const u32 cb = j % S::CBLOCKS;
+        const saddr slot = raw + j % P::SLOTS * P::RAW_BYTES;
+        const float* chunk = x + u64(item) * S::X_ITEM + cb * CONV_BK;
+        for (u32 c = tid; c < P::COPIES; c += P::THREADS) {
+            const u32 pixel = c / 4, row = pixel / P::SLAB_PIXELS, frame = pixel % P::SLAB_PIXELS;
+            const u32 h = h0 + row - 1, v = v0 + frame - 1;  // wraps past the image: outside
+            const bool in = (h < S::HIN) & (v < S::WIN);
+            const float* source = in ? chunk + ((h * S::WIN + v) * S::CIN + c % 4 * 4) : x;
+            cp_async16_fill(slot + c * 16, source, in ? 16 : 0);
+        }
+    };
+    // the FP32 slab of stage j, times the chunk's scale, as FP16 pairs in FRAGMENT_ORDER
+    auto convert_stage = [&](u32 j, float scale) {
+        const saddr slot = raw + j % P::SLOTS * P::RAW_BYTES;
+        const saddr target = half + j % 2 * P::HALF_BYTES;
+        for (u32 c = tid; c < P::COPIES; c += P::THREADS) {
+            const float4 v = lds4(slot + c * 16);
+            const saddr at = target + c / 4 * 16 + c % 4 * 4;
+            sts1(at, f16_pair(v.x * scale, v.y * scale));
+            sts1(at + P::PLANE, f16_pair(v.z * scale, v.w * scale));
+        }
+    };
+
+    u32 m0 = 0;
+    float scale = 0.0f;
+    float row_scale[MI][2];
+    auto enter_tile = [&](u32 tile) {
+        u32 item, h0, v0;
+        tile_at(tile, item, h0, v0);
+        m0 = item * S::POS + (h0 + group * TILE_ROWS) * S::WOUT + v0;
+        float inverse;
+        half_scale_of(__uint_as_float(__ldg(in_max + item)), scale, inverse);
+#pragma unroll
+        for (u32 mi = 0; mi < MI; ++mi) {
+            row_scale[mi][0] = row_scale[mi][1] = scale;
+        }
+    };
+    enter_tile(tile0);
+
+    float acc[MI][NJ][4];
+    zero(acc);
+#pragma unroll
+    for (u32 j = 0; j < TILE_AHEAD; ++j) {
+        if (j < stage_count) {
+            load_stage(j);
+        }
+        cp_async_commit();
+    }
+    const u32 rows = items * S::POS;
+#pragma unroll 1
+    for (u32 j = 0; j < stage_count; ++j) {
+        const u32 cb = j % S::CBLOCKS;
+        wgmma_wait<1>();  // this group's products of stage j - 2 have read their FP16 slab
+        cp_async_wait<TILE_AHEAD - 1>();
+        __syncthreads();  // slab j landed; FP16 slab j % 2 and slot (j - 1) % SLOTS are free
+        if (j + TILE_AHEAD < stage_count) {
+            load_stage(j + TILE_AHEAD);
+        }
+        cp_async_commit();
+        convert_stage(j, scale);
+        fence_proxy_async();  // the FP16 slab and the weights, to wgmma's async proxy
+        __syncthreads();
+        // rows of the group's output row mi, tap (dy, dx): slab row group * TILE_ROWS +
+        // mi + dy, from frame dx: 64 consecutive 16-byte rows of each plane
+        const saddr slab = half + j % 2 * P::HALF_BYTES +
+                           (group * TILE_ROWS * P::SLAB_PIXELS) * 16;
+        wgmma_fence();
+#pragma unroll
+        for (u32 mi = 0; mi < MI; ++mi) {
+#pragma unroll
+            for (u32 tap = 0; tap < 9; ++tap) {
+                const u32 dy = tap / 3, dx = tap % 3;
+                const u64 a = wgmma_desc(slab + ((mi + dy) * P::SLAB_PIXELS + dx) * 16, P::PLANE, 128);
+                const u64 b = wgmma_b_desc(weights + (tap * S::CBLOCKS + cb) * S::COUT * 32);
+                wgmma_f16_shared(acc[mi], a, b, 1);
+            }
+        }
+        wgmma_commit();
+        if (cb == S::CBLOCKS - 1) {
+            // the residual into registers while the tile's last products run
+            const u32 row0 = warp % 4 * 16;
+            float2 held[MI][NJ][2];
+#pragma unroll
+            for (u32 mi = 0; mi < MI; ++mi) {
+#pragma unroll
+                for (u32 nj = 0; nj < NJ; ++nj) {
+#pragma unroll
+                    for (u32 h = 0; h < 2; ++h) {
+                        const u32 m = m0 + mi * S::WOUT + row0 + h * 8 + g;
+                        const float* at = residual + (m * S::COUT + nj * 8 + 2 * t);
+                        held[mi][nj][h] = residual_len != 0
+                                              ? __ldg(reinterpret_cast<const float2*>(at))
+                                              : make_float2(0.0f, 0.0f);
+                    }
+                }
+            }
+            wgmma_wait<0>();
+#pragma unroll
+            for (u32 mi = 0; mi < MI; ++mi) {
+                register_fence(acc[mi]);
+            }
+            store_tile<P, L>(acc, row_scale, m0, rows, items, row0, 0, g, t, bias, residual,
+                             residual_len, y, out_max, out_max_len, flags, held);
+            zero(acc);
+            if (j + 1 < stage_count) {
+                enter_tile(tile0 + (j + 1) / S::CBLOCKS);
+            }
+        }
+    }
+    cp_async_wait<0>();
+}
+
+}  // namespace spk
+
+#endif
