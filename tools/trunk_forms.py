@@ -11,7 +11,7 @@ second convolutions). Each form's output on chunks 0 and 1 is compared with floa
 (`pyspk.reference.trunk_conv`, norm-wise relative error), and its chunk maxima with the
 strip form's; then each round times `--launches` launches of each form with CUDA
 events, the forms in turn, and the median of the rounds is reported in microseconds a
-launch. The 2D-tile form runs in TF32 math only. A `--variant` adds the tile entry of
+launch. A `--variant` adds the tile entries of
 another build of the trunk module (a cubin for sm_90a built with other TILE_GROUPS,
 TILE_ROWS, TILE_TILES and TILE_AHEAD), launched with the geometry those constants give.
 """
@@ -29,19 +29,22 @@ import numpy as np
 SITE_NAME = "layer1_conv"
 
 
-def _variant_kernel(spec: str) -> tuple[str, object, tuple]:
-    """`GROUPS,ROWS,TILES,AHEAD=CUBIN` -> (label, Kernel, geometry)."""
-    from pyspk.candidate.trunk.shapes import TILES_KERNEL, TrunkSite
+def _variant_kernel(spec: str, math) -> tuple[str, object, tuple]:
+    """`GROUPS,ROWS,TILES,AHEAD=CUBIN` -> (label, Kernel, geometry) in `math`."""
+    from pyspk.candidate.trunk.shapes import TrunkSite
     from pyspk.cuda import driver
     from pyspk.cuda.kernels import Kernel
+    from pyspk.cuda.tier import PtxTier
 
     numbers, path = spec.split("=", 1)
     groups, rows, tiles, ahead = (int(n) for n in numbers.split(","))
     module = driver.call("cuModuleLoadData", Path(path).read_bytes())
-    handle = driver.call("cuModuleGetFunction", module, TILES_KERNEL.encode())
-    geometry = TrunkSite.LAYER1_CONV.shape.tile_launch(groups, rows, tiles, ahead)
+    site = TrunkSite.LAYER1_CONV
+    name = site.kernel(math, PtxTier.SM90)
+    handle = driver.call("cuModuleGetFunction", module, name.encode())
+    geometry = site.shape.tile_launch(site.splits(math), groups, rows, tiles, ahead)
     label = f"tiles g{groups} r{rows} t{tiles} a{ahead}"
-    return label, Kernel(TILES_KERNEL, handle, None), geometry
+    return label, Kernel(name, handle, None), geometry
 
 
 def _timer(runtime) -> Callable[[Callable[[], None], int], float]:
@@ -203,15 +206,13 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         buffers = _Buffers(runtime, conv)
         time = _timer(runtime)
-        variants = [_variant_kernel(spec) for spec in args.variant]
         for math in CudaMath:
             buffers.use_math(math)
             forms = [_Form("strip", loaded.function(site.kernel(math)), site.launch(), buffers)]
-            if math is CudaMath.TF32:
-                tiles = loaded.function(site.kernel(math, PtxTier.SM90))
-                geometry = site.launch(math, PtxTier.SM90)
-                forms.append(_Form("tiles", tiles, geometry, buffers))
-                forms += [_Form(label, k, at, buffers) for label, k, at in variants]
+            tiles = loaded.function(site.kernel(math, PtxTier.SM90))
+            forms.append(_Form("tiles", tiles, site.launch(math, PtxTier.SM90), buffers))
+            for spec in args.variant:
+                forms.append(_Form(*_variant_kernel(spec, math), buffers))
             for residual in (False, True):
                 for line in _compare(forms, residual, args.rounds, args.launches, time):
                     print(f"{math} {line}", flush=True)

@@ -223,31 +223,32 @@ def test_a_single_convolution_measures_its_input_first(fake, runtime, monkeypatc
     assert (values["out_max_len"], values["items"]) == (0, 3)
 
 
-def test_layer1_runs_its_tile_form_in_tf32_math_on_the_sm90_tier() -> None:
-    """The 2D-tile form serves layer1's convolutions in TF32 math on sm90 alone; every
-    other site, math and tier keeps its kernel and launch."""
+def test_layer1_runs_its_tile_form_on_the_sm90_tier() -> None:
+    """The 2D-tile form serves layer1's convolutions on sm90 alone, in both maths; every
+    other site and tier keeps its kernel and launch."""
     from pyspk.candidate.trunk.shapes import TILES_KERNEL
 
     layer1 = TrunkSite.LAYER1_CONV
-    assert layer1.kernel(CudaMath.TF32, PtxTier.SM90) == TILES_KERNEL
-    assert layer1.launch(CudaMath.TF32, PtxTier.SM90) == layer1.shape.tile_launch()
+    for math in CudaMath:
+        suffix = "f16x3" if math is CudaMath.FP32 else "f16"
+        assert layer1.kernel(math, PtxTier.SM90) == f"{TILES_KERNEL}_{suffix}"
+        assert layer1.launch(math, PtxTier.SM90) == layer1.shape.tile_launch(layer1.splits(math))
+        # 32 chunks of 80 rows in tiles of 4 rows x 64 frames (16 runs a row), 8 a block
+        (grid, _, _), threads, shared = layer1.launch(math, PtxTier.SM90)
+        assert (grid, threads) == (32 * 20 * 16 // 8, 128)
+        assert 2 * (shared + 1024) <= 228 * 1024  # two blocks an SM on the H200
     for site in TrunkSite:
         for math in CudaMath:
             for tier in (None, PtxTier.SM80, PtxTier.SM90):
-                if site is layer1 and math is CudaMath.TF32 and tier is PtxTier.SM90:
+                if site is layer1 and tier is PtxTier.SM90:
                     continue
                 assert site.kernel(math, tier) == site.kernel(math)
                 assert site.launch(math, tier) == site.launch()
-    # 32 chunks of 80 rows in tiles of 4 rows x 64 frames (16 runs a row), 8 a block
-    (grid, _, _), threads, shared = layer1.shape.tile_launch()
-    assert (grid, threads) == (32 * 20 * 16 // 8, 128)
-    assert 2 * shared <= 227 * 1024  # two blocks an SM on the H200
 
 
 def test_a_trunk_plan_on_the_sm90_tier_launches_the_tile_form(fake, monkeypatch, weights) -> None:
-    """On compute capability 9.0 the plan loads the sm90 tier: TF32 math launches layer1's
-    six convolutions on the tile form with its geometry, FP32 math the strip form."""
-    from pyspk.candidate.trunk.shapes import TILES_KERNEL
+    """On compute capability 9.0 the plan loads the sm90 tier and launches layer1's six
+    convolutions on the tile form with its geometry, in both maths."""
     from pyspk.cuda import CudaRuntime
 
     attribute = fake.cuDeviceGetAttribute
@@ -261,12 +262,13 @@ def test_a_trunk_plan_on_the_sm90_tier_launches_the_tile_form(fake, monkeypatch,
         return (status, {major: 9, minor: 0}.get(which, value))
 
     monkeypatch.setattr(fake, "cuDeviceGetAttribute", hopper)
+    monkeypatch.setattr(fake, "shared_optin", 232448)  # an sm_90's 227 KiB a block
+    layer1 = TrunkSite.LAYER1_CONV
     with CudaRuntime(0) as runtime:
         for math in CudaMath:
             _, _, _, launches = trunk_launches(fake, runtime, math, weights)
-            layer1 = [launch for launch in launches if "layer1" in launch[0]]
-            name = TILES_KERNEL if math is CudaMath.TF32 else TrunkSite.LAYER1_CONV.kernel(math)
-            grid, threads, shared = TrunkSite.LAYER1_CONV.launch(math, PtxTier.SM90)
-            assert len(layer1) == 6
-            assert all(launch[0] == f"fn:{name}" for launch in layer1)
-            assert all(launch[1:4] == (grid, (threads, 1, 1), shared) for launch in layer1)
+            ours = [launch for launch in launches if "layer1" in launch[0]]
+            grid, threads, shared = layer1.launch(math, PtxTier.SM90)
+            assert len(ours) == 6
+            assert all(launch[0] == f"fn:{layer1.kernel(math, PtxTier.SM90)}" for launch in ours)
+            assert all(launch[1:4] == (grid, (threads, 1, 1), shared) for launch in ours)

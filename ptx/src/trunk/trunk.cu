@@ -155,9 +155,9 @@ spk_trunk_chunk_max(const float* __restrict__ x, u64 x_len, u32 item_len,
 #endif
 // the 2D-tile form exists where wgmma does (the sm90 tier); it traps elsewhere
 #if defined(SPK_WGMMA)
-#define SPK_TILES_BODY(SHAPE) spk::trunk_conv_tiles<SHAPE>(SPK_CONV_ARGUMENTS)
+#define SPK_TILES_BODY(SHAPE, SPLIT) spk::trunk_conv_tiles<SHAPE, SPLIT>(SPK_CONV_ARGUMENTS)
 #else
-#define SPK_TILES_BODY(SHAPE) SPK_TIER_STUB()
+#define SPK_TILES_BODY(SHAPE, SPLIT) SPK_TIER_STUB()
 #endif
 #define SPK_TRUNK_ENTRY(NAME, LAUNCH, BODY)                                                     \
     extern "C" __global__ void __launch_bounds__(LAUNCH::THREADS, LAUNCH::MIN_BLOCKS) NAME(     \
@@ -172,8 +172,8 @@ spk_trunk_chunk_max(const float* __restrict__ x, u64 x_len, u32 item_len,
 #define SPK_TRUNK_SHAPE(SITE, SHAPE)                      \
     SPK_TRUNK_CONV(spk_trunk_##SITE##_f16, SHAPE, false) \
     SPK_TRUNK_SPLIT(SITE, SHAPE)
-#define SPK_TRUNK_TILES(SITE, SHAPE) \
-    SPK_TRUNK_ENTRY(spk_trunk_##SITE##_f16, spk::SlabShape<SHAPE>, SPK_TILES_BODY(SHAPE))
+#define SPK_TRUNK_TILES(NAME, SHAPE, LAUNCH, SPLIT) \
+    SPK_TRUNK_ENTRY(NAME, LAUNCH, SPK_TILES_BODY(SHAPE, SPLIT))
 
 // Shapes: (CIN, COUT, HIN, WIN, STRIDE, KS), one per distinct convolution of the trunk.
 // The 1x1 shortcuts run the three products in both maths: 0.5% of the trunk's work, and
@@ -192,7 +192,11 @@ typedef spk::ConvShape<128, 256, 20, 250, 2, 1> Layer4Shortcut;
 typedef spk::ConvShape<256, 256, 10, 125, 1, 3> Layer4Conv;
 
 SPK_TRUNK_SHAPE(layer1_conv, Layer1Conv)
-SPK_TRUNK_TILES(layer1_tiles, Layer1Conv)  // layer1 in 2D tiles, TF32 math (sm90 tier: trunktiles.cuh)
+// layer1 in 2D tiles (the sm90 tier's; trunktiles.cuh)
+typedef spk::SlabShape<Layer1Conv, false> Layer1Tiles;
+typedef spk::SlabShape<Layer1Conv, true> Layer1TilesSplit;
+SPK_TRUNK_TILES(spk_trunk_layer1_tiles_f16, Layer1Conv, Layer1Tiles, false)
+SPK_TRUNK_TILES(spk_trunk_layer1_tiles_f16x3, Layer1Conv, Layer1TilesSplit, true)
 SPK_TRUNK_SHAPE(layer2_down, Layer2Down)
 SPK_TRUNK_SPLIT(layer2_shortcut, Layer2Shortcut)
 SPK_TRUNK_SHAPE(layer2_conv, Layer2Conv)

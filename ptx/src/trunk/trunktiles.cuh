@@ -35,7 +35,7 @@ constexpr u32 TILE_FRAMES = 64;  // output frames a tile row: wgmma's M
 constexpr u32 TILE_TILES = 8;    // tiles a block takes in turn
 constexpr u32 TILE_AHEAD = 1;    // slab copies in flight ahead of the stage converted
 
-template <class S>
+template <class S, bool SPLIT>
 struct SlabShape : S {
     static constexpr u32 THREADS = 128 * TILE_GROUPS, MIN_BLOCKS = 2;
     static constexpr u32 OUT_ROWS = TILE_GROUPS * TILE_ROWS;  // a tile's output rows
@@ -45,9 +45,12 @@ struct SlabShape : S {
     static constexpr u32 PIXELS = SLAB_ROWS * SLAB_PIXELS;
     static constexpr u32 RAW_BYTES = PIXELS * CONV_BK * 4, HALF_BYTES = PIXELS * CONV_BK * 2;
     static constexpr u32 PLANE = PIXELS * 16;  // bytes between the two k planes
-    static constexpr u32 W_BYTES = S::K * S::COUT * 2;  // one FP16 product's weights
-    static constexpr u32 SLOTS = TILE_AHEAD + 1;
-    static constexpr u32 SHARED = W_BYTES + SLOTS * RAW_BYTES + 2 * HALF_BYTES;
+    // SPLIT: the weights' high and low FP16, the slab's high and low planes in one set
+    // (two sets and their sums' temporaries would leave one block an SM); else two sets
+    static constexpr u32 W_BYTES = S::K * S::COUT * (SPLIT ? 4 : 2);
+    static constexpr u32 SLOTS = TILE_AHEAD + 1, HALF_SETS = SPLIT ? 1 : 2;
+    static constexpr u32 SET_BYTES = (SPLIT ? 2 : 1) * HALF_BYTES;
+    static constexpr u32 SHARED = W_BYTES + SLOTS * RAW_BYTES + HALF_SETS * SET_BYTES;
     static constexpr u32 COPIES = PIXELS * 4;  // 16-byte copies (and conversions) a stage
     static constexpr u32 GRID_X = (TRUNK_BATCH * ITEM_TILES + TILE_TILES - 1) / TILE_TILES;
     static_assert(S::STRIP && S::BN == S::COUT && S::COUT == 32 && S::HOUT % OUT_ROWS == 0,
@@ -68,7 +71,66 @@ struct SlabTiles {
 
 namespace spk {
 
-template <class S>
+// One stage's products of a warpgroup: for each of its TILE_ROWS output rows and each
+// tap, a_desc the slab rows the tap reads, b the tap's weights. One product: straight
+// into the running sums, committed as one group that runs on while the block converts
+// the next stage. SPLIT: each row and tap's three products in a fresh sum (the first
+// product starts it), added to the running sums once complete, as the strip form does
+// per 16 k; two fresh sums alternate, so one is added while the next one's products run.
+template <class S, class P, bool SPLIT>
+__device__ __forceinline__ void tile_products(float (&acc)[TILE_ROWS][S::BN / 8][4], saddr slab,
+                                              saddr weights, u32 cb) {
+    constexpr u32 NJ = S::BN / 8, LOW_PLANE = S::COUT * 32;  // bytes from high to low weights
+    float fresh[2][NJ][4];
+    wgmma_fence();
+#pragma unroll
+    for (u32 n = 0; n < TILE_ROWS * 9; ++n) {
+        const u32 mi = n / 9, tap = n % 9, dy = tap / 3, dx = tap % 3;
+        const saddr rows = slab + ((mi + dy) * P::SLAB_PIXELS + dx) * 16;
+        const u64 a = wgmma_desc(rows, P::PLANE, 128);
+        const saddr b_at = weights + (tap * S::CBLOCKS + cb) * S::COUT * (SPLIT ? 64 : 32);
+        const u64 b = wgmma_b_desc(b_at);
+        if constexpr (SPLIT) {
+            float (&sum)[NJ][4] = fresh[n % 2];
+            if (n > 0) {
+                wgmma_fence();  // after the reads of this fresh sum two rounds back
+            }
+            wgmma_f16_shared(sum, wgmma_desc(rows + P::HALF_BYTES, P::PLANE, 128), b, 0);
+            wgmma_f16_shared(sum, a, wgmma_b_desc(b_at + LOW_PLANE), 1);
+            wgmma_f16_shared(sum, a, b, 1);
+            wgmma_commit();
+            if (n > 0) {
+                wgmma_wait<1>();  // the fresh sum of round n - 1 is complete
+                const u32 last = (n - 1) / 9;
+                register_fence(fresh[(n - 1) % 2]);
+#pragma unroll
+                for (u32 nj = 0; nj < NJ; ++nj) {
+#pragma unroll
+                    for (u32 e = 0; e < 4; ++e) {
+                        acc[last][nj][e] += fresh[(n - 1) % 2][nj][e];
+                    }
+                }
+            }
+        } else {
+            wgmma_f16_shared(acc[mi], a, b, 1);
+        }
+    }
+    if constexpr (SPLIT) {
+        wgmma_wait<0>();
+        register_fence(fresh[(TILE_ROWS * 9 - 1) % 2]);
+#pragma unroll
+        for (u32 nj = 0; nj < NJ; ++nj) {
+#pragma unroll
+            for (u32 e = 0; e < 4; ++e) {
+                acc[TILE_ROWS - 1][nj][e] += fresh[(TILE_ROWS * 9 - 1) % 2][nj][e];
+            }
+        }
+    } else {
+        wgmma_commit();
+    }
+}
+
+template <class S, bool SPLIT>
 __device__ __forceinline__ void trunk_conv_tiles(const float* __restrict__ x, u64 x_len,
                                                  const float* __restrict__ w, u64 w_len,
                                                  const float* __restrict__ bias, u64 bias_len,
@@ -77,7 +139,7 @@ __device__ __forceinline__ void trunk_conv_tiles(const float* __restrict__ x, u6
                                                  const u32* __restrict__ in_max, u64 in_max_len,
                                                  u32* __restrict__ out_max, u64 out_max_len,
                                                  u32 items, u32 flags) {
-    using P = SlabShape<S>;
+    using P = SlabShape<S, SPLIT>;
     using L = SlabTiles<S>;
     constexpr u32 MI = L::MI, NJ = L::NJ;
     const bool valid = launch_is(P::GRID_X, 1, 1, P::THREADS) & (items >= 1) &
@@ -123,14 +185,25 @@ __device__ __forceinline__ void trunk_conv_tiles(const float* __restrict__ x, u6
         }
     };
     // the FP32 slab of stage j, times the chunk's scale, as FP16 pairs in FRAGMENT_ORDER
+    // (SPLIT: high, and the low slab HALF_BYTES on)
     auto convert_stage = [&](u32 j, float scale) {
         const saddr slot = raw + j % P::SLOTS * P::RAW_BYTES;
-        const saddr target = half + j % 2 * P::HALF_BYTES;
+        const saddr target = half + j % P::HALF_SETS * P::SET_BYTES;
         for (u32 c = tid; c < P::COPIES; c += P::THREADS) {
             const float4 v = lds4(slot + c * 16);
             const saddr at = target + c / 4 * 16 + c % 4 * 4;
-            sts1(at, f16_pair(v.x * scale, v.y * scale));
-            sts1(at + P::PLANE, f16_pair(v.z * scale, v.w * scale));
+            if constexpr (SPLIT) {
+                u32 high[2], low[2];
+                f16_split(v.x * scale, v.y * scale, high[0], low[0]);
+                f16_split(v.z * scale, v.w * scale, high[1], low[1]);
+                sts1(at, high[0]);
+                sts1(at + P::PLANE, high[1]);
+                sts1(at + P::HALF_BYTES, low[0]);
+                sts1(at + P::HALF_BYTES + P::PLANE, low[1]);
+            } else {
+                sts1(at, f16_pair(v.x * scale, v.y * scale));
+                sts1(at + P::PLANE, f16_pair(v.z * scale, v.w * scale));
+            }
         }
     };
 
@@ -163,9 +236,11 @@ __device__ __forceinline__ void trunk_conv_tiles(const float* __restrict__ x, u6
 #pragma unroll 1
     for (u32 j = 0; j < stage_count; ++j) {
         const u32 cb = j % S::CBLOCKS;
-        wgmma_wait<1>();  // this group's products of stage j - 2 have read their FP16 slab
+        if constexpr (!SPLIT) {
+            wgmma_wait<1>();  // this group's products of stage j - 2 have read their FP16 slab
+        }
         cp_async_wait<TILE_AHEAD - 1>();
-        __syncthreads();  // slab j landed; FP16 slab j % 2 and slot (j - 1) % SLOTS are free
+        __syncthreads();  // slab j landed; its FP16 set and slot (j - 1) % SLOTS are free
         if (j + TILE_AHEAD < stage_count) {
             load_stage(j + TILE_AHEAD);
         }
@@ -173,26 +248,11 @@ __device__ __forceinline__ void trunk_conv_tiles(const float* __restrict__ x, u6
         convert_stage(j, scale);
         fence_proxy_async();  // the FP16 slab and the weights, to wgmma's async proxy
         __syncthreads();
-        // rows of the group's output row mi, tap (dy, dx): slab row group * TILE_ROWS +
-        // mi + dy, from frame dx: 64 consecutive 16-byte rows of each plane
-        const saddr slab = half + j % 2 * P::HALF_BYTES +
-                           (group * TILE_ROWS * P::SLAB_PIXELS) * 16;
-        wgmma_fence();
-#pragma unroll
-        for (u32 mi = 0; mi < MI; ++mi) {
-#pragma unroll
-            for (u32 tap = 0; tap < 9; ++tap) {
-                const u32 dy = tap / 3, dx = tap % 3;
-                const u64 a = wgmma_desc(slab + ((mi + dy) * P::SLAB_PIXELS + dx) * 16, P::PLANE, 128);
-                const u64 b = wgmma_b_desc(weights + (tap * S::CBLOCKS + cb) * S::COUT * 32);
-                wgmma_f16_shared(acc[mi], a, b, 1);
-            }
-        }
-        wgmma_commit();
-        if (cb == S::CBLOCKS - 1) {
-            // the residual into registers while the tile's last products run
-            const u32 row0 = warp % 4 * 16;
-            float2 held[MI][NJ][2];
+        const u32 row0 = warp % 4 * 16;
+        // the residual, read while the tile's last products run: in a SPLIT stage, which
+        // waits for its products, before them; else after they are issued
+        float2 held[MI][NJ][2];
+        auto hold_residual = [&] {
 #pragma unroll
             for (u32 mi = 0; mi < MI; ++mi) {
 #pragma unroll
@@ -207,6 +267,19 @@ __device__ __forceinline__ void trunk_conv_tiles(const float* __restrict__ x, u6
                     }
                 }
             }
+        };
+        if (SPLIT && cb == S::CBLOCKS - 1) {
+            hold_residual();
+        }
+        // the group's output row mi, tap (dy, dx): slab row group * TILE_ROWS + mi + dy
+        // from frame dx on, 64 consecutive 16-byte rows of each plane
+        const saddr slab = half + j % P::HALF_SETS * P::SET_BYTES +
+                           (group * TILE_ROWS * P::SLAB_PIXELS) * 16;
+        tile_products<S, P, SPLIT>(acc, slab, weights, cb);
+        if (!SPLIT && cb == S::CBLOCKS - 1) {
+            hold_residual();
+        }
+        if (cb == S::CBLOCKS - 1) {
             wgmma_wait<0>();
 #pragma unroll
             for (u32 mi = 0; mi < MI; ++mi) {

@@ -24,7 +24,7 @@ CONV_BK = 16  # reduction elements per step (a stage holds one, or a strip's thr
 CONV_STAGES = 3
 CONV_RELU = 1  # epilogue flags
 CONV_NCHW = 2
-# layer1's 2D-tile form (TF32 math, sm90 tier: `TrunkSite.in_tiles`): warpgroups a
+# layer1's 2D-tile form (the sm90 tier: `TrunkSite.in_tiles`): warpgroups a
 # block, output rows a warpgroup, output frames a tile row, tiles a block, slab copies
 # in flight
 TILE_GROUPS = 1
@@ -40,7 +40,7 @@ KERNEL_PREFIX = "spk_trunk_"
 CLEAR_KERNEL = KERNEL_PREFIX + "clear"
 CHUNK_MAX_KERNEL = KERNEL_PREFIX + "chunk_max"
 CONTEXT = "trunk plan"
-TILES_KERNEL = KERNEL_PREFIX + "layer1_tiles_f16"
+TILES_KERNEL = KERNEL_PREFIX + "layer1_tiles"  # + "_f16x3" or "_f16", as the site's
 
 
 @attrs.frozen
@@ -131,6 +131,7 @@ class ConvShape:
 
     def tile_launch(
         self,
+        split: bool,
         groups: int = TILE_GROUPS,
         rows: int = TILE_ROWS,
         tiles: int = TILE_TILES,
@@ -139,12 +140,14 @@ class ConvShape:
         """(grid, block threads, dynamic shared bytes) of the 2D-tile form (its build's
         constants by default): a tile `groups` x `rows` output rows by TILE_FRAMES frames,
         each row in ceil(wout / TILE_FRAMES) runs, `tiles` a block; per block the weights
-        (K x cout FP16), `ahead` + 1 FP32 slabs of the tile's rows and frames with their
-        border, 16 channels, and two FP16 slabs."""
+        (K x cout FP16, high and low with `split`), `ahead` + 1 FP32 slabs of the tile's
+        rows and frames with their border, 16 channels, and FP16 slabs: two, or with
+        `split` one of high and low parts."""
         count = TRUNK_BATCH * self.hout // (groups * rows) * -(-self.wout // TILE_FRAMES)
         pixels = (groups * rows + 2) * (TILE_FRAMES + 2)
         slabs = (ahead + 1) * pixels * CONV_BK * 4 + 2 * pixels * CONV_BK * 2
-        return (-(-count // tiles), 1, 1), 128 * groups, self.k * self.cout * 2 + slabs
+        weights = self.k * self.cout * (4 if split else 2)
+        return (-(-count // tiles), 1, 1), 128 * groups, weights + slabs
 
     def macs(self) -> int:
         """Multiply-adds per chunk."""
@@ -180,18 +183,17 @@ class TrunkSite(enum.Enum):
         the others are `_f16x3` (three scaled FP16 products, FP32 math) or `_f16` (one,
         TF32 math), but the 1x1 shortcuts run `_f16x3` in both: a small share of the
         work, and the library keeps at least one of them in FP32 under TF32 math.
-        Layer1's convolutions in TF32 math on the sm90 tier: `TILES_KERNEL`."""
-        if self.in_tiles(math, tier):
-            return TILES_KERNEL
+        Layer1's convolutions on the sm90 tier: `TILES_KERNEL`'s."""
         if self is TrunkSite.STEM:
             return KERNEL_PREFIX + self.value
-        return f"{KERNEL_PREFIX}{self.value}_{'f16x3' if self.splits(math) else 'f16'}"
+        name = TILES_KERNEL if self.in_tiles(math, tier) else KERNEL_PREFIX + self.value
+        return f"{name}_{'f16x3' if self.splits(math) else 'f16'}"
 
     def in_tiles(self, math: CudaMath | None, tier: PtxTier | None) -> bool:
         """Whether the site runs its 2D-tile form (`ptx/src/trunk/trunktiles.cuh`, both
-        wgmma operands in shared memory): layer1's convolutions in TF32 math on the sm90
-        tier, where the strip form converts each activation once per tap and warp."""
-        return self is TrunkSite.LAYER1_CONV and math is CudaMath.TF32 and tier is PtxTier.SM90
+        wgmma operands in shared memory): layer1's convolutions on the sm90 tier, where
+        the strip form converts each activation once per tap and warp."""
+        return self is TrunkSite.LAYER1_CONV and math is not None and tier is PtxTier.SM90
 
     def splits(self, math: CudaMath) -> bool:
         """Whether the site's kernel takes three products of split operands (and reads
@@ -211,8 +213,8 @@ class TrunkSite(enum.Enum):
         self, math: CudaMath | None = None, tier: PtxTier | None = None
     ) -> tuple[tuple[int, int, int], int, int]:
         """(grid, block threads, dynamic shared bytes) of `kernel(math, tier)`."""
-        if self.in_tiles(math, tier):
-            return self.shape.tile_launch()
+        if math is not None and self.in_tiles(math, tier):
+            return self.shape.tile_launch(self.splits(math))
         if self is TrunkSite.STEM:
             tiles = TRUNK_BINS // STEM_TILE_BINS * -(-TRUNK_FRAMES // STEM_TILE_FRAMES)
             return (tiles, TRUNK_BATCH, 1), STEM_THREADS, 0
