@@ -1,14 +1,15 @@
 // Layer1's 3x3 convolutions on the sm90 tier in 2D tiles, both wgmma operands in shared
-// memory (TF32 math: one FP16 product).
+// memory: one FP16 product (TF32 math) or, SPLIT, three of high and low parts (FP32).
 //
 // In the strip form every warp converts its own a fragments for every tap, and with 32
-// output channels each converted fragment serves only 32 columns: layer1 takes 2.4x a
-// layer3 convolution's time for the same products (docs/performance.md). Here a block
-// stages an input slab of SLAB_ROWS image rows x TILE_PIXELS frames (its tile's rows and
-// frames with a one-pixel border, zero-filled outside the image, so no tap needs a
-// redirect) of 16 channels, converts it once to scaled FP16 in shared memory, and every
-// tap's product reads it there by descriptor: the slab row r + dy from frame dx on is
-// 64 consecutive 16-byte rows, which is what a K-major operand without swizzling is.
+// output channels each converted fragment serves only 32 columns: layer1 took 2.4x a
+// layer3 convolution's time for the same products in TF32 math (docs/performance.md).
+// Here a block stages an input slab of SLAB_ROWS image rows x SLAB_PIXELS frames (its
+// tile's rows and frames with a one-pixel border, zero-filled outside the image, so no
+// tap needs a redirect) of 16 channels, converts it once to scaled FP16 in shared
+// memory, and every tap's product reads it there by descriptor: the slab row r + dy from
+// frame dx on is 64 consecutive 16-byte rows, which is what a K-major operand without
+// swizzling is.
 //
 // The slab's FP16 layout: plane k / 8 of the step's 16 k, [slab pixel][8 k], the k in
 // the weights' FRAGMENT_ORDER (channels 4t, 4t + 1 at k 2t, 2t + 1 of plane 0, channels
@@ -17,11 +18,13 @@
 // A block owns TILE_GROUPS warpgroups of TILE_ROWS output rows x 64 frames of one chunk,
 // one m64n32 accumulator per row; the last of a row's 16 runs of 64 frames starts at
 // WOUT - 64, overlapping the one before: those outputs are computed twice, alike, and
-// written twice. The weights (18 KB) stay in shared memory. Per stage (one channel block
-// of one tile): the FP32 slab lands by cp.async in a ring of TILE_AHEAD + 1 slots, the
-// block converts it into one of two FP16 slabs, and each warpgroup issues its 9 x
-// TILE_ROWS products without waiting: they run while the block converts the next stage.
-// One chunk's scale serves the whole tile.
+// written twice. The weights (18 KB, SPLIT 36 KB) stay in shared memory. Per stage (one
+// channel block of one tile): the FP32 slab lands by cp.async in a ring of TILE_AHEAD + 1
+// slots and the block converts it into FP16. One product: into one of two FP16 slabs, and
+// each warpgroup issues its 9 x TILE_ROWS products without waiting: they run while the
+// block converts the next stage. SPLIT: into one set of high and low slabs, the stage's
+// products complete before the next conversion (tile_products). One chunk's scale serves
+// the whole tile.
 
 #pragma once
 
