@@ -11,9 +11,9 @@ second convolutions). Each form's output on chunks 0 and 1 is compared with floa
 (`pyspk.reference.trunk_conv`, norm-wise relative error), and its chunk maxima with the
 strip form's; then each round times `--launches` launches of each form with CUDA
 events, the forms in turn, and the median of the rounds is reported in microseconds a
-launch. A `--variant` adds the tile entries of
-another build of the trunk module (a cubin for sm_90a built with other TILE_GROUPS,
-TILE_ROWS, TILE_TILES and TILE_AHEAD), launched with the geometry those constants give.
+launch. A `--variant` adds the tile entries of another build of the trunk module (a
+cubin for sm_90a built with other TILE_GROUPS, TILE_ROWS, TILE_TILES and TILE_AHEAD),
+launched with the geometry those constants give.
 """
 
 from __future__ import annotations

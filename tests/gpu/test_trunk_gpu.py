@@ -435,7 +435,7 @@ def test_memcheck_finds_nothing_in_the_trunk() -> None:
     """Every entry a trunk plan launches: the whole trunk in both maths on 2 chunks; and
     layer1's convolution on 11 chunks, where (strip form) the last block has three tiles
     of its four and two tiles that span two chunks come before their block's last, and
-    (the tile form, TF32 math on sm90) every row's last run overlaps the one before."""
+    (the tile form, on sm90) every row's last run overlaps the one before."""
     _all_clean(
         "memcheck",
         [
