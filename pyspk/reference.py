@@ -1,4 +1,5 @@
-"""Float64 truth for the six boundaries and the ResNet34 trunk, on the layouts the kernels use.
+"""Float64 truth for the six boundaries, the ResNet34 trunk, the BiLSTM and SincNet's first
+stage, on the layouts the kernels use.
 
 Every function takes float32 or float64 arrays (flat or shaped), computes in float64 and
 returns float64 with the boundary's output shape. `absolute_sum` gives, per output, the
@@ -189,3 +190,16 @@ def bilstm(x: npt.ArrayLike, layers: list[tuple[LstmDirection, LstmDirection]]) 
             axis=2,
         )
     return values
+
+
+def sinc_front(x: npt.ArrayLike, filters: npt.ArrayLike, stride: int = 10) -> np.ndarray:
+    """SincNet's first stage: x [items, samples] and filters [80, taps] -> MaxPool1d(3, 3)
+    of |the valid convolution at `stride`|, [items, 80, pooled]."""
+    x = np.asarray(x, dtype=np.float64)
+    w = np.asarray(filters, dtype=np.float64)
+    if x.ndim != 2 or w.ndim != 2:
+        raise InvalidArgument(f"x and filters must be 2-D, not {x.shape} and {w.shape}")
+    windows = np.lib.stride_tricks.sliding_window_view(x, w.shape[1], axis=1)[:, ::stride]
+    pooled = windows.shape[1] // 3
+    out = np.abs(windows[:, : 3 * pooled] @ w.T)  # [items, positions, 80]
+    return out.reshape(x.shape[0], pooled, 3, w.shape[0]).max(axis=2).transpose(0, 2, 1)

@@ -68,7 +68,7 @@ def tiers_of(module: str) -> tuple[Tier, ...]:
     return tuple(TIER_BUILDS[tier] for tier in module_tiers(module))
 
 
-MODULES = ("segdense", "trunk", "cluster", "lstm")
+MODULES = ("segdense", "trunk", "cluster", "lstm", "sincnet")
 # Explicit IEEE FP32 behaviour, whatever the nvcc defaults or profile say: the kernels'
 # fixed summation orders are only reproducible without fast-math rewrites.
 NVCC_FLAGS = (
@@ -477,6 +477,16 @@ LINKAGE_CONSTANTS = (
 # The lstm module's constants, each `pyspk.candidate.lstm.plan.<name>`, all in lstm.cu
 LSTM_CONSTANTS = ("LSTM_HIDDEN", "LSTM_ROWS", "LSTM_THREADS")
 
+# The sincnet module's constants, each `pyspk.candidate.sincnet.plan.<name>`, in sincnet.cu
+SINC_CONSTANTS = (
+    "SINC_FILTERS",
+    "SINC_TAPS",
+    "SINC_STRIDE",
+    "SINC_POOL",
+    "SINC_THREADS",
+    "SINC_TILE",
+)
+
 # Constants the CUDA sources share with pyspk: name -> (the source that defines it, the
 # pattern whose group 1 is its literal value). A `constexpr` one must be defined exactly
 # once in all the sources, in that file.
@@ -497,6 +507,7 @@ CUDA_CONSTANTS: dict[str, tuple[str, re.Pattern[str]]] = {
     **{name: (home, _constexpr(name)) for name, home in TRUNK_CONSTANTS.items()},
     **{name: ("cluster.cu", _constexpr(name)) for name in LINKAGE_CONSTANTS},
     **{name: ("lstm.cu", _constexpr(name)) for name in LSTM_CONSTANTS},
+    **{name: ("sincnet.cu", _constexpr(name)) for name in SINC_CONSTANTS},
 }
 
 
@@ -571,6 +582,7 @@ def python_constants() -> dict[str, list[tuple[str, int | float]]]:
     from pyspk.candidate.framework import DenseSite
     from pyspk.candidate.lstm import plan as lstm
     from pyspk.candidate.segdense import shapes
+    from pyspk.candidate.sincnet import plan as sincnet
     from pyspk.candidate.trunk import shapes as trunk_shapes
 
     def dimension(site: DenseSite, axis: int) -> tuple[str, int]:
@@ -599,6 +611,7 @@ def python_constants() -> dict[str, list[tuple[str, int | float]]]:
         },
         **{name: [(f"cluster.plan.{name}", getattr(linkage, name))] for name in LINKAGE_CONSTANTS},
         **{name: [(f"lstm.plan.{name}", getattr(lstm, name))] for name in LSTM_CONSTANTS},
+        **{name: [(f"sincnet.plan.{name}", getattr(sincnet, name))] for name in SINC_CONSTANTS},
     }
 
 
@@ -629,7 +642,14 @@ def python_kernels() -> dict[str, dict[str, str]]:
         for name in ("spk_linkage_neighbours", "spk_linkage_merge", "spk_pdist_euclidean")
     }
     lstm = {"spk_lstm_recurrence": "pyspk.candidate.lstm"}
-    return {"segdense": segdense, "trunk": trunk, "cluster": cluster, "lstm": lstm}
+    sincnet = {"spk_sinc_front": "pyspk.candidate.sincnet"}
+    return {
+        "segdense": segdense,
+        "trunk": trunk,
+        "cluster": cluster,
+        "lstm": lstm,
+        "sincnet": sincnet,
+    }
 
 
 def _same(cuda: int | float, python: Any) -> bool:

@@ -49,6 +49,7 @@ class KernelModule(enum.Enum):
     TRUNK = "trunk"
     CLUSTER = "cluster"
     LSTM = "lstm"
+    SINCNET = "sincnet"
 
     def __str__(self) -> str:
         return self.value

@@ -14,6 +14,7 @@ import pytest
 
 from pyspk.candidate.cluster import plan_linkage, plan_pdist
 from pyspk.candidate.lstm import plan_lstm_recurrence
+from pyspk.candidate.sincnet import plan_sinc_front
 from pyspk.candidate.trunk import TrunkSite, TrunkWeights, plan_conv
 from pyspk.cuda import CudaMath, CudaRuntime, Plan
 from pyspk.cuda.buffers import FLOAT64, INT32
@@ -64,7 +65,18 @@ def lstm(runtime: CudaRuntime) -> tuple[Plan, Callable[[Plan], None]]:
     )
 
 
-@pytest.mark.parametrize("area", [segdense, trunk, pdist, linkage, lstm], ids=lambda f: f.__name__)
+def sincnet(runtime: CudaRuntime) -> tuple[Plan, Callable[[Plan], None]]:
+    # the plan's 87 KiB of shared memory: an H200's opt-in limit
+    runtime._device = attrs.evolve(runtime.device, shared_optin_bytes=232448)
+    x, y = runtime.alloc_zeros(2 * 400), runtime.alloc_zeros(2 * 80 * 5)
+    return plan_sinc_front(runtime, np.zeros((80, 251), np.float32)), lambda plan: plan.enqueue(
+        x, y, items=2, samples=400, stream=STREAM
+    )
+
+
+@pytest.mark.parametrize(
+    "area", [segdense, trunk, pdist, linkage, lstm, sincnet], ids=lambda f: f.__name__
+)
 def test_every_area_plans_to_one_shape(fake: FakeApi, runtime: CudaRuntime, area) -> None:
     plan, enqueue = area(runtime)
     with plan:

@@ -1,6 +1,7 @@
-// Shared by the three kernel modules (segdense, trunk, cluster): the integer types, the
-// entry signatures, the launch and buffer checks, global and shared-memory accesses
-// through one PTX instruction each, and the small register-tile helpers. Both tiers.
+// Shared by every kernel module (segdense, trunk, cluster, lstm, sincnet): the integer
+// types, the entry signatures, the launch and buffer checks, global and shared-memory
+// accesses through one PTX instruction each, and the small register-tile helpers. Both
+// tiers.
 //
 // Calling convention: every buffer is a 64-bit pointer followed by its element count as
 // `unsigned long long`; scalars are 32-bit unsigned. Each entry checks its lengths, the

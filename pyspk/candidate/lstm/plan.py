@@ -15,8 +15,8 @@ import numpy as np
 
 from pyspk.candidate.errors import DeviceUnsupported, GeometryInvalid, WeightsOutOfContract
 from pyspk.candidate.framework import launchable_kernels
-from pyspk.cuda.buffers import INT32, device_address
-from pyspk.cuda.errors import BufferLayoutError, InvalidArgument
+from pyspk.cuda.buffers import INT32, source_and_target
+from pyspk.cuda.errors import InvalidArgument
 from pyspk.cuda.kernels import buffer_params
 from pyspk.cuda.lifetime import PlanLifetime
 from pyspk.cuda.manifest import KernelModule
@@ -138,15 +138,8 @@ class LstmRecurrencePlan(PlanLifetime):
             )
         ordinal = self.runtime.ordinal
         gx_len, y_len = items * steps * 2 * LSTM_GATES, items * steps * 2 * LSTM_HIDDEN
-        gx_at = device_address(gx, gx_len, CONTEXT, "gx", ordinal)
-        y_at = device_address(y, y_len, CONTEXT, "y", ordinal, writable=True)
-        if gx_at < y_at + 4 * y_len and y_at < gx_at + 4 * gx_len:
-            raise InvalidArgument(
-                f"{CONTEXT}: y shares bytes with gx; the kernel does not work in place"
-            )
-        for name, at in (("gx", gx_at), ("y", y_at)):
-            if at % 8:  # read and written as float pairs: a misaligned pair faults
-                raise BufferLayoutError(CONTEXT, name, f"address {at:#x} is not 8-byte aligned")
+        # read and written as float pairs: a misaligned pair faults
+        gx_at, y_at = source_and_target(CONTEXT, ordinal, ("gx", gx, gx_len), ("y", y, y_len), 8)
         grid = (-(-items // LSTM_ROWS), 2, 1)
         self._acquire()
         try:
