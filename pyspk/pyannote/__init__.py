@@ -3,17 +3,19 @@ models, and a once-per-chunk embedding path for the `SpeakerDiarization` pipelin
 
 `accelerate(model, math)` replaces, inside a model already on its CUDA device, each
 module at a pyspk boundary with a `pyspk.torch` wrapper that shares its parameters:
-PyanNet's `sincnet.conv1d[1]` and `[2]` (their bias dropped: the max-pool and the
+PyanNet's SincNet first stage (`sincnet.conv1d[0]` with the abs and `pool1d[0]` after
+it, on a `pyspk.torch.sincnet.PlannedSincFront`; the SincNet's `forward` then skips
+those two), `sincnet.conv1d[1]` and `[2]` (their bias dropped: the max-pool and the
 InstanceNorm without running statistics that follow cancel it), `linear[0]` and
 `linear[1]` with the LeakyReLU that `PyanNet.forward` applies after them, and
 `classifier` with its LogSoftmax activation; WeSpeaker's `resnet.seg_1`, and its
 ResNet34 trunk: `resnet.forward_frames` (and `resnet.forward`, which runs the same
-layers) on a `pyspk.torch.resnet.PlannedTrunk` (recorded as "resnet.trunk"; below the sm80
-tier it is skipped). In TF32 math, PyanNet's `lstm` (monolithic) runs on a
+layers) on a `pyspk.torch.resnet.PlannedTrunk` (recorded as "resnet.trunk"; below the
+sm80 tier it is skipped). In TF32 math, PyanNet's `lstm` (monolithic) runs on a
 `pyspk.torch.lstm.PlannedLSTM`; in FP32 math it stays cuDNN's unless asked for
-(`accelerate(..., lstm=True)`). A PyanNet's `forward` is
-replaced by one that leaves out the activations the plans fuse. Shapes no plan serves
-take each module's library path. `Acceleration.undo()` puts every original module and method back.
+(`accelerate(..., lstm=True)`). A PyanNet's `forward` is replaced by one that leaves
+out the activations the plans fuse. Shapes no plan serves take each module's library
+path. `Acceleration.undo()` puts every original module and method back.
 
 The stock pipeline embeds each (chunk, speaker) pair on its own, so the ResNet trunk runs
 three times on every chunk and seg_1 sees 32 rows at a time. `embed_once_per_chunk`
@@ -45,6 +47,7 @@ from pyspk.candidate import DenseSite, SegConvSite
 from pyspk.cuda import CudaMath
 from pyspk.cuda.errors import InvalidArgument
 from pyspk.errors import PlanError, run_all
+from pyspk.pyannote._chunks import segmentation_sizes
 from pyspk.pyannote.corpus import diarize_corpus, diarize_corpus_on_dask
 from pyspk.pyannote.engine import (
     EMBEDDING_BATCH,
@@ -63,9 +66,10 @@ from pyspk.pyannote.offline import (  # the offline models, also under this modu
     wespeaker_resnet34,
     write_pipeline,
 )
-from pyspk.torch import PlannedConv1d, PlannedDense, planned_modules
+from pyspk.torch import PlannedConv1d, PlannedDense, library_math, planned_modules
 from pyspk.torch.lstm import PlannedLSTM
 from pyspk.torch.resnet import PlannedTrunk
+from pyspk.torch.sincnet import PlannedSincFront
 
 if TYPE_CHECKING:
     from lightning.fabric.utilities.data import AttributeDict
@@ -105,7 +109,9 @@ class Acceleration:
     def __init__(self, model: nn.Module, math: CudaMath) -> None:
         self.model = model
         self.math = math
-        self.modules: dict[str, PlannedDense | PlannedConv1d | PlannedTrunk | PlannedLSTM] = {}
+        self.modules: dict[
+            str, PlannedDense | PlannedConv1d | PlannedTrunk | PlannedLSTM | PlannedSincFront
+        ] = {}
         self.skipped: dict[str, str] = {}  # module path -> why it keeps the library path
         self._restore: list[Callable[[], None]] = []
         self.undone = False
@@ -115,7 +121,7 @@ class Acceleration:
         path: str,
         parent: nn.Module,
         key: str | int,
-        build: Callable[[], PlannedDense | PlannedConv1d | PlannedLSTM],
+        build: Callable[[], PlannedDense | PlannedConv1d | PlannedLSTM | PlannedSincFront],
     ) -> None:
         """Swap `parent[key]` (or `parent.key`) for `build()`; a planning refusal leaves
         the module as it is and records why."""
@@ -190,7 +196,11 @@ def accelerate(
         raise InvalidArgument(
             f"accelerate: the model is on {device}; move it to a CUDA device first"
         )
-    planned = [name for name, _ in planned_modules(model)]
+    planned = [name for name, _ in planned_modules(model)] + [
+        name
+        for name, child in model.named_modules()
+        if isinstance(child, (PlannedLSTM, PlannedSincFront))
+    ]
     if planned:
         raise InvalidArgument(
             f"accelerate: {type(model).__name__} is accelerated already ({', '.join(planned)});"
@@ -242,6 +252,7 @@ def _accelerate_trunk(resnet: ResNet, acceleration: Acceleration) -> None:
 def _accelerate_pyannet(model: PyanNet, acceleration: Acceleration, lstm: bool = False) -> None:
     math = acceleration.math
     convs, norms = model.sincnet.conv1d, model.sincnet.norm1d
+    _accelerate_sinc_front(model.sincnet, acceleration)
     for index, site in ((1, SegConvSite.CONV1), (2, SegConvSite.CONV2)):
         conv = cast(nn.Conv1d, convs[index])  # SincNet's conv1d[1] and [2] are Conv1d
         # InstanceNorm subtracts each channel's own mean only without running statistics
@@ -282,6 +293,64 @@ def _accelerate_pyannet(model: PyanNet, acceleration: Acceleration, lstm: bool =
     # an instance attribute over PyanNet.forward, removed again by `undo()`
     model.forward = _planned_pyannet_forward.__get__(model)  # type: ignore[method-assign]
     acceleration.on_undo(lambda: _restore_attribute(model, "forward", before))
+
+
+def _accelerate_sinc_front(sincnet: nn.Module, acceleration: Acceleration) -> None:
+    """SincNet's first stage (conv1d[0], its abs and pool1d[0]) on a `PlannedSincFront`,
+    and the SincNet's `forward` on one that calls it in their place."""
+    convs, pools = cast(nn.ModuleList, sincnet.conv1d), cast(nn.ModuleList, sincnet.pool1d)
+    encoder, pool = convs[0], pools[0]
+    acceleration.replace("sincnet.conv1d.0", convs, 0, lambda: PlannedSincFront(encoder, pool))
+    if "sincnet.conv1d.0" not in acceleration.modules:
+        return
+    before = sincnet.__dict__.get("forward")
+    # an instance attribute over SincNet.forward, removed again by `undo()`
+    sincnet.forward = functools.partial(_planned_sincnet_forward, sincnet)  # type: ignore[method-assign]
+    acceleration.on_undo(lambda: _restore_attribute(sincnet, "forward", before))
+
+
+def _library_bits_sinc_front(
+    model: PyanNet, math: CudaMath, batches: list[int], samples: int
+) -> Acceleration:
+    """SincNet's first stage alone on a `PlannedSincFront`, kept only where it gives the
+    library stage's bits at each of `batches` chunks of `samples` on a probe of noise:
+    then the segmentation keeps its stock bits. On the H200, cuDNN's FP32 convolution
+    sums each output's taps in order as the kernel does (equal bits at 32, 128 and 512
+    chunks, `benchmarks/h200-sincnet.md`); another device or library may not, and there
+    the stage stays the library's, `skipped` saying why."""
+    acceleration = Acceleration(model, math)
+    sincnet = model.sincnet
+    encoder, pool = sincnet.conv1d[0], sincnet.pool1d[0]
+    _accelerate_sinc_front(sincnet, acceleration)
+    front = acceleration.modules.get("sincnet.conv1d.0")
+    if front is None:
+        return acceleration
+    device = next(model.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(0)
+    with torch.inference_mode(), library_math(math), torch.cuda.device(device):
+        for batch in sorted(set(batches)):
+            probe = torch.randn(batch, 1, samples, generator=generator, device=device)
+            if not torch.equal(front(probe), pool(torch.abs(encoder(probe)))):
+                acceleration.undo()
+                refused = Acceleration(model, math)
+                refused.skipped["sincnet.conv1d.0"] = (
+                    f"the plan's bits differ from the library's at {batch} chunks on this "
+                    "device; the stock segmentation's bits come first in this math"
+                )
+                return refused
+    return acceleration
+
+
+def _planned_sincnet_forward(sincnet: nn.Module, waveforms: torch.Tensor) -> torch.Tensor:
+    """`SincNet.forward` (pyannote.audio 4.0) with a `PlannedSincFront` at conv1d[0],
+    which applies the abs and pool1d[0] itself."""
+    convs, pools = cast(nn.ModuleList, sincnet.conv1d), cast(nn.ModuleList, sincnet.pool1d)
+    norms = cast(nn.ModuleList, sincnet.norm1d)
+    normalised = cast(nn.Module, sincnet.wav_norm1d)(waveforms)
+    outputs = F.leaky_relu(norms[0](convs[0](normalised)))
+    for conv, pool, norm in zip(convs[1:], pools[1:], norms[1:], strict=True):
+        outputs = F.leaky_relu(norm(pool(conv(outputs))))
+    return outputs
 
 
 def _planned_pyannet_forward(self: PyanNet, waveforms: torch.Tensor) -> torch.Tensor:
@@ -420,6 +489,15 @@ class PipelineAcceleration:
             if segmentation_batch is None:  # larger where pyspk's LSTM serves it
                 planned_lstm = self.segmentation is not None and "lstm" in self.segmentation.modules
                 segmentation_batch = TF32_SEGMENTATION_BATCH if planned_lstm else SEGMENTATION_BATCH
+            if not segmentation_plans:  # the library's segmentation, its first stage planned
+                inference = pipeline._segmentation
+                self.segmentation = _library_bits_sinc_front(
+                    inference.model,
+                    self.math,
+                    segmentation_sizes(segmentation_batch),
+                    inference.model.audio.get_num_samples(inference.duration),
+                )
+                self._steps.append(self.segmentation.undo)
             self.embedding = accelerate(pipeline._embedding.model_, self.math)
             self._steps.append(self.embedding.undo)
             self.embeddings = embed_once_per_chunk(pipeline, batch_size)
@@ -472,7 +550,9 @@ def accelerate_pipeline(
     (`batch_size` chunks per trunk call), and the segmentation model on plans where
     `segmentation_plans` (by default in TF32 math only).
 
-    In FP32 math the segmentation stays on the library by default: its plans save little
+    In FP32 math the segmentation stays on the library by default (all but SincNet's
+    first stage, planned where a probe at acceleration gives the library's bits, as on
+    the H200): its plans save little
     of a diarization run's time (docs/performance.md), but give other FP32 roundings
     than cuDNN's, and a frame whose two likeliest classes lie within such a rounding of
     each other can then change class, and with it the annotation. On the library the

@@ -63,6 +63,7 @@ def test_accelerated_segmentation_is_as_exact_as_stock(torch, pyannote, segmenta
             # the LSTM on pyspk's plans in TF32 math only
             lstm = {"lstm"} if math is CudaMath.TF32 else set()
             assert set(acceleration.modules) == {
+                "sincnet.conv1d.0",
                 "sincnet.conv1d.1",
                 "sincnet.conv1d.2",
                 "linear.0",
@@ -79,6 +80,7 @@ def test_accelerated_segmentation_is_as_exact_as_stock(torch, pyannote, segmenta
         _assert_no_less_exact(torch, ours[batch], stock[batch], exact[batch])
     # undo puts the stock modules and forward back: the stock bits again
     assert "forward" not in segmentation.__dict__
+    assert "forward" not in segmentation.sincnet.__dict__
     assert torch.equal(restored, stock[1])
 
 

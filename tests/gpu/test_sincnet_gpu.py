@@ -1,0 +1,239 @@
+"""The sincnet area on the GPU: `PlannedSincFront` on segmentation-3.0's first stage (80
+sinc filters of 251 taps, stride 10, |y|, MaxPool1d(3, 3)) against float64 truth and
+cuDNN FP32, an item's bits whatever the batch around it, graph replays, two threads on
+two streams at once, the accelerated PyanNet, and compute-sanitizer.
+
+Tolerance: both sum 251 FP32 products; the plan in tap order, cuDNN in its own. Their
+errors against float64 are of one size: the plan's norm-wise error within 1.5 times
+cuDNN FP32's, its largest within 2 times (one rounding more or less at the element where
+each is worst)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.optional import importorskip
+
+pytestmark = pytest.mark.gpu
+
+SAMPLES = 160000  # a 10 s chunk at 16 kHz
+
+
+@pytest.fixture(scope="module")
+def stage(torch):
+    """segmentation-3.0's first stage: its sinc filterbank (seeded band edges) and pool."""
+    importorskip("asteroid_filterbanks", reason="the sinc filterbank is asteroid's")
+    from asteroid_filterbanks import Encoder, ParamSincFB
+
+    torch.manual_seed(0)
+    encoder = Encoder(ParamSincFB(80, 251, stride=10, min_low_hz=50, min_band_hz=50)).cuda()
+    with torch.no_grad():  # band edges off the initial mel grid
+        for parameter in encoder.parameters():
+            parameter.mul_(1 + 0.2 * torch.rand_like(parameter))
+    return encoder, torch.nn.MaxPool1d(3, stride=3)
+
+
+def inputs(torch, items: int, seed: int, samples: int = SAMPLES):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(items, 1, samples, generator=generator).cuda()
+
+
+def stock(torch, stage, x):
+    from pyspk.cuda import CudaMath
+    from pyspk.torch import library_math
+
+    encoder, pool = stage
+    with torch.inference_mode(), library_math(CudaMath.FP32):
+        return pool(torch.abs(encoder(x)))
+
+
+def planned(torch, front, x):
+    with torch.inference_mode():
+        return front(x)
+
+
+def test_the_fronts_error_is_cudnn_fp32s(torch, stage) -> None:
+    from pyspk import reference
+    from pyspk.testing import relative_errors
+    from pyspk.torch.sincnet import PlannedSincFront
+
+    encoder = stage[0]
+    x = inputs(torch, 3, seed=1)
+    filters = encoder.get_filters().detach().reshape(80, 251).cpu().numpy()
+    expected = reference.sinc_front(x[:, 0].cpu().numpy(), filters)
+    front = PlannedSincFront(*stage)
+    got = planned(torch, front, x)
+    assert got.shape == expected.shape == (3, 80, 5325)
+    ours = relative_errors(got.cpu().numpy(), expected)
+    cudnn = relative_errors(stock(torch, stage, x).cpu().numpy(), expected)
+    print(f"\nsinc front (max, norm-wise) error: plan {ours}, cuDNN FP32 {cudnn}")
+    assert ours[1] <= 1.5 * cudnn[1] and ours[0] <= 2 * cudnn[0]
+    front.close()
+
+
+def test_an_item_has_its_bits_whatever_the_batch(torch, stage) -> None:
+    """Tiles never mix items: the first 5 of 37 items, alone or in the batch, and a
+    second run give the same bits; a length whose last tile is partial (32001 samples:
+    1058 outputs, 16 tiles and 34 outputs) too."""
+    from pyspk.torch.sincnet import PlannedSincFront
+
+    front = PlannedSincFront(*stage)
+    for samples in (SAMPLES, 32001):
+        x = inputs(torch, 37, seed=2, samples=samples)
+        whole = planned(torch, front, x)
+        assert torch.equal(whole, planned(torch, front, x))
+        assert torch.equal(whole[:5], planned(torch, front, x[:5].contiguous()))
+        assert torch.equal(whole[36:], planned(torch, front, x[36:].contiguous()))
+    front.close()
+
+
+def test_a_graph_replays_the_eager_bits(torch, stage) -> None:
+    from pyspk.testing import torch_graph
+    from pyspk.torch.sincnet import PlannedSincFront
+
+    front = PlannedSincFront(*stage)
+    x = inputs(torch, 20, seed=3)
+    eager = planned(torch, front, x)
+    with torch.inference_mode():
+        graph, captured = torch_graph(torch, lambda: front(x))
+    for _ in range(2):
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(captured, eager)
+    front.close()
+
+
+def test_two_threads_on_two_streams_get_their_own_bits(torch, stage) -> None:
+    from pyspk.torch.sincnet import PlannedSincFront
+    from tests.concurrency import run_together
+
+    front = PlannedSincFront(*stage)
+    xs = [inputs(torch, 24, seed=4), inputs(torch, 9, seed=5)]
+    serial = [planned(torch, front, x) for x in xs]
+    got: dict[int, list] = {}
+
+    def work(index: int) -> None:
+        stream = torch.cuda.Stream()
+        with torch.cuda.stream(stream):
+            got[index] = [planned(torch, front, xs[index]) for _ in range(3)]
+        stream.synchronize()
+
+    run_together(work, [(0,), (1,)])
+    for index in range(2):
+        assert all(torch.equal(y, serial[index]) for y in got[index])
+    front.close()
+
+
+def test_a_changed_filterbank_is_refused_until_replanned(torch, stage) -> None:
+    from pyspk.errors import WeightsChangedError
+    from pyspk.torch.sincnet import PlannedSincFront
+
+    encoder = stage[0]
+    front = PlannedSincFront(*stage)
+    x = inputs(torch, 2, seed=6)
+    before = planned(torch, front, x)
+    band = encoder.filterbank.band_hz_
+    with torch.no_grad():
+        band.mul_(1.1)
+    try:
+        with pytest.raises(WeightsChangedError, match="replan"):
+            planned(torch, front, x)
+        front.replan()
+        after = planned(torch, front, x)
+        assert not torch.equal(after, before)
+        torch.testing.assert_close(after, stock(torch, stage, x), rtol=1e-5, atol=1e-5)
+    finally:
+        with torch.no_grad():
+            band.div_(1.1)
+    front.close()
+
+
+def test_the_accelerated_pyannet_runs_the_front_and_undo_restores_it(torch) -> None:
+    """SincNet's output with the front (and the planned convolutions after it) is as
+    exact as stock against the float64 model; undo gives the stock bits again."""
+    importorskip("pyannote.audio", reason="pyspk.pyannote needs pyannote.audio")
+    import copy
+
+    from pyspk import pyannote
+    from pyspk.pyannote.offline import segmentation_3_0
+    from pyspk.testing import relative_errors
+    from pyspk.torch.sincnet import PlannedSincFront
+
+    model = segmentation_3_0(seed=0).cuda().eval()
+    sincnet = model.sincnet
+    x = inputs(torch, 4, seed=7)
+    with torch.inference_mode():
+        exact = copy.deepcopy(sincnet).double()(x.double()).cpu().numpy()
+        before = sincnet(x)
+        with pyannote.accelerate(model, "fp32") as acceleration:
+            assert isinstance(sincnet.conv1d[0], PlannedSincFront)
+            assert "sincnet.conv1d.0" in acceleration.modules
+            ours = sincnet(x)
+        after = sincnet(x)
+    assert not isinstance(sincnet.conv1d[0], PlannedSincFront)
+    assert "forward" not in sincnet.__dict__
+    assert torch.equal(after, before)
+    errors = [relative_errors(y.cpu().numpy(), exact) for y in (ours, before)]
+    print(f"\nSincNet (max, norm-wise) error: accelerated {errors[0]}, stock {errors[1]}")
+    assert errors[0][1] <= 2 * errors[1][1] + 1e-6
+
+
+def test_the_fp32_pipeline_plans_the_front_only_where_its_bits_are_the_librarys(
+    torch, monkeypatch
+) -> None:
+    """In FP32 math the engine keeps the library's segmentation, with SincNet's first
+    stage on the plan after a probe at each forward batch gave the library's bits (the
+    H200's cuDNN sums in tap order); a probe that differs leaves the stage alone."""
+    importorskip("pyannote.audio", reason="pyspk.pyannote needs pyannote.audio")
+    from pyspk import pyannote
+    from pyspk.pyannote.offline import offline_pipeline, segmentation_3_0, wespeaker_resnet34
+    from pyspk.torch.sincnet import PlannedSincFront
+
+    pipeline = offline_pipeline(segmentation_3_0(seed=0), wespeaker_resnet34(seed=1)).to(
+        torch.device("cuda")
+    )
+    sincnet = pipeline._segmentation.model.sincnet
+    with pyannote.accelerate_pipeline(pipeline, "fp32") as acceleration:
+        assert set(acceleration.segmentation.modules) == {"sincnet.conv1d.0"}
+        assert isinstance(sincnet.conv1d[0], PlannedSincFront)
+    assert not isinstance(sincnet.conv1d[0], PlannedSincFront)
+    assert "forward" not in sincnet.__dict__
+    monkeypatch.setattr(torch, "equal", lambda a, b: False)
+    with pyannote.accelerate_pipeline(pipeline, "fp32") as acceleration:
+        assert acceleration.segmentation.modules == {}
+        assert "differ" in acceleration.segmentation.skipped["sincnet.conv1d.0"]
+        assert not isinstance(sincnet.conv1d[0], PlannedSincFront)
+        assert "forward" not in sincnet.__dict__
+
+
+_SANITIZED = """
+import torch
+from asteroid_filterbanks import Encoder, ParamSincFB
+from pyspk.torch.sincnet import PlannedSincFront
+encoder = Encoder(ParamSincFB(80, 251, stride=10, min_low_hz=50, min_band_hz=50)).cuda()
+front = PlannedSincFront(encoder, torch.nn.MaxPool1d(3, stride=3))
+with torch.inference_mode():
+    y = front(torch.randn(3, 1, 32001, device="cuda"))
+torch.cuda.synchronize()
+print("sinc done", flush=True)
+"""
+
+
+@pytest.mark.parametrize("tool", ["memcheck", "racecheck"])
+def test_compute_sanitizer_finds_nothing_in_the_front(torch, tool: str) -> None:
+    """Three items whose last tiles are partial."""
+    importorskip("asteroid_filterbanks", reason="the sinc filterbank is asteroid's")
+    from tests.gpu.test_sanitizer_gpu import _compute_sanitizer
+
+    command = [_compute_sanitizer(), "--tool", tool, "--error-exitcode", "9"]
+    command += ["--report-api-errors", "no"] if tool == "memcheck" else []
+    run = subprocess.run(
+        [*command, sys.executable, "-c", _SANITIZED], capture_output=True, text=True, timeout=900
+    )
+    output = run.stdout + run.stderr
+    assert run.returncode == 0 and "sinc done" in output, output[-4000:]
+    summary = "ERROR SUMMARY: 0 errors" if tool == "memcheck" else "RACECHECK SUMMARY: 0 hazards"
+    assert summary in output, output[-4000:]
