@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from pyspk.cuda import CudaMath
-    from pyspk.testing import lstm_truth, relative_errors, torch_graph
+    from pyspk.testing import graph_replay_ms, lstm_truth, relative_errors, torch_graph
     from pyspk.torch import library_math
     from pyspk.torch.lstm import PlannedLSTM
 
@@ -79,18 +79,7 @@ def main(argv: list[str] | None = None) -> int:
                     plan.enqueue(gx, y, items=batch, steps=STEPS, stream=stream)
 
             graphs["recurrence"] = torch_graph(torch, recurrence)[0]
-        times: dict[str, list[float]] = {arm: [] for arm in graphs}
-        for _ in range(args.rounds):
-            for arm, graph in graphs.items():
-                start, end = (
-                    torch.cuda.Event(enable_timing=True),
-                    torch.cuda.Event(enable_timing=True),
-                )
-                start.record()
-                graph.replay()
-                end.record()
-                end.synchronize()
-                times[arm].append(start.elapsed_time(end))
+        times = graph_replay_ms(torch, graphs, args.rounds)
         row = {
             "batch": batch,
             **{f"{arm}_ms_per_chunk": statistics.median(t) / batch for arm, t in times.items()},

@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     from pyspk import reference
     from pyspk.candidate.trunk import TRUNK_BATCH, trunk_macs
     from pyspk.cuda import CudaMath, CudaRuntime, KernelModule, PtxTier
-    from pyspk.testing import torch_graph
+    from pyspk.testing import graph_replay_ms, torch_graph
     from pyspk.torch import library_math
     from pyspk.torch.resnet import PlannedTrunk, trunk_weights
 
@@ -123,19 +123,13 @@ def main(argv: list[str] | None = None) -> int:
                 results[name]["replay_bits_equal"] = bool(torch.equal(out[-1], eager))
                 graphs[name] = graph
             print(f"{name}: {results[name]}", flush=True)
-        times: dict[str, list[float]] = {name: [] for name in arms}
         for _ in range(2):
             for graph in graphs.values():
                 graph.replay()
-        for _ in range(args.rounds):
-            for name, graph in graphs.items():
-                start = torch.cuda.Event(enable_timing=True)
-                end = torch.cuda.Event(enable_timing=True)
-                start.record()
-                graph.replay()
-                end.record()
-                end.synchronize()
-                times[name].append(start.elapsed_time(end) / args.repeats / TRUNK_BATCH)
+        times = {
+            name: [ms / args.repeats / TRUNK_BATCH for ms in measured]
+            for name, measured in graph_replay_ms(torch, graphs, args.rounds).items()
+        }
     flop = 2 * trunk_macs()
     for name in arms:
         per_chunk = statistics.median(times[name])

@@ -253,6 +253,23 @@ def torch_graph(torch: Any, call: Callable[[], Any]) -> tuple[Any, Any]:
     return graph, output
 
 
+def graph_replay_ms(torch: Any, graphs: dict[str, Any], rounds: int) -> dict[str, list[float]]:
+    """Each graph's replay times in ms, `rounds` of them, the graphs replayed in turn
+    within a round (interleaved: a drift of the device's clocks falls on every arm),
+    each timed by CUDA events around it on the current stream."""
+    times: dict[str, list[float]] = {name: [] for name in graphs}
+    for _ in range(rounds):
+        for name, graph in graphs.items():
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            times[name].append(start.elapsed_time(end))
+    return times
+
+
 def torch_replay_matches_eager(torch: Any, call: Callable[[Any], Any], static_input: Any) -> bool:
     """Captures `call(static_input)`, refills the input with fresh values and replays:
     whether the replayed output has the bits of an eager call on those values."""

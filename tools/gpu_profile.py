@@ -1,0 +1,152 @@
+"""Where the accelerated pipeline's GPU time goes: one synthetic recording through the
+agglomerative pipeline under `accelerate_pipeline`, its kernels traced by PyTorch's
+profiler (CUPTI, which also sees the driver-API launches and the kernels of CUDA-graph
+replays), summed per kernel name and per family.
+
+    PYTHONPATH=. python3 tools/gpu_profile.py [--length 600] [--math fp32 tf32] [--out FILE]
+
+The GPU part of a run is the same in both pipeline shapes (they differ after the
+embeddings), so one shape is traced. The trace adds host overhead, so its wall time is
+not a benchmark figure; the kernels' own durations are what it reports. "busy" is the
+union of the kernels' intervals: the two streams overlap, so the per-kernel sums exceed it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import time
+import warnings
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+os.environ.setdefault("PYANNOTE_METRICS_ENABLED", "false")
+
+FAMILIES = [
+    ("trunk", r"spk_trunk"),
+    ("pyspk lstm", r"spk_lstm"),
+    ("pyspk segdense", r"spk_"),
+    ("cudnn lstm", r"(?i)lstm|rnn|elemWise|persist"),
+    ("fft", r"(?i)fft|regular_fft|vector_fft"),
+    ("gemm", r"(?i)gemm|sgemm|cutlass|xmma|ampere|sm90|nvjet"),
+    ("convolution", r"(?i)conv|implicit|winograd|cudnn"),
+    ("reduction", r"(?i)reduce|norm|softmax"),
+    ("elementwise/copy", r"(?i)elementwise|vectorized|copy|fill|memcpy|memset|index|cat"),
+]
+
+
+def family(name: str) -> str:
+    for label, pattern in FAMILIES:
+        if re.search(pattern, name):
+            return label
+    return "other"
+
+
+def kernel_intervals(prof: object) -> list[tuple[str, float, float]]:
+    """(name, start µs, end µs) of every device kernel the profiler saw."""
+    import torch
+
+    found = []
+    for event in prof.events():  # type: ignore[attr-defined]
+        if event.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        found.append((event.name, event.time_range.start, event.time_range.end))
+    return found
+
+
+def busy(intervals: list[tuple[str, float, float]]) -> float:
+    total, reach = 0.0, float("-inf")
+    for _, start, end in sorted(intervals, key=lambda item: item[1]):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
+def report(label: str, intervals: list[tuple[str, float, float]], top: int) -> list[str]:
+    per_name: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    per_family: dict[str, float] = defaultdict(float)
+    for name, start, end in intervals:
+        per_name[name][0] += end - start
+        per_name[name][1] += 1
+        per_family[family(name)] += end - start
+    total = sum(value[0] for value in per_name.values())
+    lines = [
+        f"## {label}",
+        f"kernels {len(intervals)}, their sum {total / 1e3:.1f} ms, "
+        f"the GPU busy (union) {busy(intervals) / 1e3:.1f} ms",
+        "",
+        "family: ms (share of the sum)",
+    ]
+    for name, value in sorted(per_family.items(), key=lambda item: -item[1]):
+        lines.append(f"  {name:18s} {value / 1e3:9.1f}  ({value / total:6.1%})")
+    lines += ["", f"top {top} kernels: ms, launches, name"]
+    for name, (value, count) in sorted(per_name.items(), key=lambda item: -item[1][0])[:top]:
+        lines.append(f"  {value / 1e3:9.1f} {int(count):7d}  {name[:140]}")
+    return [*lines, ""]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--length", type=float, default=600)
+    parser.add_argument("--math", nargs="+", default=["fp32", "tf32"])
+    parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    warnings.simplefilter("ignore")
+    import pyspk.pyannote as pa
+    from pyspk.cuda import CudaMath
+    from pyspk.pyannote import offline
+    from pyspk.testing.synthetic import recording
+
+    device = torch.device("cuda")
+    fit = recording(400, seed=11)
+    segmentation = offline.segmentation_3_0(seed=0, fit_to=fit, device=device)
+    embedding = offline.wespeaker_resnet34(seed=1)
+    pipeline = offline.offline_pipeline(segmentation, embedding).to(device)
+    rec = recording(args.length, seed=0)
+    file = {
+        "waveform": torch.from_numpy(rec.waveform)[None],
+        "sample_rate": rec.sample_rate,
+        "uri": "profiled",
+    }
+    warm = recording(60, seed=100)
+    warm_file = {**file, "waveform": torch.from_numpy(warm.waveform)[None], "uri": "warm"}
+    lines = [f"# GPU kernels of one {args.length:g} s recording, accelerated, agglomerative", ""]
+    for name in args.math:
+        math = CudaMath.parse(name)
+        acceleration = pa.accelerate_pipeline(pipeline, math)
+        pipeline(warm_file)
+        pipeline(file)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            started = time.perf_counter()
+            output = pipeline(file)
+            torch.cuda.synchronize()
+            seconds = time.perf_counter() - started
+        run = acceleration.engine.last_run
+        assert run is not None
+        label = (
+            f"{math}: traced run {seconds:.2f} s, engine steps "
+            + ", ".join(f"{key} {value:.3f}" for key, value in run.steps.items())
+            + f"; speakers {len(output.speaker_diarization.labels())}"
+        )
+        lines += report(label, kernel_intervals(prof), args.top)
+        print("\n".join(lines[-args.top - 20 :]), flush=True)
+        acceleration.undo()
+    text = "\n".join(lines)
+    if args.out is not None:
+        args.out.write_text(text)
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
