@@ -27,8 +27,11 @@ os.environ.setdefault("PYANNOTE_METRICS_ENABLED", "false")
 FAMILIES = [
     ("trunk", r"spk_trunk"),
     ("pyspk lstm", r"spk_lstm"),
+    ("pyspk sincnet", r"spk_sinc"),
+    ("pyspk cluster", r"spk_linkage|spk_pdist"),
     ("pyspk segdense", r"spk_"),
     ("cudnn lstm", r"(?i)lstm|rnn|elemWise|persist"),
+    ("normalization", r"(?i)bn_fw|batch_norm|instance_norm"),
     ("fft", r"(?i)fft|regular_fft|vector_fft"),
     ("gemm", r"(?i)gemm|sgemm|cutlass|xmma|ampere|sm90|nvjet"),
     ("convolution", r"(?i)conv|implicit|winograd|cudnn"),

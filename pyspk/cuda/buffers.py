@@ -352,16 +352,17 @@ def source_and_target(
     alignment: int,
 ) -> tuple[int, int]:
     """The addresses of a float32 kernel's input and output, each (name, buffer, length):
-    `device_address`'s checks, then `InvalidArgument` where they share bytes (the kernel
-    does not work in place) and `BufferLayoutError` where one is not `alignment`-byte
-    aligned (its vector accesses would fault)."""
+    `device_address`'s checks, then `BufferLayoutError` where they share bytes (the kernel
+    does not work in place) or where one is not `alignment`-byte aligned (its vector
+    accesses would fault)."""
     (source_name, source_obj, source_len), (target_name, target_obj, target_len) = source, target
     source_at = device_address(source_obj, source_len, context, source_name, ordinal)
     target_at = device_address(target_obj, target_len, context, target_name, ordinal, writable=True)
     if source_at < target_at + 4 * target_len and target_at < source_at + 4 * source_len:
-        raise InvalidArgument(
-            f"{context}: {target_name} shares bytes with {source_name}; the kernel does not "
-            "work in place"
+        raise BufferLayoutError(
+            context,
+            target_name,
+            f"shares bytes with {source_name}; the kernel does not work in place",
         )
     for name, at in ((source_name, source_at), (target_name, target_at)):
         if at % alignment:

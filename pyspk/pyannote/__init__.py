@@ -310,34 +310,42 @@ def _accelerate_sinc_front(sincnet: nn.Module, acceleration: Acceleration) -> No
 
 
 def _library_bits_sinc_front(
-    model: PyanNet, math: CudaMath, batches: list[int], samples: int
+    model: nn.Module, math: CudaMath, batches: list[int], samples: int
 ) -> Acceleration:
     """SincNet's first stage alone on a `PlannedSincFront`, kept only where it gives the
-    library stage's bits at each of `batches` chunks of `samples` on a probe of noise:
-    then the segmentation keeps its stock bits. On the H200, cuDNN's FP32 convolution
-    sums each output's taps in order as the kernel does (equal bits at 32, 128 and 512
-    chunks, `benchmarks/h200-sincnet.md`); another device or library may not, and there
-    the stage stays the library's, `skipped` saying why."""
+    library stage's bits at each of `batches` chunks of `samples` on a probe of noise,
+    and serving those batches only (others take the library stage): the segmentation
+    keeps its stock bits. On the H200 the plan's outputs equal cuDNN FP32's at 32, 128
+    and 512 chunks (`benchmarks/h200-sincnet.md`); another device or library may sum in
+    another order, and there the stage stays the library's, `skipped` saying why."""
     acceleration = Acceleration(model, math)
+    if not isinstance(model, PyanNet):
+        acceleration.skipped["sincnet.conv1d.0"] = f"{type(model).__name__} is not a PyanNet"
+        return acceleration
     sincnet = model.sincnet
     encoder, pool = sincnet.conv1d[0], sincnet.pool1d[0]
     _accelerate_sinc_front(sincnet, acceleration)
     front = acceleration.modules.get("sincnet.conv1d.0")
-    if front is None:
+    if not isinstance(front, PlannedSincFront):
         return acceleration
     device = next(model.parameters()).device
-    generator = torch.Generator(device=device).manual_seed(0)
-    with torch.inference_mode(), library_math(math), torch.cuda.device(device):
-        for batch in sorted(set(batches)):
-            probe = torch.randn(batch, 1, samples, generator=generator, device=device)
-            if not torch.equal(front(probe), pool(torch.abs(encoder(probe)))):
-                acceleration.undo()
-                refused = Acceleration(model, math)
-                refused.skipped["sincnet.conv1d.0"] = (
-                    f"the plan's bits differ from the library's at {batch} chunks on this "
-                    "device; the stock segmentation's bits come first in this math"
-                )
-                return refused
+    try:
+        generator = torch.Generator(device=device).manual_seed(0)
+        with torch.inference_mode(), library_math(math), torch.cuda.device(device):
+            for batch in sorted(set(batches)):
+                probe = torch.randn(batch, 1, samples, generator=generator, device=device)
+                if not torch.equal(front(probe), pool(torch.abs(encoder(probe)))):
+                    acceleration.undo()
+                    refused = Acceleration(model, math)
+                    refused.skipped["sincnet.conv1d.0"] = (
+                        f"the plan's bits differ from the library's at {batch} chunks on "
+                        "this device; the stock segmentation's bits come first in this math"
+                    )
+                    return refused
+    except BaseException:  # the model as it was, whatever failed
+        acceleration.undo()
+        raise
+    front.served_batches = frozenset(batches)
     return acceleration
 
 

@@ -101,7 +101,7 @@ class PlannedLSTM(nn.Module):
         y = x.contiguous()
         for (weight, bias), plan in zip(self._projections, self._plans, strict=True):
             gx = torch.addmm(bias, y.reshape(items * steps, -1), weight)
-            y = torch.empty(items, steps, 2 * LSTM_HIDDEN, device=x.device)
+            y = torch.empty(items, steps, 2 * LSTM_HIDDEN, device=x.device, dtype=torch.float32)
             plan.enqueue(gx, y, items=items, steps=steps, stream=stream)
         return y, None
 

@@ -16,7 +16,8 @@ from pyspk.candidate.errors import GeometryUnimplemented
 from pyspk.candidate.sincnet import SINC_FILTERS, SINC_TAPS, SincFrontPlan, plan_sinc_front
 from pyspk.candidate.sincnet.plan import SINC_POOL, SINC_STRIDE, sinc_pooled
 from pyspk.cuda.errors import ClosedError
-from pyspk.torch import _ordinal, check_planned_call, shared_runtime, tensor_state
+from pyspk.cuda.math import CudaMath
+from pyspk.torch import _ordinal, check_planned_call, library_math, shared_runtime, tensor_state
 
 __all__ = ["PlannedSincFront", "sinc_front_unsupported"]
 
@@ -54,7 +55,10 @@ def sinc_front_unsupported(encoder: nn.Module, pool: nn.Module) -> str | None:
 
 class PlannedSincFront(nn.Module):
     """`forward(x)` of `[batch, 1, samples]` float32 returns `pool(abs(encoder(x)))`,
-    `[batch, 80, frames]`. Refuses, with `GeometryUnimplemented`, another stage."""
+    `[batch, 80, frames]`. Refuses, with `GeometryUnimplemented`, another stage.
+    `served_batches`, when set, names the batch sizes the plan serves; a call of another
+    size takes the library stage (as where only the sizes whose bits were compared with
+    the library's may run on the plan)."""
 
     def __init__(self, encoder: nn.Module, pool: nn.Module) -> None:
         super().__init__()
@@ -62,6 +66,7 @@ class PlannedSincFront(nn.Module):
         if reason is not None:
             raise GeometryUnimplemented(CONTEXT, reason)
         self.encoder, self.pool = encoder, pool
+        self.served_batches: frozenset[int] | None = None
         self._plan: SincFrontPlan | None = None
         self.replan()
 
@@ -76,7 +81,8 @@ class PlannedSincFront(nn.Module):
         if parameters[0].device.type != "cuda":
             raise GeometryUnimplemented(CONTEXT, "the plan takes a filterbank on a CUDA device")
         self._ordinal = _ordinal(parameters[0].device)
-        with torch.no_grad():
+        # in FP32 math whatever the caller's switches: asteroid makes them with a matmul
+        with torch.no_grad(), library_math(CudaMath.FP32):
             filters = self.encoder.get_filters()  # type: ignore[operator]
         weights = filters.detach().reshape(SINC_FILTERS, SINC_TAPS).to(torch.float32).cpu()
         self._plan = plan_sinc_front(shared_runtime(self._ordinal), weights.numpy())
@@ -106,7 +112,11 @@ class PlannedSincFront(nn.Module):
                 f"cuda:{self._ordinal}, not {list(x.shape)} {x.dtype} on {x.device}",
             )
         items, _, samples = x.shape
-        y = torch.empty(items, SINC_FILTERS, sinc_pooled(samples), device=x.device)
+        if self.served_batches is not None and items not in self.served_batches:
+            return self.pool(torch.abs(self.encoder(x)))
+        y = torch.empty(
+            items, SINC_FILTERS, sinc_pooled(samples), device=x.device, dtype=torch.float32
+        )
         if items:
             stream = torch.cuda.current_stream(x.device).cuda_stream
             plan.enqueue(x.contiguous(), y, items=items, samples=samples, stream=stream)

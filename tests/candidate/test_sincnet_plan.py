@@ -12,6 +12,7 @@ from pyspk.cuda import CudaRuntime
 from pyspk.cuda.manifest import KernelModule, Manifest
 from pyspk.cuda.tier import PtxTier
 from pyspk.errors import (
+    BufferLayoutError,
     BufferLengthError,
     DeviceUnsupported,
     GeometryInvalid,
@@ -52,16 +53,38 @@ def test_the_filters_are_uploaded_tap_major(fake: FakeApi, runtime: CudaRuntime)
         assert np.array_equal(uploaded.reshape(251, 80), filters.T)
 
 
+def test_the_shared_memory_is_the_filters_and_a_tiles_samples() -> None:
+    """The kernel's SINC_SHARED_BYTES: 251 x 80 filter taps and the 30 x 63 + 20 + 251 =
+    2161 samples a tile reads, padded to 2164, four bytes each."""
+    assert sincnet.SINC_SHARED_BYTES == (251 * 80 + 2164) * 4 == 88976
+
+
 @pytest.mark.parametrize(
-    ("items", "samples", "blocks"),
-    [(7, 160000, 2 * FAKE_MULTIPROCESSORS), (1, 1000, 1), (3, 3000, 6)],
+    ("optin", "blocks"), [(232448, 2), (166912, 1), (101376, 1), (2 * 88976 + 1024, 2)]
 )
-def test_a_plan_launches_at_most_two_persistent_blocks_a_multiprocessor(
-    fake: FakeApi, runtime: CudaRuntime, items: int, samples: int, blocks: int
+def test_resident_blocks_follow_the_shared_memory(optin: int, blocks: int) -> None:
+    """An sm_90 (227 KiB a block, 228 a multiprocessor) holds two blocks, an sm_80
+    (163 KiB) or an sm_86 (99 KiB) one."""
+    assert sincnet.resident_blocks(optin) == blocks
+
+
+@pytest.mark.parametrize(
+    ("optin", "items", "samples", "blocks"),
+    [
+        (232448, 7, 160000, 2 * FAKE_MULTIPROCESSORS),
+        (101376, 7, 160000, FAKE_MULTIPROCESSORS),
+        (232448, 1, 1000, 1),
+        (232448, 3, 3000, 6),
+    ],
+)
+def test_a_plan_launches_the_persistent_blocks_the_device_holds(
+    fake: FakeApi, optin: int, items: int, samples: int, blocks: int
 ) -> None:
-    """One block a tile of 64 pooled outputs while there are fewer tiles than two blocks
-    a multiprocessor (3000 samples: 91 outputs, two tiles an item), else two a
-    multiprocessor, which walk the tiles."""
+    """One block a tile of 64 pooled outputs while there are fewer tiles than resident
+    blocks (3000 samples: 91 outputs, two tiles an item), else the blocks the
+    multiprocessors hold at once, which walk the tiles."""
+    fake.shared_optin = optin
+    runtime = CudaRuntime(0)
     pooled = sincnet.sinc_pooled(samples)
     x = runtime.alloc_zeros(items * samples)
     y = runtime.alloc_zeros(items * 80 * pooled)
@@ -72,6 +95,7 @@ def test_a_plan_launches_at_most_two_persistent_blocks_a_multiprocessor(
     assert launch[0] == f"fn:{sincnet.KERNEL}"
     assert launch[1:4] == ((blocks, 1, 1), (sincnet.SINC_THREADS, 1, 1), sincnet.SINC_SHARED_BYTES)
     assert fake.param_values == [(launch[0], items * samples, 251 * 80, items * 80 * pooled)]
+    runtime.close()
 
 
 def test_the_plan_refuses_wrong_calls_and_launches_nothing(
@@ -85,7 +109,7 @@ def test_the_plan_refuses_wrong_calls_and_launches_nothing(
             plan.enqueue(x, y, items=2, samples=270)
         with pytest.raises(InvalidArgument, match="items=0"):
             plan.enqueue(x, y, items=0, samples=1000)
-        with pytest.raises(InvalidArgument, match="shares bytes"):
+        with pytest.raises(BufferLayoutError, match="y shares bytes with x"):
             plan.enqueue(x, CaiView(x.ptr, 2 * 80 * 25), items=2, samples=1000)
     assert not fake.launches
 

@@ -285,6 +285,17 @@ def test_accelerate_keeps_the_library_path_of_a_half_model(faked, pyannote) -> N
     acceleration.undo()
 
 
+def test_the_fp32_sinc_front_leaves_other_segmentation_models_alone(pyannote) -> None:
+    """The FP32 pipeline's lone planned stage needs a PyanNet's SincNet; another
+    segmentation model is recorded as skipped and left as it is."""
+    from pyspk.cuda import CudaMath
+
+    model = torch.nn.Linear(4, 4)
+    acceleration = pyannote._library_bits_sinc_front(model, CudaMath.FP32, [32], 160000)
+    assert acceleration.modules == {}
+    assert acceleration.skipped == {"sincnet.conv1d.0": "Linear is not a PyanNet"}
+
+
 def test_a_call_whose_plan_is_closed_under_it_takes_the_library_path(faked) -> None:
     from pyspk.errors import ClosedError
 

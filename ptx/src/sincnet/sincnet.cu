@@ -4,9 +4,9 @@
 //
 //   y[item][f][p] = max over j < 3 of | sum over k < 251 of x[item][10 (3 p + j) + k] w[k][f] |
 //
-// Each sum is FP32 fused multiply-adds in tap order (FP32's error, as cuDNN's FP32 path;
-// its bits differ from cuDNN's, whose order is its own). The max propagates NaN as
-// PyTorch's max-pool does.
+// Each sum is FP32 fused multiply-adds in tap order: on the H200 the bits of cuDNN's FP32
+// convolution, which the engine's FP32 math relies on after a probe. The max propagates
+// NaN as PyTorch's max-pool does.
 //
 // A block of SINC_THREADS threads: warp w owns the 16 filters 16 (w % 5) + 0..15 and the
 // 32 pooled outputs 32 (w / 5) + lane of a tile of SINC_TILE; a thread's three conv
@@ -15,7 +15,8 @@
 // memory as [tap][80]: a warp's 16 filters at one tap are four broadcast 16-byte reads.
 // The tile's input samples sit beside them; a lane reads x at 30 lane + 10 j + k as
 // float pairs, and the 16 lanes of a half-warp then fall on 16 distinct bank pairs
-// (30 lane mod 32 is even and distinct for lane < 16).
+// (30 lane mod 32 is even and distinct for lane < 16); the last tap's single reads
+// meet two to a bank, once a tile.
 //
 // Layouts: x [items][samples], w [251][80] (tap-major), y [items][80][pooled] with
 // pooled = ((samples - 251) / 10 + 1) / 3, as PyTorch's (batch, channel, frame).

@@ -2,10 +2,11 @@
 sinc filters of 251 taps at stride 10 over one input channel, |y|, and MaxPool1d(3, 3),
 for `items` chunks of `samples` samples a launch.
 
-Each output is the largest of three FP32 sums of 251 fused multiply-adds in tap order,
-FP32's error as cuDNN's FP32 convolution (its bits differ: cuDNN's order is its own).
-The plan owns the filters, tap-major; its blocks are persistent (two a multiprocessor)
-and walk tiles of 64 pooled outputs. Needs the sm80 tier; below it planning raises
+Each output is the largest of three FP32 sums of 251 fused multiply-adds in tap order:
+on the H200 the bits of cuDNN's FP32 convolution (`benchmarks/h200-sincnet.md`), whose
+order is its own to choose elsewhere. The plan owns the filters, tap-major; its blocks
+are persistent (as many as the multiprocessors hold at once, at most two each) and walk
+tiles of 64 pooled outputs. Needs the sm80 tier; below it planning raises
 `DeviceUnsupported`."""
 
 from __future__ import annotations
@@ -42,8 +43,11 @@ SINC_TILE = 64  # pooled outputs a tile
 # bytes); the launch's dynamic shared memory
 _SPAN = SINC_STRIDE * SINC_POOL * (SINC_TILE - 1) + SINC_STRIDE * (SINC_POOL - 1) + SINC_TAPS
 SINC_SHARED_BYTES = (SINC_TAPS * SINC_FILTERS + -(-_SPAN // 4) * 4) * 4
-# blocks a multiprocessor holds (the kernel's launch bounds): the grid's size per SM
+# blocks a multiprocessor may hold (the kernel's launch bounds, 320 threads at 96
+# registers); the shared memory may allow fewer
 BLOCKS_PER_SM = 2
+# shared memory the driver keeps per block beside the kernel's own
+_RESERVED_SHARED = 1024
 SIGNATURE = (
     *buffer_params("x"),
     *buffer_params("w"),
@@ -59,6 +63,15 @@ def sinc_pooled(samples: int) -> int:
     if samples < SINC_TAPS:
         return 0
     return ((samples - SINC_TAPS) // SINC_STRIDE + 1) // SINC_POOL
+
+
+def resident_blocks(shared_optin_bytes: int) -> int:
+    """Blocks of the kernel a multiprocessor holds at once, given the device's opt-in
+    shared memory a block (a multiprocessor has 1 KiB more): two on an sm_90 (227 KiB),
+    one on an sm_80 (163 KiB) or sm_86 (99 KiB). Persistent blocks beyond these would
+    wait for the first ones' whole walk."""
+    per_block = SINC_SHARED_BYTES + _RESERVED_SHARED
+    return max(1, min(BLOCKS_PER_SM, (shared_optin_bytes + _RESERVED_SHARED) // per_block))
 
 
 class SincFrontPlan(PlanLifetime):
@@ -83,11 +96,12 @@ class SincFrontPlan(PlanLifetime):
             raise WeightsOutOfContract(
                 CONTEXT, "the filters hold non-finite values; plans take finite weights"
             )
-        # 87 KiB: above the 48 KiB default, so sm_75-class limits do not matter here
         (self._kernel,) = launchable_kernels(runtime.device, kernels, [KERNEL], SINC_SHARED_BYTES)
         self._filters = runtime.upload(np.ascontiguousarray(weights.T), FLOAT32)
         super().__init__(runtime, [self._filters], CONTEXT)
-        self._blocks = BLOCKS_PER_SM * runtime.device.multiprocessors
+        self._blocks = resident_blocks(runtime.device.shared_optin_bytes) * (
+            runtime.device.multiprocessors
+        )
 
     def enqueue(
         self, x: object, y: object, *, items: int, samples: int, stream: int | None = None
