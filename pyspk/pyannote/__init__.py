@@ -322,9 +322,7 @@ def _library_bits_sinc_front(
     if not isinstance(model, PyanNet):
         acceleration.skipped["sincnet.conv1d.0"] = f"{type(model).__name__} is not a PyanNet"
         return acceleration
-    sincnet = model.sincnet
-    encoder, pool = sincnet.conv1d[0], sincnet.pool1d[0]
-    _accelerate_sinc_front(sincnet, acceleration)
+    _accelerate_sinc_front(model.sincnet, acceleration)
     front = acceleration.modules.get("sincnet.conv1d.0")
     if not isinstance(front, PlannedSincFront):
         return acceleration
@@ -334,7 +332,7 @@ def _library_bits_sinc_front(
         with torch.inference_mode(), library_math(math), torch.cuda.device(device):
             for batch in sorted(set(batches)):
                 probe = torch.randn(batch, 1, samples, generator=generator, device=device)
-                if not torch.equal(front(probe), pool(torch.abs(encoder(probe)))):
+                if not torch.equal(front(probe), front.library(probe)):
                     acceleration.undo()
                     refused = Acceleration(model, math)
                     refused.skipped["sincnet.conv1d.0"] = (

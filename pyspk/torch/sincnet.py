@@ -113,7 +113,7 @@ class PlannedSincFront(nn.Module):
             )
         items, _, samples = x.shape
         if self.served_batches is not None and items not in self.served_batches:
-            return self.pool(torch.abs(self.encoder(x)))
+            return self.library(x)
         y = torch.empty(
             items, SINC_FILTERS, sinc_pooled(samples), device=x.device, dtype=torch.float32
         )
@@ -121,6 +121,10 @@ class PlannedSincFront(nn.Module):
             stream = torch.cuda.current_stream(x.device).cuda_stream
             plan.enqueue(x.contiguous(), y, items=items, samples=samples, stream=stream)
         return y
+
+    def library(self, x: torch.Tensor) -> torch.Tensor:
+        """The library path: the stock stage's encoder, `abs` and pool."""
+        return self.pool(torch.abs(self.encoder(x)))
 
     def entries(self) -> str:
         return "spk_sinc_front"
