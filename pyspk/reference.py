@@ -1,5 +1,5 @@
-"""Float64 truth for the six boundaries, the ResNet34 trunk, the BiLSTM and SincNet's first
-stage, on the layouts the kernels use.
+"""Float64 truth for the six boundaries, the ResNet34 trunk and its statistics pooling, the
+BiLSTM and SincNet's first stage, on the layouts the kernels use.
 
 Every function takes float32 or float64 arrays (flat or shaped), computes in float64 and
 returns float64 with the boundary's output shape. `absolute_sum` gives, per output, the
@@ -203,3 +203,20 @@ def sinc_front(x: npt.ArrayLike, filters: npt.ArrayLike, stride: int = 10) -> np
     pooled = windows.shape[1] // 3
     out = np.abs(windows[:, : 3 * pooled] @ w.T)  # [items, positions, 80]
     return out.reshape(x.shape[0], pooled, 3, w.shape[0]).max(axis=2).transpose(0, 2, 1)
+
+
+def stats_pool(x: npt.ArrayLike, w: npt.ArrayLike) -> np.ndarray:
+    """pyannote's weighted statistics pooling: x [items, features, frames] and weights w
+    [items, speakers, frames] -> [items, speakers, 2 features], each speaker's weighted
+    mean of every feature, then `sqrt(sum w (x - mean)^2 / (v1 - sum w^2 / v1 + 1e-8))`
+    with `v1 = sum w + 1e-8`."""
+    x = np.asarray(x, dtype=np.float64)
+    w = np.asarray(w, dtype=np.float64)
+    if x.ndim != 3 or w.ndim != 3 or x.shape[0] != w.shape[0] or x.shape[2] != w.shape[2]:
+        raise InvalidArgument(f"x and w must be [items, *, frames] alike, not {x.shape}, {w.shape}")
+    v1 = w.sum(axis=2, keepdims=True) + 1e-8  # [items, speakers, 1]
+    mean = np.einsum("isf,irf->isr", w, x) / v1
+    centred = x[:, None, :, :] - mean[:, :, :, None]  # [items, speakers, features, frames]
+    spread = np.einsum("isf,isrf->isr", w, centred * centred)
+    std = np.sqrt(spread / (v1 - (w * w).sum(axis=2, keepdims=True) / v1 + 1e-8))
+    return np.concatenate([mean, std], axis=2)

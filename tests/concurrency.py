@@ -14,3 +14,18 @@ def run_together(target: Callable[..., object], arguments: Iterable[tuple]) -> N
         thread.start()
     for thread in threads:
         thread.join()
+
+
+def on_two_streams(torch, call: Callable, inputs: list, repeats: int = 3) -> list[list]:
+    """`call(x)` for each of two `inputs`, `repeats` times each, the two on their own
+    threads and their own CUDA streams at once: the results, per input."""
+    got: dict[int, list] = {}
+
+    def work(index: int) -> None:
+        stream = torch.cuda.Stream()
+        with torch.cuda.stream(stream):
+            got[index] = [call(inputs[index]) for _ in range(repeats)]
+        stream.synchronize()
+
+    run_together(work, [(index,) for index in range(len(inputs))])
+    return [got[index] for index in range(len(inputs))]

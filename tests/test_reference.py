@@ -35,3 +35,24 @@ def test_bilstm_is_pytorchs_lstm_in_float64():
     assert np.max(np.abs(got - expected)) <= 1e-15
     with pytest.raises(InvalidArgument, match="batch, steps, features"):
         reference.bilstm(np.zeros((40, 60)), layers)
+
+
+def test_stats_pool_is_pyannotes_statspool_in_float64():
+    """The same formula in float64, the sums in other orders: within 1e-14 of values
+    about 1; a speaker without weight pools to 0 and 0."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("pyannote.audio")
+    from pyannote.audio.models.blocks.pooling import StatsPool
+
+    generator = torch.Generator().manual_seed(5)
+    x = torch.rand(2, 6, 125, generator=generator, dtype=torch.float64)
+    w = (torch.rand(2, 3, 125, generator=generator) > 0.5).double()
+    w[1, 2] = 0.0
+    with torch.no_grad():
+        expected = StatsPool()(x, weights=w).numpy()
+    got = reference.stats_pool(x.numpy(), w.numpy())
+    assert got.shape == (2, 3, 12)
+    assert np.max(np.abs(got - expected)) <= 1e-14
+    assert not got[1, 2].any()
+    with pytest.raises(InvalidArgument, match="frames"):
+        reference.stats_pool(np.zeros((2, 6, 125)), np.zeros((2, 3, 124)))

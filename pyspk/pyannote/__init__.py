@@ -8,7 +8,8 @@ it, on a `pyspk.torch.sincnet.PlannedSincFront`; the SincNet's `forward` then sk
 those two), `sincnet.conv1d[1]` and `[2]` (their bias dropped: the max-pool and the
 InstanceNorm without running statistics that follow cancel it), `linear[0]` and
 `linear[1]` with the LeakyReLU that `PyanNet.forward` applies after them, and
-`classifier` with its LogSoftmax activation; WeSpeaker's `resnet.seg_1`, and its
+`classifier` with its LogSoftmax activation; WeSpeaker's `resnet.seg_1`, its
+`resnet.pool` where weights are given (`pyspk.torch.resnet.PlannedStatsPool`), and its
 ResNet34 trunk: `resnet.forward_frames` (and `resnet.forward`, which runs the same
 layers) on a `pyspk.torch.resnet.PlannedTrunk` (recorded as "resnet.trunk"; below the
 sm80 tier it is skipped). In TF32 math, PyanNet's `lstm` (monolithic) runs on a
@@ -66,9 +67,15 @@ from pyspk.pyannote.offline import (  # the offline models, also under this modu
     wespeaker_resnet34,
     write_pipeline,
 )
-from pyspk.torch import PlannedConv1d, PlannedDense, library_math, planned_modules
+from pyspk.torch import (
+    PlannedConv1d,
+    PlannedDense,
+    PlannedModule,
+    library_math,
+    planned_modules,
+)
 from pyspk.torch.lstm import PlannedLSTM
-from pyspk.torch.resnet import PlannedTrunk
+from pyspk.torch.resnet import PlannedStatsPool, PlannedTrunk
 from pyspk.torch.sincnet import PlannedSincFront
 
 if TYPE_CHECKING:
@@ -109,9 +116,7 @@ class Acceleration:
     def __init__(self, model: nn.Module, math: CudaMath) -> None:
         self.model = model
         self.math = math
-        self.modules: dict[
-            str, PlannedDense | PlannedConv1d | PlannedTrunk | PlannedLSTM | PlannedSincFront
-        ] = {}
+        self.modules: dict[str, PlannedModule | PlannedTrunk] = {}
         self.skipped: dict[str, str] = {}  # module path -> why it keeps the library path
         self._restore: list[Callable[[], None]] = []
         self.undone = False
@@ -121,7 +126,7 @@ class Acceleration:
         path: str,
         parent: nn.Module,
         key: str | int,
-        build: Callable[[], PlannedDense | PlannedConv1d | PlannedLSTM | PlannedSincFront],
+        build: Callable[[], PlannedModule],
     ) -> None:
         """Swap `parent[key]` (or `parent.key`) for `build()`; a planning refusal leaves
         the module as it is and records why."""
@@ -196,11 +201,7 @@ def accelerate(
         raise InvalidArgument(
             f"accelerate: the model is on {device}; move it to a CUDA device first"
         )
-    planned = [name for name, _ in planned_modules(model)] + [
-        name
-        for name, child in model.named_modules()
-        if isinstance(child, (PlannedLSTM, PlannedSincFront))
-    ]
+    planned = [name for name, _ in planned_modules(model)]
     if planned:
         raise InvalidArgument(
             f"accelerate: {type(model).__name__} is accelerated already ({', '.join(planned)});"
@@ -219,6 +220,9 @@ def accelerate(
                 resnet,
                 "seg_1",
                 lambda: PlannedDense(resnet.seg_1, DenseSite.EMBEDDING, math, "resnet.seg_1"),
+            )
+            acceleration.replace(
+                "resnet.pool", resnet, "pool", lambda: PlannedStatsPool(resnet.pool, device)
             )
             _accelerate_trunk(resnet, acceleration)
     except BaseException:

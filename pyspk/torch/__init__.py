@@ -60,6 +60,7 @@ __all__ = [
     "InferenceOnlyError",
     "PlannedConv1d",
     "PlannedDense",
+    "PlannedModule",
     "WeightsChangedError",
     "epilogue",
     "library_math",
@@ -156,7 +157,12 @@ def _log_softmax(y: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(y, dim=-1)
 
 
-class _Planned(nn.Module):
+class PlannedModule(nn.Module):
+    """The base of every pyspk module wrapper, the ones of `pyspk.torch`'s submodules
+    too (`planned_modules` finds them): each has `entries()`, `closed` and `close()`."""
+
+
+class _Planned(PlannedModule):
     """What both wrappers share: the module's parameters under their own names, plans
     per served shape, the inference-only and stale-weight checks, and `replan`/`close`."""
 
@@ -487,8 +493,8 @@ def _pieces(tensor: torch.Tensor, pieces: int) -> list[torch.Tensor] | tuple[tor
     return tensor.view(pieces, -1, tensor.shape[-1]).unbind()
 
 
-def planned_modules(module: nn.Module) -> Iterator[tuple[str, _Planned]]:
-    """(name, wrapper) for every pyspk wrapper inside `module`."""
+def planned_modules(module: nn.Module) -> Iterator[tuple[str, PlannedModule]]:
+    """(name, wrapper) for every pyspk module wrapper inside `module`."""
     for name, child in module.named_modules():
-        if isinstance(child, _Planned):
+        if isinstance(child, PlannedModule):
             yield name, child

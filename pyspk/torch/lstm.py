@@ -21,14 +21,20 @@ from torch import nn
 from pyspk.candidate.errors import GeometryUnimplemented
 from pyspk.candidate.lstm import LSTM_HIDDEN, LstmRecurrencePlan, plan_lstm_recurrence
 from pyspk.cuda.errors import ClosedError
-from pyspk.torch import _ordinal, check_planned_call, shared_runtime, tensor_state
+from pyspk.torch import (
+    PlannedModule,
+    _ordinal,
+    check_planned_call,
+    shared_runtime,
+    tensor_state,
+)
 
 __all__ = ["PlannedLSTM"]
 
 CONTEXT = "pyspk PlannedLSTM"
 
 
-class PlannedLSTM(nn.Module):
+class PlannedLSTM(PlannedModule):
     """`forward(x)` of `[batch, steps, input]` returns `(y, None)`, y `[batch, steps,
     256]` as the wrapped `nn.LSTM(x)[0]`; the states are not returned (a caller that reads
     them keeps the `nn.LSTM`). Refuses, with `GeometryUnimplemented`, an LSTM of another

@@ -9,7 +9,13 @@ fill the last partial wave of the other's and the call can be captured in a CUDA
 (`streams=1`: pieces of 32 on one plan). Each chunk's output has the same bits either
 way. Any other input takes the module's own `forward_frames`.
 Like `pyspk.torch`'s wrappers it is inference-only (`InferenceOnlyError` while autograd
-records) and refuses a call after the parameters changed (`WeightsChangedError`)."""
+records) and refuses a call after the parameters changed (`WeightsChangedError`).
+
+`PlannedStatsPool(pool, device)` stands for the model's `pool` (pyannote's TSTP over a
+`StatsPool`) where it is given weights: the trunk area's pooling kernel
+(`pyspk.candidate.trunk.pooling`), one launch for every chunk and speaker, in place of
+the library's dozen passes per speaker. Without weights, or for shapes the kernel does
+not take, the library's pool runs."""
 
 from __future__ import annotations
 
@@ -18,8 +24,10 @@ from collections.abc import Callable
 from typing import Any, cast
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
+from pyspk.candidate.errors import GeometryUnimplemented
 from pyspk.candidate.trunk import (
     OUTPUT_SHAPE,
     TRUNK_BATCH,
@@ -34,13 +42,25 @@ from pyspk.candidate.trunk import (
     TrunkWeights,
     plan_trunk,
 )
+from pyspk.candidate.trunk.pooling import (
+    POOL_MAX_FRAMES,
+    POOL_MAX_SPEAKERS,
+    StatsPoolPlan,
+    plan_stats_pool,
+)
 from pyspk.cuda import CudaRuntime
-from pyspk.cuda.errors import InvalidArgument
+from pyspk.cuda.errors import ClosedError, InvalidArgument
 from pyspk.cuda.math import CudaMath
-from pyspk.torch import _ordinal, check_planned_call, shared_runtime, tensor_state
+from pyspk.torch import (
+    PlannedModule,
+    _ordinal,
+    check_planned_call,
+    shared_runtime,
+    tensor_state,
+)
 from pyspk.torch._streams import STREAMS
 
-__all__ = ["PlannedTrunk", "trunk_weights"]
+__all__ = ["PlannedStatsPool", "PlannedTrunk", "trunk_weights"]
 
 CONTEXT = "pyspk.torch.resnet"
 
@@ -209,3 +229,74 @@ class PlannedTrunk:
 
     def __repr__(self) -> str:
         return f"PlannedTrunk({self.math}, streams={len(self.plans)}, closed={self.closed})"
+
+
+class PlannedStatsPool(PlannedModule):
+    """`forward(features, weights)` of a WeSpeaker ResNet's `pool`: features `(B, D, C,
+    T)` and weights `(B, speakers, frames)` (or `(B, frames)`) float32 on `device` give
+    `(B, speakers, 2 D C)` (or `(B, 2 D C)`), the weights first interpolated to T frames
+    as the library does; refuses, with `GeometryUnimplemented`, a pool that is not
+    TSTP over pyannote's `StatsPool`."""
+
+    def __init__(self, pool: nn.Module, device: torch.device | int | None = None) -> None:
+        super().__init__()
+        from pyannote.audio.models.blocks.pooling import StatsPool
+        from pyannote.audio.models.embedding.wespeaker.resnet import TSTP
+
+        if type(pool) is not TSTP or type(getattr(pool, "stats_pool", None)) is not StatsPool:
+            raise GeometryUnimplemented(
+                "pyspk PlannedStatsPool", f"the pool is a {type(pool).__name__}, not TSTP"
+            )
+        self.pool = pool
+        self._ordinal = _ordinal(device)
+        self._plan: StatsPoolPlan | None = plan_stats_pool(shared_runtime(self._ordinal))
+
+    def _served(self, features: torch.Tensor, weights: torch.Tensor | None) -> bool:
+        return (
+            weights is not None
+            and features.dim() == 4
+            and weights.dim() in (2, 3)
+            and features.dtype is torch.float32
+            and weights.dtype is torch.float32
+            and features.get_device() == self._ordinal
+            and weights.get_device() == self._ordinal
+            and 0 < features.shape[0] == weights.shape[0]
+            and 0 < features.shape[3] <= POOL_MAX_FRAMES
+            and features[0].numel() > 0
+            and (weights.dim() == 2 or 0 < weights.shape[1] <= POOL_MAX_SPEAKERS)
+            and weights.shape[-1] > 0
+        )
+
+    def forward(self, features: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+        plan = self._plan
+        if plan is None:
+            raise ClosedError("pyspk PlannedStatsPool: closed; nothing was launched")
+        if weights is None or not self._served(features, weights):
+            return self.pool(features, weights=weights)
+        check_planned_call("pyspk PlannedStatsPool", [features, weights], True, "")
+        items, dimension, channels, frames = features.shape
+        x = features.reshape(items, dimension * channels, frames).contiguous()
+        w = weights.unsqueeze(1) if weights.dim() == 2 else weights
+        if w.shape[2] != frames:  # as StatsPool.forward does
+            w = F.interpolate(w, size=frames, mode="nearest")
+        w = w.contiguous()
+        speakers, rows = w.shape[1], x.shape[1]
+        y = torch.empty((items, speakers, 2 * rows), device=x.device, dtype=torch.float32)
+        stream = torch.cuda.current_stream(x.device).cuda_stream
+        plan.enqueue(
+            x, w, y, items=items, speakers=speakers, features=rows, frames=frames, stream=stream
+        )
+        return y[:, 0] if weights.dim() == 2 else y
+
+    def entries(self) -> str:
+        return "spk_trunk_stats_pool"
+
+    @property
+    def closed(self) -> bool:
+        return self._plan is None
+
+    def close(self) -> None:
+        """Frees the plan (idempotent)."""
+        plan, self._plan = self._plan, None
+        if plan is not None:
+            plan.close()

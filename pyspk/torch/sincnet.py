@@ -17,7 +17,14 @@ from pyspk.candidate.sincnet import SINC_FILTERS, SINC_TAPS, SincFrontPlan, plan
 from pyspk.candidate.sincnet.plan import SINC_POOL, SINC_STRIDE, sinc_pooled
 from pyspk.cuda.errors import ClosedError
 from pyspk.cuda.math import CudaMath
-from pyspk.torch import _ordinal, check_planned_call, library_math, shared_runtime, tensor_state
+from pyspk.torch import (
+    PlannedModule,
+    _ordinal,
+    check_planned_call,
+    library_math,
+    shared_runtime,
+    tensor_state,
+)
 
 __all__ = ["PlannedSincFront", "sinc_front_unsupported"]
 
@@ -53,7 +60,7 @@ def sinc_front_unsupported(encoder: nn.Module, pool: nn.Module) -> str | None:
     return None
 
 
-class PlannedSincFront(nn.Module):
+class PlannedSincFront(PlannedModule):
     """`forward(x)` of `[batch, 1, samples]` float32 returns `pool(abs(encoder(x)))`,
     `[batch, 80, frames]`. Refuses, with `GeometryUnimplemented`, another stage.
     `served_batches`, when set, names the batch sizes the plan serves; a call of another

@@ -16,6 +16,7 @@ from pyspk.candidate.cluster import plan_linkage, plan_pdist
 from pyspk.candidate.lstm import plan_lstm_recurrence
 from pyspk.candidate.sincnet import plan_sinc_front
 from pyspk.candidate.trunk import TrunkSite, TrunkWeights, plan_conv
+from pyspk.candidate.trunk.pooling import plan_stats_pool
 from pyspk.cuda import CudaMath, CudaRuntime, Plan
 from pyspk.cuda.buffers import FLOAT64, INT32
 from pyspk.errors import ClosedError
@@ -74,8 +75,18 @@ def sincnet(runtime: CudaRuntime) -> tuple[Plan, Callable[[Plan], None]]:
     )
 
 
+def stats_pool(runtime: CudaRuntime) -> tuple[Plan, Callable[[Plan], None]]:
+    x, w = runtime.alloc_zeros(2 * 6 * 5), runtime.alloc_zeros(2 * 3 * 5)
+    y = runtime.alloc_zeros(2 * 3 * 12)
+    return plan_stats_pool(runtime), lambda plan: plan.enqueue(
+        x, w, y, items=2, speakers=3, features=6, frames=5, stream=STREAM
+    )
+
+
 @pytest.mark.parametrize(
-    "area", [segdense, trunk, pdist, linkage, lstm, sincnet], ids=lambda f: f.__name__
+    "area",
+    [segdense, trunk, pdist, linkage, lstm, sincnet, stats_pool],
+    ids=lambda f: f.__name__,
 )
 def test_every_area_plans_to_one_shape(fake: FakeApi, runtime: CudaRuntime, area) -> None:
     plan, enqueue = area(runtime)

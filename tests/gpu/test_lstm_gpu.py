@@ -101,20 +101,12 @@ def test_a_graph_replays_the_eager_bits(torch, lstm) -> None:
 
 def test_two_threads_on_two_streams_get_their_own_bits(torch, lstm) -> None:
     from pyspk.torch.lstm import PlannedLSTM
-    from tests.concurrency import run_together
+    from tests.concurrency import on_two_streams
 
     module = PlannedLSTM(lstm)
     xs = [inputs(torch, 24, seed=4), inputs(torch, 9, seed=5)]
     serial = [planned(torch, module, x) for x in xs]
-    got: dict[int, list] = {}
-
-    def work(index: int) -> None:
-        stream = torch.cuda.Stream()
-        with torch.cuda.stream(stream):
-            got[index] = [planned(torch, module, xs[index]) for _ in range(3)]
-        stream.synchronize()
-
-    run_together(work, [(0,), (1,)])
+    got = on_two_streams(torch, lambda x: planned(torch, module, x), xs)
     for index in range(2):
         assert all(torch.equal(y, serial[index]) for y in got[index])
     module.close()

@@ -95,22 +95,20 @@ def test_accelerated_embeddings_are_as_exact_as_stock(torch, pyannote, embedding
             masks = (masks > 0.5).float()
             frames = embedding.forward_frames(waveforms)
             stock = embedding.forward_embedding(frames, weights=masks)
-            stats = resnet.pool(frames, weights=masks).double()
+            stats = resnet.pool(frames.double(), weights=masks.double())  # in float64
             exact = torch.nn.functional.linear(
                 stats, resnet.seg_1.weight.double(), resnet.seg_1.bias.double()
             )
             with pyannote.accelerate(embedding, math) as acceleration:
-                assert set(acceleration.modules) == {"resnet.seg_1", "resnet.trunk"}
+                assert set(acceleration.modules) == {"resnet.seg_1", "resnet.pool", "resnet.trunk"}
                 ours = embedding.forward_embedding(frames, weights=masks)  # stock frames
                 planned_frames = embedding.forward_frames(waveforms)  # the trunk's plan
                 chunks = pyannote.embed_chunks(embedding, waveforms, masks)
                 expected = embedding.forward_embedding(planned_frames, weights=masks)
             assert ours.shape == stock.shape == (batch, 3, 256)
             assert torch.equal(chunks, expected)
-            if batch == 2:  # 6 rows: no plan, the stock module's bits
-                assert torch.equal(ours, stock)
-            else:
-                _assert_no_less_exact(torch, ours, stock, exact)
+            # batch 2 (6 rows) takes seg_1's library path, after the planned pool
+            _assert_no_less_exact(torch, ours, stock, exact)
 
 
 def test_a_captured_accelerated_forward_replays_its_bits(torch, pyannote, segmentation):

@@ -285,6 +285,15 @@ def test_accelerate_keeps_the_library_path_of_a_half_model(faked, pyannote) -> N
     acceleration.undo()
 
 
+def test_the_stats_pool_wrapper_takes_only_pyannotes_tstp(pyannote) -> None:
+    from pyspk.errors import GeometryUnimplemented, PlanError
+    from pyspk.torch.resnet import PlannedStatsPool
+
+    with pytest.raises(GeometryUnimplemented, match="the pool is a Linear, not TSTP") as refused:
+        PlannedStatsPool(torch.nn.Linear(2, 2))
+    assert isinstance(refused.value, PlanError)  # accelerate keeps the library's pool
+
+
 def test_the_fp32_sinc_front_leaves_other_segmentation_models_alone(pyannote) -> None:
     """The FP32 pipeline's lone planned stage needs a PyanNet's SincNet; another
     segmentation model is recorded as skipped and left as it is."""

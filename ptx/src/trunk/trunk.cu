@@ -206,3 +206,107 @@ SPK_TRUNK_SHAPE(layer3_conv, Layer3Conv)
 SPK_TRUNK_SHAPE(layer4_down, Layer4Down)
 SPK_TRUNK_SPLIT(layer4_shortcut, Layer4Shortcut)
 SPK_TRUNK_SHAPE(layer4_conv, Layer4Conv)
+
+// Statistics pooling of the trunk's output (pyannote's StatsPool with (batch, speakers,
+// frames) weights, after TSTP's reshape): for chunk i, speaker s and feature row r of
+// x [items][features][frames], with w [items][speakers][frames],
+//   v1 = sum_t w + 1e-8, mean = sum_t w x / v1,
+//   std = sqrt(sum_t w (x - mean)^2 / (v1 - sum_t w^2 / v1 + 1e-8)),
+// into y [items][speakers][2 features]: the means, then the deviations.
+// The two data sums are FP64 in a fixed order (a lane's frames in turn, then a butterfly
+// over the warp), so every run gives the same bits; v1 and the denominator are the
+// library's FP32 expressions over the weights' sums rounded to FP32 (with 0/1 weights
+// those sums are exact, so these are the library's values: a speaker absent from the
+// chunk gets 0 and 0, one active frame a deviation of 0), and the mean is rounded to
+// FP32 before the centring, as the library's mean tensor is.
+// Launch: grid (ceil(features / POOL_ROWS), items), blocks of POOL_THREADS; each warp
+// takes the block's rows warp, warp + 8, ..., each lane the frames lane + 32 j.
+constexpr u32 POOL_THREADS = 256;
+constexpr u32 POOL_ROWS = 64;
+constexpr u32 POOL_MAX_FRAMES = 128;
+constexpr u32 POOL_MAX_SPEAKERS = 8;
+
+__device__ __forceinline__ double warp_sum(double value) {
+#pragma unroll
+    for (u32 offset = 16; offset > 0; offset >>= 1) {
+        value += __shfl_xor_sync(0xffffffffu, value, offset);
+    }
+    return value;
+}
+
+extern "C" __global__ void __launch_bounds__(POOL_THREADS)
+spk_trunk_stats_pool(const float* __restrict__ x, u64 x_len, const float* __restrict__ w,
+                     u64 w_len, float* __restrict__ y, u64 y_len, u32 items, u32 speakers,
+                     u32 features, u32 frames) {
+    constexpr u32 PER_LANE = POOL_MAX_FRAMES / 32;
+    __shared__ float weights[POOL_MAX_SPEAKERS][POOL_MAX_FRAMES];
+    __shared__ float v1[POOL_MAX_SPEAKERS], denominator[POOL_MAX_SPEAKERS];
+    const bool valid = spk::launch_is((features + POOL_ROWS - 1) / POOL_ROWS, items, 1,
+                                      POOL_THREADS) &
+                       (items >= 1) & (speakers >= 1) & (speakers <= POOL_MAX_SPEAKERS) &
+                       (features >= 1) & (frames >= 1) & (frames <= POOL_MAX_FRAMES) &
+                       (x_len == u64(items) * features * frames) &
+                       (w_len == u64(items) * speakers * frames) &
+                       (y_len == u64(items) * speakers * 2 * features);
+    if (!valid) {
+        return;  // uniform over the grid
+    }
+    const u32 item = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (u32 i = threadIdx.x; i < POOL_MAX_SPEAKERS * POOL_MAX_FRAMES; i += POOL_THREADS) {
+        const u32 s = i / POOL_MAX_FRAMES, t = i % POOL_MAX_FRAMES;
+        weights[s][t] = (s < speakers) & (t < frames)
+                            ? __ldg(w + (u64(item) * speakers + s) * frames + t)
+                            : 0.0f;
+    }
+    __syncthreads();
+    if (warp < speakers) {
+        double sum = 0.0, squares = 0.0;
+#pragma unroll
+        for (u32 j = 0; j < PER_LANE; ++j) {
+            const double weight = weights[warp][lane + 32 * j];
+            sum += weight;
+            squares = fma(weight, weight, squares);
+        }
+        sum = warp_sum(sum);
+        squares = warp_sum(squares);
+        if (lane == 0) {
+            const float first = float(sum) + 1e-8f;
+            v1[warp] = first;
+            denominator[warp] = (first - float(squares) / first) + 1e-8f;
+        }
+    }
+    __syncthreads();
+    const float* chunk = x + u64(item) * features * frames;
+    float* out = y + u64(item) * speakers * 2 * features;
+#pragma unroll 1
+    for (u32 row = blockIdx.x * POOL_ROWS + warp; row < min(features, (blockIdx.x + 1) * POOL_ROWS);
+         row += POOL_THREADS / 32) {
+        double value[PER_LANE];
+#pragma unroll
+        for (u32 j = 0; j < PER_LANE; ++j) {
+            const u32 t = lane + 32 * j;
+            value[j] = t < frames ? __ldg(chunk + u64(row) * frames + t) : 0.0f;
+        }
+#pragma unroll 1
+        for (u32 s = 0; s < speakers; ++s) {
+            double sum = 0.0;
+#pragma unroll
+            for (u32 j = 0; j < PER_LANE; ++j) {
+                sum = fma(double(weights[s][lane + 32 * j]), value[j], sum);
+            }
+            const float mean = float(warp_sum(sum) / double(v1[s]));
+            double spread = 0.0;
+#pragma unroll
+            for (u32 j = 0; j < PER_LANE; ++j) {
+                const double centred = value[j] - double(mean);
+                spread = fma(double(weights[s][lane + 32 * j]), centred * centred, spread);
+            }
+            spread = warp_sum(spread);
+            if (lane == 0) {
+                out[u64(s) * 2 * features + row] = mean;
+                out[u64(s) * 2 * features + features + row] =
+                    float(sqrt(spread / double(denominator[s])));
+            }
+        }
+    }
+}
