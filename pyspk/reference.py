@@ -1,5 +1,5 @@
-"""Float64 truth for the six boundaries, the ResNet34 trunk and its statistics pooling, the
-BiLSTM and SincNet's first stage, on the layouts the kernels use.
+"""Float64 truth for the six boundaries, the ResNet34 trunk, its fbank and its statistics
+pooling, the BiLSTM and SincNet's first stage, on the layouts the kernels use.
 
 Every function takes float32 or float64 arrays (flat or shaped), computes in float64 and
 returns float64 with the boundary's output shape. `absolute_sum` gives, per output, the
@@ -220,3 +220,26 @@ def stats_pool(x: npt.ArrayLike, w: npt.ArrayLike) -> np.ndarray:
     spread = np.einsum("isf,isrf->isr", w, centred * centred)
     std = np.sqrt(spread / (v1 - (w * w).sum(axis=2, keepdims=True) / v1 + 1e-8))
     return np.concatenate([mean, std], axis=2)
+
+
+def kaldi_fbank(
+    x: npt.ArrayLike, window: npt.ArrayLike, banks: npt.ArrayLike, shift: int = 160
+) -> np.ndarray:
+    """WeSpeaker's fbank as pyannote computes it: x [items, samples] (scaled by 2^15)
+    in frames of len(window) samples every `shift`, each frame's mean removed,
+    pre-emphasis 0.97 (the first sample its own predecessor), the window, the power
+    spectrum of the real FFT zero-padded to 2 (banks' rows - 1) points, the mel banks
+    [bins, mels], the log floored at FP32's epsilon, less each mel's mean over the
+    chunk's frames: [items, frames, mels]."""
+    x = np.asarray(x, dtype=np.float64) * 32768.0
+    w = np.asarray(window, dtype=np.float64)
+    b = np.asarray(banks, dtype=np.float64)
+    if x.ndim != 2 or w.ndim != 1 or b.ndim != 2 or x.shape[1] < w.size:
+        raise InvalidArgument(f"x [items, samples >= {w.size}] and 1-D window, 2-D banks")
+    frames = np.lib.stride_tricks.sliding_window_view(x, w.size, axis=1)[:, ::shift]
+    frames = frames - frames.mean(axis=2, keepdims=True)
+    previous = np.concatenate([frames[..., :1], frames[..., :-1]], axis=2)
+    spectrum = np.fft.rfft((frames - 0.97 * previous) * w, n=2 * (b.shape[0] - 1), axis=2)
+    power = spectrum.real**2 + spectrum.imag**2
+    features = np.log(np.maximum(power @ b, float(np.finfo(np.float32).eps)))
+    return features - features.mean(axis=1, keepdims=True)

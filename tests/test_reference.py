@@ -56,3 +56,25 @@ def test_stats_pool_is_pyannotes_statspool_in_float64():
     assert not got[1, 2].any()
     with pytest.raises(InvalidArgument, match="frames"):
         reference.stats_pool(np.zeros((2, 6, 125)), np.zeros((2, 3, 124)))
+
+
+def test_kaldi_fbank_is_the_fbanks_operations_in_float64():
+    """`Fbank`'s tensor operations (WeSpeaker's fbank) run in float64 on its own FP32
+    constants: the same function, the sums in other orders, within 1e-11 of log-mel
+    values of about 10."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("pyannote.audio")
+    from pyspk.pyannote.fbank import Fbank
+    from pyspk.pyannote.offline import wespeaker_resnet34
+
+    fbank = Fbank(wespeaker_resnet34(seed=1), torch.device("cpu"))
+    window, banks = fbank.window[0].numpy(), fbank.banks.numpy()
+    fbank.window, fbank.banks = fbank.window.double(), fbank.banks.double()
+    fbank.epsilon = fbank.epsilon.double()
+    x = 0.1 * torch.randn(
+        2, 1, 32000, generator=torch.Generator().manual_seed(6), dtype=torch.float64
+    )
+    expected = fbank(x).numpy()
+    got = reference.kaldi_fbank(x[:, 0].numpy(), window, banks)
+    assert got.shape == (2, 198, 80)
+    assert np.max(np.abs(got - expected)) <= 1e-11

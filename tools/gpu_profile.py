@@ -25,6 +25,7 @@ from pathlib import Path
 os.environ.setdefault("PYANNOTE_METRICS_ENABLED", "false")
 
 FAMILIES = [
+    ("pyspk fbank, pool", r"spk_trunk_(fbank|log_mel|mel_centre|stats_pool)"),
     ("trunk", r"spk_trunk"),
     ("pyspk lstm", r"spk_lstm"),
     ("pyspk sincnet", r"spk_sinc"),

@@ -464,6 +464,21 @@ TRUNK_CONSTANTS = {
 # The trunk module's pooling constants, each `pyspk.candidate.trunk.pooling.<name>`, in trunk.cu
 POOL_CONSTANTS = ("POOL_THREADS", "POOL_ROWS", "POOL_MAX_FRAMES", "POOL_MAX_SPEAKERS")
 
+# The trunk module's fbank constants, each `pyspk.candidate.trunk.fbank.<name>`, in trunkfbank.cuh
+FBANK_CONSTANTS = (
+    "FBANK_WINDOW",
+    "FBANK_SHIFT",
+    "FBANK_PADDED",
+    "FBANK_THREADS",
+    "MEL_BINS",
+    "MEL_THREADS",
+    "MEL_FRAMES",
+    "MEL_MAX_TERMS",
+    "CENTRE_THREADS",
+    "CENTRE_SPAN",
+    "FBANK_FLOOR",
+)
+
 # The cluster module's constants, each `pyspk.candidate.cluster.plan.<name>`, all in cluster.cu
 LINKAGE_CONSTANTS = (
     "LINKAGE_THREADS",
@@ -509,6 +524,7 @@ CUDA_CONSTANTS: dict[str, tuple[str, re.Pattern[str]]] = {
     ),
     **{name: (home, _constexpr(name)) for name, home in TRUNK_CONSTANTS.items()},
     **{name: ("trunk.cu", _constexpr(name)) for name in POOL_CONSTANTS},
+    **{name: ("trunkfbank.cuh", _constexpr(name)) for name in FBANK_CONSTANTS},
     **{name: ("cluster.cu", _constexpr(name)) for name in LINKAGE_CONSTANTS},
     **{name: ("lstm.cu", _constexpr(name)) for name in LSTM_CONSTANTS},
     **{name: ("sincnet.cu", _constexpr(name)) for name in SINC_CONSTANTS},
@@ -587,7 +603,7 @@ def python_constants() -> dict[str, list[tuple[str, int | float]]]:
     from pyspk.candidate.lstm import plan as lstm
     from pyspk.candidate.segdense import shapes
     from pyspk.candidate.sincnet import plan as sincnet
-    from pyspk.candidate.trunk import pooling
+    from pyspk.candidate.trunk import fbank, pooling
     from pyspk.candidate.trunk import shapes as trunk_shapes
 
     def dimension(site: DenseSite, axis: int) -> tuple[str, int]:
@@ -615,6 +631,7 @@ def python_constants() -> dict[str, list[tuple[str, int | float]]]:
             for name in TRUNK_CONSTANTS
         },
         **{name: [(f"trunk.pooling.{name}", getattr(pooling, name))] for name in POOL_CONSTANTS},
+        **{name: [(f"trunk.fbank.{name}", getattr(fbank, name))] for name in FBANK_CONSTANTS},
         **{name: [(f"cluster.plan.{name}", getattr(linkage, name))] for name in LINKAGE_CONSTANTS},
         **{name: [(f"lstm.plan.{name}", getattr(lstm, name))] for name in LSTM_CONSTANTS},
         **{name: [(f"sincnet.plan.{name}", getattr(sincnet, name))] for name in SINC_CONSTANTS},
@@ -625,7 +642,7 @@ def python_kernels() -> dict[str, dict[str, str]]:
     """Per module, every kernel pyspk launches by name and who names it: each segdense
     Entry's Config and each split count's reduction; each trunk site in both maths."""
     from pyspk.candidate.segdense import selection, shapes
-    from pyspk.candidate.trunk import pooling
+    from pyspk.candidate.trunk import fbank, pooling
     from pyspk.candidate.trunk import shapes as trunk_shapes
     from pyspk.candidate.trunk.shapes import TrunkSite
     from pyspk.cuda.math import CudaMath
@@ -645,6 +662,9 @@ def python_kernels() -> dict[str, dict[str, str]]:
     trunk[trunk_shapes.CLEAR_KERNEL] = "shapes.CLEAR_KERNEL"
     trunk[trunk_shapes.CHUNK_MAX_KERNEL] = "shapes.CHUNK_MAX_KERNEL"
     trunk[pooling.POOL_KERNEL] = "pooling.POOL_KERNEL"
+    trunk[fbank.FRAMES_KERNEL] = "fbank.FRAMES_KERNEL"
+    trunk[fbank.LOG_MEL_KERNEL] = "fbank.LOG_MEL_KERNEL"
+    trunk[fbank.CENTRE_KERNEL] = "fbank.CENTRE_KERNEL"
     cluster = {
         name: "pyspk.candidate.cluster"
         for name in ("spk_linkage_neighbours", "spk_linkage_merge", "spk_pdist_euclidean")

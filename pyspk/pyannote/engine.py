@@ -18,8 +18,8 @@ result:
 - The segmentation and the embedding run on two CUDA streams: the embedding of a
   batch overlaps the segmentation of the next. Each fixed-shape forward is captured
   once as a CUDA graph and replayed (the last, partial batch padded with zeros);
-  WeSpeaker's fbank is replaced by `Fbank`, the same operations with its constants
-  made once on the device, which a graph can hold.
+  WeSpeaker's fbank is replaced by `PlannedFbank` (`Fbank`'s operations on two kernels
+  around the FFT; `Fbank` itself where they cannot plan), which a graph can hold.
 - The host counts speakers while the GPU still embeds, and the steps after the models
   run as whole-array numpy (`pyspk.pyannote._steps`), with pyannote's results to the bit. The
   clustering, agglomerative or VBx (community-1's), runs pyannote's own code with
@@ -60,7 +60,8 @@ from pyspk.errors import TooLongError, available_host_memory, run_all
 from pyspk.pyannote import _chunks, _clustering, _steps
 from pyspk.pyannote._graphs import Forward
 from pyspk.pyannote._report import RunReport
-from pyspk.pyannote.fbank import Fbank
+from pyspk.pyannote._upload import PieceUpload
+from pyspk.pyannote.fbank import Fbank, planned_fbank
 from pyspk.torch import library_math, shared_runtime
 from pyspk.torch._streams import STREAMS
 
@@ -146,6 +147,7 @@ class Engine:
         self.unserved = self._unserved(pipeline)
         self._segments: dict[int, Forward] = {}  # by batch, the largest first
         self._embed: Forward | None = None
+        self._fbank: Fbank | None = None
         self._linkage: DeviceLinkage | None = None
         if self.unserved is not None:
             return
@@ -163,7 +165,7 @@ class Engine:
         window = self._segmentation_model.audio.get_num_samples(inference.duration)
         started = time.perf_counter()
         with torch.inference_mode(), library_math(self.math), torch.cuda.device(self.device):
-            self._fbank = Fbank(self._embedding_model, self.device)
+            self._fbank = planned_fbank(self._embedding_model, self.device)
             # frames of the segmentation's output per chunk: what the masks have
             self._mask_frames = self._segmentation_model.num_frames(window)
             for size in _chunks.segmentation_sizes(segmentation_batch):
@@ -203,7 +205,7 @@ class Engine:
 
     def _embed_eager(self, waveforms: torch.Tensor, masks: torch.Tensor) -> tuple[torch.Tensor]:
         resnet = self._embedding_model.resnet
-        frames = resnet.forward_frames(self._fbank(waveforms))
+        frames = resnet.forward_frames(cast(Fbank, self._fbank)(waveforms))  # set when served
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the pooling's notice on resampled masks
             return (resnet.forward_embedding(frames, weights=masks)[1],)
@@ -225,7 +227,7 @@ class Engine:
             if self.closed:
                 return
             self.closed = True
-            parts = (*reversed(self._segments.values()), self._embed, self._linkage)
+            parts = (*reversed(self._segments.values()), self._embed, self._linkage, self._fbank)
             steps = [part.close for part in parts if part is not None]
             if self.unserved is None:
                 steps.append(self._give_back)
@@ -323,13 +325,14 @@ class Engine:
         clustering's frame counts (`_clustering.clean_frames`) on the host meanwhile:
         the report, segmentations, count, embeddings (None when no speaker is ever
         active) and frame counts."""
-        chunks, report, chunk_window = self._upload(file)
-        gpu = self._enqueue(chunks)
+        chunks, upload, report, chunk_window = self._upload(file)
+        gpu = self._enqueue(chunks, upload)
         return self._collect(gpu, report, chunk_window, hook, started)
 
-    def _upload(self, file: Mapping) -> tuple[torch.Tensor, RunReport, SlidingWindow]:
+    def _upload(self, file: Mapping) -> tuple[torch.Tensor, PieceUpload, RunReport, SlidingWindow]:
         """The file's chunks as (chunks, 1, window) views of its zero-padded waveform on
-        the device, after the checks; its report and the chunks' sliding window."""
+        the device, after the checks, the upload that fills it; its report and the
+        chunks' sliding window."""
         inference = self.pipeline._segmentation
         model = self._segmentation_model
         waveform, sample_rate = model.audio(file)
@@ -343,12 +346,14 @@ class Engine:
         length = _chunks.padded_length(total, window, step, num_samples)
         self._check_memory(file, report.audio_seconds, total, length)
         audio = torch.zeros((1, length), device=self.device)
-        audio[:, :num_samples].copy_(waveform[:1])
-        return audio.unfold(1, window, step)[0, :total].unsqueeze(1), report, chunk_window
+        upload = PieceUpload(audio, waveform[:1], window, step)  # the samples: in _enqueue
+        chunks = audio.unfold(1, window, step)[0, :total].unsqueeze(1)
+        return chunks, upload, report, chunk_window
 
-    def _enqueue(self, chunks: torch.Tensor) -> _Queued:
-        """Queues both models over `chunks`: each segmentation batch on one stream, the
-        embeddings of the chunks it completed on the other, then the copies to the host.
+    def _enqueue(self, chunks: torch.Tensor, upload: PieceUpload) -> _Queued:
+        """Queues both models over `chunks`: each segmentation batch on one stream after
+        its samples' upload, the embeddings of the chunks it completed on the other, then
+        the copies to the host.
         Returns at once; the events say when each part is done."""
         assert self._segments and self._embed is not None
         total = chunks.shape[0]
@@ -363,6 +368,7 @@ class Engine:
         exclude = self._exclusion()
         embedded = 0
         for first, stop, size in _chunks.segmentation_spans(total, [*self._segments]):
+            upload.through(stop, seg_stream)
             with torch.cuda.stream(seg_stream):
                 batch_scores, batch_masks = self._segments[size](chunks[first:stop])
                 if scores is None or masks is None:

@@ -1,5 +1,7 @@
-"""A graph-capturable WeSpeaker fbank: `BaseWeSpeakerResNet.compute_fbank`'s bits with
-its constants made once on the device."""
+"""A graph-capturable WeSpeaker fbank: `Fbank`, `BaseWeSpeakerResNet.compute_fbank`'s bits
+with its constants made once on the device, and `PlannedFbank`, the same features from
+the trunk area's two fbank kernels around the library's FFT (`planned_fbank` picks it
+where it plans)."""
 
 from __future__ import annotations
 
@@ -10,12 +12,22 @@ import torch.nn.functional as F
 import torchaudio.compliance.kaldi as kaldi
 from pyannote.audio.models.embedding.wespeaker import BaseWeSpeakerResNet
 
-from pyspk.errors import InvalidArgument
+from pyspk.candidate.trunk.fbank import (
+    FBANK_PADDED,
+    FBANK_WINDOW,
+    MEL_BINS,
+    fbank_frames,
+    mel_sums_len,
+    plan_fbank_frames,
+    plan_log_mel,
+)
+from pyspk.errors import InvalidArgument, PlanError
+from pyspk.torch import shared_runtime
 
 if TYPE_CHECKING:
     from lightning.fabric.utilities.data import AttributeDict
 
-__all__ = ["Fbank"]
+__all__ = ["Fbank", "PlannedFbank", "planned_fbank"]
 
 
 class Fbank:
@@ -74,3 +86,68 @@ class Fbank:
         features = torch.matmul(spectrum, self.banks)
         features = torch.max(features, self.epsilon).log()
         return features - torch.mean(features, dim=1, keepdim=True)
+
+    def close(self) -> None:
+        """Nothing to free: the constants are tensors."""
+
+
+class PlannedFbank(Fbank):
+    """`Fbank`'s features (the same operations, at most their FP32 error against float64:
+    `pyspk.candidate.trunk.fbank`) in three kernel launches around `torch.fft.rfft`, in
+    place of about a dozen tensor passes. A call it does not serve (another shape, dtype
+    or device) takes `Fbank`'s path. Raises a `PlanError` where it cannot plan."""
+
+    def __init__(self, model: BaseWeSpeakerResNet, device: torch.device) -> None:
+        super().__init__(model, device)
+        found = (self.window_size, self.window_shift, self.window_size + self.padding)
+        if found != (FBANK_WINDOW, 160, FBANK_PADDED) or self.banks.shape[1] != MEL_BINS:
+            raise InvalidArgument(
+                f"PlannedFbank: the fbank's (window, shift, transform) {found} and "
+                f"{self.banks.shape[1]} mel bins are not ({FBANK_WINDOW}, 160, "
+                f"{FBANK_PADDED}) and {MEL_BINS}"
+            )
+        self._ordinal = torch.device(device).index or 0
+        runtime = shared_runtime(device)
+        self._frames = plan_fbank_frames(runtime, self.window[0].cpu().numpy())
+        try:
+            self._mel = plan_log_mel(runtime, self.banks.cpu().numpy())
+        except BaseException:
+            self._frames.close()
+            raise
+
+    def __call__(self, waveforms: torch.Tensor) -> torch.Tensor:
+        if (
+            waveforms.dim() != 3
+            or waveforms.shape[1] != 1
+            or waveforms.shape[0] == 0
+            or waveforms.dtype is not torch.float32
+            or waveforms.get_device() != self._ordinal
+            or not fbank_frames(waveforms.shape[2])
+        ):
+            return super().__call__(waveforms)
+        items, _, samples = waveforms.shape
+        frames = fbank_frames(samples)
+        stream = torch.cuda.current_stream(waveforms.device).cuda_stream
+        framed = torch.empty((items, frames, FBANK_PADDED), device=waveforms.device)
+        x = waveforms.reshape(items, samples).contiguous()
+        self._frames.enqueue(x, framed, items=items, samples=samples, stream=stream)
+        spectrum = torch.view_as_real(torch.fft.rfft(framed))
+        features = torch.empty((items, frames, MEL_BINS), device=waveforms.device)
+        sums = torch.empty(
+            mel_sums_len(items, frames), device=waveforms.device, dtype=torch.float64
+        )
+        self._mel.enqueue(spectrum, features, sums, items=items, frames=frames, stream=stream)
+        return features
+
+    def close(self) -> None:
+        """Frees the plans (idempotent)."""
+        self._frames.close()
+        self._mel.close()
+
+
+def planned_fbank(model: BaseWeSpeakerResNet, device: torch.device) -> Fbank:
+    """A `PlannedFbank` for `model`, or its `Fbank` where the kernels cannot plan."""
+    try:
+        return PlannedFbank(model, device)
+    except PlanError:
+        return Fbank(model, device)

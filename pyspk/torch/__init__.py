@@ -159,7 +159,15 @@ def _log_softmax(y: torch.Tensor) -> torch.Tensor:
 
 class PlannedModule(nn.Module):
     """The base of every pyspk module wrapper, the ones of `pyspk.torch`'s submodules
-    too (`planned_modules` finds them): each has `entries()`, `closed` and `close()`."""
+    too (`planned_modules` finds them)."""
+
+    def entries(self) -> object:
+        """The kernels the wrapper runs."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Frees the wrapper's plans (idempotent)."""
+        raise NotImplementedError
 
 
 class _Planned(PlannedModule):

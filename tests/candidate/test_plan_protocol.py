@@ -16,6 +16,7 @@ from pyspk.candidate.cluster import plan_linkage, plan_pdist
 from pyspk.candidate.lstm import plan_lstm_recurrence
 from pyspk.candidate.sincnet import plan_sinc_front
 from pyspk.candidate.trunk import TrunkSite, TrunkWeights, plan_conv
+from pyspk.candidate.trunk.fbank import plan_fbank_frames, plan_log_mel
 from pyspk.candidate.trunk.pooling import plan_stats_pool
 from pyspk.cuda import CudaMath, CudaRuntime, Plan
 from pyspk.cuda.buffers import FLOAT64, INT32
@@ -83,9 +84,26 @@ def stats_pool(runtime: CudaRuntime) -> tuple[Plan, Callable[[Plan], None]]:
     )
 
 
+def fbank_frames(runtime: CudaRuntime) -> tuple[Plan, Callable[[Plan], None]]:
+    x, y = runtime.alloc_zeros(2 * 560), runtime.alloc_zeros(2 * 2 * 512)
+    return plan_fbank_frames(runtime, np.ones(400, np.float32)), lambda plan: plan.enqueue(
+        x, y, items=2, samples=560, stream=STREAM
+    )
+
+
+def log_mel(runtime: CudaRuntime) -> tuple[Plan, Callable[[Plan], None]]:
+    banks = np.zeros((257, 80), np.float32)
+    banks[np.arange(80) + 1, np.arange(80)] = 1.0  # one bin a filter
+    spectrum, y = runtime.alloc_zeros(2 * 3 * 257 * 2), runtime.alloc_zeros(2 * 3 * 80)
+    sums = runtime.alloc_zeros(2 * 80, FLOAT64)
+    return plan_log_mel(runtime, banks), lambda plan: plan.enqueue(
+        spectrum, y, sums, items=2, frames=3, stream=STREAM
+    )
+
+
 @pytest.mark.parametrize(
     "area",
-    [segdense, trunk, pdist, linkage, lstm, sincnet, stats_pool],
+    [segdense, trunk, pdist, linkage, lstm, sincnet, stats_pool, fbank_frames, log_mel],
     ids=lambda f: f.__name__,
 )
 def test_every_area_plans_to_one_shape(fake: FakeApi, runtime: CudaRuntime, area) -> None:

@@ -57,6 +57,26 @@ def _compute_sanitizer() -> str:
     return found
 
 
+def sanitized_run(tool: str, script: str, *args: str) -> str:
+    """`script` (given `args`) in a fresh Python under compute-sanitizer's `tool`: its
+    output, once the run exited 0 with the tool's clean summary (asserted). PyTorch
+    initializes CUDA before cuda-bindings loads, and the bindings' loader then probes for
+    entry points with cuGetProcAddress, which fails: API errors that are no kernel's, so
+    memcheck leaves API errors out; memory errors are still reported."""
+    command = [_compute_sanitizer(), "--tool", tool, "--error-exitcode", "9"]
+    command += ["--report-api-errors", "no"] if tool == "memcheck" else []
+    run = subprocess.run(
+        [*command, sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    output = run.stdout + run.stderr
+    summary = "ERROR SUMMARY: 0 errors" if tool == "memcheck" else "RACECHECK SUMMARY: 0 hazards"
+    assert run.returncode == 0 and summary in output, output[-4000:]
+    return output
+
+
 @pytest.mark.parametrize("tier", [PtxTier.SM75, PtxTier.SM80], ids=str)
 @pytest.mark.parametrize("tool", ["memcheck", "racecheck"])
 def test_compute_sanitizer_finds_nothing(tool: str, tier: PtxTier) -> None:

@@ -154,6 +154,16 @@ __device__ __forceinline__ float warp_max(float m) {
     return m;
 }
 
+// The sum of the warp's lanes' `value`, in every lane: a butterfly in a fixed order, so
+// the same inputs give the same bits.
+__device__ __forceinline__ double warp_sum(double value) {
+#pragma unroll
+    for (u32 d = 16; d > 0; d >>= 1) {
+        value += __shfl_xor_sync(0xffffffffu, value, d);
+    }
+    return value;
+}
+
 // Every element of a thread's 2-D register tile to zero
 template <class T, u32 M, u32 N>
 __device__ __forceinline__ void zero(T (&tile)[M][N]) {

@@ -13,6 +13,7 @@
 #include "common.cuh"
 #include "trunkconv.cuh"
 #include "trunktiles.cuh"
+#include "trunkfbank.cuh"
 
 // The 1 -> 32 stem: fbank [item][frame][bin] (the model's (B, T, F) input, read as the
 // convolution's (bin, frame) image), weights [tap][32], bias [32], output NHWC
@@ -226,14 +227,6 @@ constexpr u32 POOL_ROWS = 64;
 constexpr u32 POOL_MAX_FRAMES = 128;
 constexpr u32 POOL_MAX_SPEAKERS = 8;
 
-__device__ __forceinline__ double warp_sum(double value) {
-#pragma unroll
-    for (u32 offset = 16; offset > 0; offset >>= 1) {
-        value += __shfl_xor_sync(0xffffffffu, value, offset);
-    }
-    return value;
-}
-
 extern "C" __global__ void __launch_bounds__(POOL_THREADS)
 spk_trunk_stats_pool(const float* __restrict__ x, u64 x_len, const float* __restrict__ w,
                      u64 w_len, float* __restrict__ y, u64 y_len, u32 items, u32 speakers,
@@ -267,8 +260,8 @@ spk_trunk_stats_pool(const float* __restrict__ x, u64 x_len, const float* __rest
             sum += weight;
             squares = fma(weight, weight, squares);
         }
-        sum = warp_sum(sum);
-        squares = warp_sum(squares);
+        sum = spk::warp_sum(sum);
+        squares = spk::warp_sum(squares);
         if (lane == 0) {
             const float first = float(sum) + 1e-8f;
             v1[warp] = first;
@@ -294,14 +287,14 @@ spk_trunk_stats_pool(const float* __restrict__ x, u64 x_len, const float* __rest
             for (u32 j = 0; j < PER_LANE; ++j) {
                 sum = fma(double(weights[s][lane + 32 * j]), value[j], sum);
             }
-            const float mean = float(warp_sum(sum) / double(v1[s]));
+            const float mean = float(spk::warp_sum(sum) / double(v1[s]));
             double spread = 0.0;
 #pragma unroll
             for (u32 j = 0; j < PER_LANE; ++j) {
                 const double centred = value[j] - double(mean);
                 spread = fma(double(weights[s][lane + 32 * j]), centred * centred, spread);
             }
-            spread = warp_sum(spread);
+            spread = spk::warp_sum(spread);
             if (lane == 0) {
                 out[u64(s) * 2 * features + row] = mean;
                 out[u64(s) * 2 * features + features + row] =

@@ -1,0 +1,37 @@
+"""The engine's upload of a file's waveform to the device in pieces, so that the GPU
+starts on the first segmentation batch once that batch's samples have arrived."""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["PieceUpload"]
+
+
+class PieceUpload:
+    """`waveform` `(1, samples)` on the host into `audio` `(1, length >= samples)` on the
+    device, a piece at a time on the stream current when it is made (the caller's).
+    `through(chunks, stream)` copies what the first `chunks` chunks read (chunk i: samples
+    i step to i step + window) unless copied already, and makes `stream` wait for it.
+    A pageable copy holds the host until it is done, so the host copies the next piece
+    while the GPU runs the batches already queued (the whole hour in one copy, 28 ms on
+    the H200, left the GPU idle before its first kernel: `docs/performance.md`)."""
+
+    def __init__(self, audio: torch.Tensor, waveform: torch.Tensor, window: int, step: int) -> None:
+        self._audio, self._waveform = audio, waveform
+        self._window, self._step = window, step
+        self._stream = torch.cuda.current_stream(audio.device)
+        self._copied = 0
+        self._arrived: torch.cuda.Event | None = None
+
+    def through(self, chunks: int, stream: torch.cuda.Stream) -> None:
+        stop = min(self._waveform.shape[1], (chunks - 1) * self._step + self._window)
+        if stop > self._copied:
+            with torch.cuda.stream(self._stream):
+                piece = slice(self._copied, stop)
+                self._audio[:, piece].copy_(self._waveform[:, piece])
+                self._arrived = torch.cuda.Event()
+                self._arrived.record(self._stream)
+            self._copied = stop
+        if self._arrived is not None:
+            stream.wait_event(self._arrived)
