@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The embedding's stages around the trunk: pyspk's kernels against the stock operations,
 per batch of 10 s chunks, in one process on one GPU.
-- fbank: `PlannedFbank` (two launches around cuFFT's real FFT) against `Fbank`
+- fbank: `PlannedFbank` (three launches around cuFFT's real FFT) against `Fbank`
   (WeSpeaker's fbank as tensor operations, its bits); inputs N(0, 0.1) noise with a
   tone and a near-silent stretch;
 - pool: `PlannedStatsPool` (every chunk and speaker in one launch, FP64 sums) against

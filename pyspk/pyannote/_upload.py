@@ -14,8 +14,11 @@ class PieceUpload:
     `through(chunks, stream)` copies what the first `chunks` chunks read (chunk i: samples
     i step to i step + window) unless copied already, and makes `stream` wait for it.
     A pageable copy holds the host until it is done, so the host copies the next piece
-    while the GPU runs the batches already queued (the whole hour in one copy, 28 ms on
-    the H200, left the GPU idle before its first kernel: `docs/performance.md`)."""
+    while the GPU runs the batches already queued (the whole hour in one copy, 27 to 32
+    ms on the H200, left the GPU idle before its first kernel: `docs/performance.md`).
+    Where `stream` is the upload's own (one stream for everything), the first call
+    copies the whole waveform: PyTorch waits for a pageable copy's stream to drain, and
+    a piece there would wait for every batch queued before it."""
 
     def __init__(self, audio: torch.Tensor, waveform: torch.Tensor, window: int, step: int) -> None:
         self._audio, self._waveform = audio, waveform
@@ -25,7 +28,9 @@ class PieceUpload:
         self._arrived: torch.cuda.Event | None = None
 
     def through(self, chunks: int, stream: torch.cuda.Stream) -> None:
-        stop = min(self._waveform.shape[1], (chunks - 1) * self._step + self._window)
+        stop = self._waveform.shape[1]
+        if stream.cuda_stream != self._stream.cuda_stream:
+            stop = min(stop, (chunks - 1) * self._step + self._window)
         if stop > self._copied:
             with torch.cuda.stream(self._stream):
                 piece = slice(self._copied, stop)

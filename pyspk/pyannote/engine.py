@@ -18,7 +18,7 @@ result:
 - The segmentation and the embedding run on two CUDA streams: the embedding of a
   batch overlaps the segmentation of the next. Each fixed-shape forward is captured
   once as a CUDA graph and replayed (the last, partial batch padded with zeros);
-  WeSpeaker's fbank is replaced by `PlannedFbank` (`Fbank`'s operations on two kernels
+  WeSpeaker's fbank is replaced by `PlannedFbank` (`Fbank`'s operations on three kernel launches
   around the FFT; `Fbank` itself where they cannot plan), which a graph can hold.
 - The host counts speakers while the GPU still embeds, and the steps after the models
   run as whole-array numpy (`pyspk.pyannote._steps`), with pyannote's results to the bit. The

@@ -1,6 +1,6 @@
 """A graph-capturable WeSpeaker fbank: `Fbank`, `BaseWeSpeakerResNet.compute_fbank`'s bits
 with its constants made once on the device, and `PlannedFbank`, the same features from
-the trunk area's two fbank kernels around the library's FFT (`planned_fbank` picks it
+the trunk area's three fbank launches around the library's FFT (`planned_fbank` picks it
 where it plans)."""
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from pyspk.candidate.trunk.fbank import (
     plan_fbank_frames,
     plan_log_mel,
 )
-from pyspk.errors import InvalidArgument, PlanError
-from pyspk.torch import shared_runtime
+from pyspk.errors import GeometryUnimplemented, InvalidArgument, PlanError, run_all
+from pyspk.torch import _ordinal, shared_runtime
 
 if TYPE_CHECKING:
     from lightning.fabric.utilities.data import AttributeDict
@@ -101,12 +101,12 @@ class PlannedFbank(Fbank):
         super().__init__(model, device)
         found = (self.window_size, self.window_shift, self.window_size + self.padding)
         if found != (FBANK_WINDOW, 160, FBANK_PADDED) or self.banks.shape[1] != MEL_BINS:
-            raise InvalidArgument(
-                f"PlannedFbank: the fbank's (window, shift, transform) {found} and "
-                f"{self.banks.shape[1]} mel bins are not ({FBANK_WINDOW}, 160, "
-                f"{FBANK_PADDED}) and {MEL_BINS}"
+            raise GeometryUnimplemented(
+                "PlannedFbank",
+                f"the fbank's (window, shift, transform) {found} and {self.banks.shape[1]} "
+                f"mel bins are not ({FBANK_WINDOW}, 160, {FBANK_PADDED}) and {MEL_BINS}",
             )
-        self._ordinal = torch.device(device).index or 0
+        self._ordinal = _ordinal(device)
         runtime = shared_runtime(device)
         self._frames = plan_fbank_frames(runtime, self.window[0].cpu().numpy())
         try:
@@ -119,20 +119,24 @@ class PlannedFbank(Fbank):
         if (
             waveforms.dim() != 3
             or waveforms.shape[1] != 1
-            or waveforms.shape[0] == 0
+            or not 0 < waveforms.shape[0] < 1 << 16
             or waveforms.dtype is not torch.float32
             or waveforms.get_device() != self._ordinal
-            or not fbank_frames(waveforms.shape[2])
+            or not 0 < fbank_frames(waveforms.shape[2]) < 1 << 20
         ):
             return super().__call__(waveforms)
         items, _, samples = waveforms.shape
         frames = fbank_frames(samples)
         stream = torch.cuda.current_stream(waveforms.device).cuda_stream
-        framed = torch.empty((items, frames, FBANK_PADDED), device=waveforms.device)
+        framed = torch.empty(
+            (items, frames, FBANK_PADDED), device=waveforms.device, dtype=torch.float32
+        )
         x = waveforms.reshape(items, samples).contiguous()
         self._frames.enqueue(x, framed, items=items, samples=samples, stream=stream)
         spectrum = torch.view_as_real(torch.fft.rfft(framed))
-        features = torch.empty((items, frames, MEL_BINS), device=waveforms.device)
+        features = torch.empty(
+            (items, frames, MEL_BINS), device=waveforms.device, dtype=torch.float32
+        )
         sums = torch.empty(
             mel_sums_len(items, frames), device=waveforms.device, dtype=torch.float64
         )
@@ -140,9 +144,8 @@ class PlannedFbank(Fbank):
         return features
 
     def close(self) -> None:
-        """Frees the plans (idempotent)."""
-        self._frames.close()
-        self._mel.close()
+        """Frees the plans (idempotent); both close, the first error raised after."""
+        run_all([self._frames.close, self._mel.close])
 
 
 def planned_fbank(model: BaseWeSpeakerResNet, device: torch.device) -> Fbank:

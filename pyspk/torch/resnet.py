@@ -260,9 +260,9 @@ class PlannedStatsPool(PlannedModule):
             and weights.dtype is torch.float32
             and features.get_device() == self._ordinal
             and weights.get_device() == self._ordinal
-            and 0 < features.shape[0] == weights.shape[0]
+            and 0 < features.shape[0] == weights.shape[0] < 1 << 16
             and 0 < features.shape[3] <= POOL_MAX_FRAMES
-            and features[0].numel() > 0
+            and 0 < features.shape[1] * features.shape[2] < 1 << 24
             and (weights.dim() == 2 or 0 < weights.shape[1] <= POOL_MAX_SPEAKERS)
             and weights.shape[-1] > 0
         )
@@ -270,7 +270,10 @@ class PlannedStatsPool(PlannedModule):
     def forward(self, features: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
         plan = self._plan
         if plan is None:
-            raise ClosedError("pyspk PlannedStatsPool: closed; nothing was launched")
+            raise ClosedError(
+                "pyspk PlannedStatsPool: closed; nothing was launched (make another, or "
+                "accelerate the model again)"
+            )
         if weights is None or not self._served(features, weights):
             return self.pool(features, weights=weights)
         check_planned_call("pyspk PlannedStatsPool", [features, weights], True, "")

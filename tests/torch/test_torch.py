@@ -294,6 +294,20 @@ def test_the_stats_pool_wrapper_takes_only_pyannotes_tstp(pyannote) -> None:
     assert isinstance(refused.value, PlanError)  # accelerate keeps the library's pool
 
 
+def test_an_fbank_the_kernels_do_not_take_stays_the_librarys(pyannote) -> None:
+    """64 mel bins (the kernels take 80): `planned_fbank` gives `Fbank`, no error."""
+    from pyannote.audio.models.embedding.wespeaker import WeSpeakerResNet34
+
+    from pyspk.errors import GeometryUnimplemented
+    from pyspk.pyannote.fbank import Fbank, PlannedFbank, planned_fbank
+
+    model = WeSpeakerResNet34(num_mel_bins=64)
+    with pytest.raises(GeometryUnimplemented, match="64 mel bins"):
+        PlannedFbank(model, torch.device("cpu"))
+    fbank = planned_fbank(model, torch.device("cpu"))
+    assert type(fbank) is Fbank
+
+
 def test_the_fp32_sinc_front_leaves_other_segmentation_models_alone(pyannote) -> None:
     """The FP32 pipeline's lone planned stage needs a PyanNet's SincNet; another
     segmentation model is recorded as skipped and left as it is."""

@@ -1,5 +1,6 @@
 """The trunk area's fbank (`ptx/src/trunk/trunkfbank.cuh`): WeSpeaker's Kaldi fbank in
-two launches around a real FFT of 512 points, many chunks a launch.
+three launches around a real FFT of 512 points (one before it, two after), many chunks
+a launch.
 
 `FbankFramesPlan` turns x `[items, samples]` (16 kHz waveforms) into the transform's
 input `[items, frames, 512]`: frames of 400 samples every 160 (`fbank_frames`), each
