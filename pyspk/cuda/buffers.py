@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import sys
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -344,6 +344,41 @@ def device_address(
     )[0]
 
 
+KernelBuffer = tuple[str, object, int] | tuple[str, object, int, np.dtype]
+"""A kernel buffer to check: (name, buffer, length), float32, or (..., dtype)."""
+
+
+def kernel_addresses(
+    context: str,
+    ordinal: int,
+    sources: Sequence[KernelBuffer],
+    targets: Sequence[KernelBuffer],
+    alignment: int,
+) -> list[int]:
+    """The addresses of a kernel's inputs, then its outputs: `device_address`'s checks
+    (the outputs writable), then `BufferLayoutError` where an output shares bytes with
+    any other of them (the kernel does not work in place) or where one is not
+    `alignment`-byte aligned (its vector accesses would fault)."""
+    checked: list[tuple[str, int, int]] = []  # name, address, bytes
+    for buffers, writable in ((sources, False), (targets, True)):
+        for name, obj, length, *rest in buffers:
+            dtype = rest[0] if rest else FLOAT32
+            at = device_address(obj, length, context, name, ordinal, writable=writable, dtype=dtype)
+            checked.append((name, at, dtype.itemsize * length))
+    for index in range(len(sources), len(checked)):
+        name, at, size = checked[index]
+        for before, (other, other_at, other_size) in enumerate(checked[:index]):
+            if other_at < at + size and at < other_at + other_size:
+                why = "; the kernel does not work in place" if before < len(sources) else ""
+                raise BufferLayoutError(context, name, f"shares bytes with {other}{why}")
+    for name, at, _ in checked:
+        if at % alignment:
+            raise BufferLayoutError(
+                context, name, f"address {at:#x} is not {alignment}-byte aligned"
+            )
+    return [at for _, at, _ in checked]
+
+
 def source_and_target(
     context: str,
     ordinal: int,
@@ -351,22 +386,6 @@ def source_and_target(
     target: tuple[str, object, int],
     alignment: int,
 ) -> tuple[int, int]:
-    """The addresses of a float32 kernel's input and output, each (name, buffer, length):
-    `device_address`'s checks, then `BufferLayoutError` where they share bytes (the kernel
-    does not work in place) or where one is not `alignment`-byte aligned (its vector
-    accesses would fault)."""
-    (source_name, source_obj, source_len), (target_name, target_obj, target_len) = source, target
-    source_at = device_address(source_obj, source_len, context, source_name, ordinal)
-    target_at = device_address(target_obj, target_len, context, target_name, ordinal, writable=True)
-    if source_at < target_at + 4 * target_len and target_at < source_at + 4 * source_len:
-        raise BufferLayoutError(
-            context,
-            target_name,
-            f"shares bytes with {source_name}; the kernel does not work in place",
-        )
-    for name, at in ((source_name, source_at), (target_name, target_at)):
-        if at % alignment:
-            raise BufferLayoutError(
-                context, name, f"address {at:#x} is not {alignment}-byte aligned"
-            )
+    """`kernel_addresses` of a float32 kernel's one input and one output."""
+    source_at, target_at = kernel_addresses(context, ordinal, [source], [target], alignment)
     return source_at, target_at

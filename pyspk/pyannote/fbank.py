@@ -17,6 +17,7 @@ from pyspk.candidate.trunk.fbank import (
     FBANK_WINDOW,
     MEL_BINS,
     fbank_frames,
+    fbank_takes,
     mel_sums_len,
     plan_fbank_frames,
     plan_log_mel,
@@ -119,10 +120,9 @@ class PlannedFbank(Fbank):
         if (
             waveforms.dim() != 3
             or waveforms.shape[1] != 1
-            or not 0 < waveforms.shape[0] < 1 << 16
             or waveforms.dtype is not torch.float32
             or waveforms.get_device() != self._ordinal
-            or not 0 < fbank_frames(waveforms.shape[2]) < 1 << 20
+            or not fbank_takes(waveforms.shape[0], fbank_frames(waveforms.shape[2]))
         ):
             return super().__call__(waveforms)
         items, _, samples = waveforms.shape

@@ -45,6 +45,7 @@ from pyspk.candidate.framework import CONV_TAPS
 from pyspk.candidate.segdense import BATCHES, Area, DenseOxide, SegConvOxide
 from pyspk.cuda import CudaMath, CudaRuntime
 from pyspk.cuda.errors import InvalidArgument
+from pyspk.cuda.lifetime import PlanLifetime
 from pyspk.errors import (
     ClosedError,
     GeometryInvalid,
@@ -168,6 +169,22 @@ class PlannedModule(nn.Module):
     def close(self) -> None:
         """Frees the wrapper's plans (idempotent)."""
         raise NotImplementedError
+
+
+class _OnePlan(PlannedModule):
+    """A wrapper over one plan, `_plan` (None once closed)."""
+
+    _plan: PlanLifetime | None
+
+    @property
+    def closed(self) -> bool:
+        return self._plan is None
+
+    def close(self) -> None:
+        """Frees the plan (idempotent)."""
+        plan, self._plan = self._plan, None
+        if plan is not None:
+            plan.close()
 
 
 class _Planned(PlannedModule):

@@ -42,17 +42,12 @@ from pyspk.candidate.trunk import (
     TrunkWeights,
     plan_trunk,
 )
-from pyspk.candidate.trunk.pooling import (
-    POOL_MAX_FRAMES,
-    POOL_MAX_SPEAKERS,
-    StatsPoolPlan,
-    plan_stats_pool,
-)
+from pyspk.candidate.trunk.pooling import StatsPoolPlan, plan_stats_pool, pool_takes
 from pyspk.cuda import CudaRuntime
 from pyspk.cuda.errors import ClosedError, InvalidArgument
 from pyspk.cuda.math import CudaMath
 from pyspk.torch import (
-    PlannedModule,
+    _OnePlan,
     _ordinal,
     check_planned_call,
     shared_runtime,
@@ -231,7 +226,7 @@ class PlannedTrunk:
         return f"PlannedTrunk({self.math}, streams={len(self.plans)}, closed={self.closed})"
 
 
-class PlannedStatsPool(PlannedModule):
+class PlannedStatsPool(_OnePlan):
     """`forward(features, weights)` of a WeSpeaker ResNet's `pool`: features `(B, D, C,
     T)` and weights `(B, speakers, frames)` (or `(B, frames)`) float32 on `device` give
     `(B, speakers, 2 D C)` (or `(B, 2 D C)`), the weights first interpolated to T frames
@@ -260,11 +255,14 @@ class PlannedStatsPool(PlannedModule):
             and weights.dtype is torch.float32
             and features.get_device() == self._ordinal
             and weights.get_device() == self._ordinal
-            and 0 < features.shape[0] == weights.shape[0] < 1 << 16
-            and 0 < features.shape[3] <= POOL_MAX_FRAMES
-            and 0 < features.shape[1] * features.shape[2] < 1 << 24
-            and (weights.dim() == 2 or 0 < weights.shape[1] <= POOL_MAX_SPEAKERS)
+            and features.shape[0] == weights.shape[0]
             and weights.shape[-1] > 0
+            and pool_takes(
+                features.shape[0],
+                1 if weights.dim() == 2 else weights.shape[1],
+                features.shape[1] * features.shape[2],
+                features.shape[3],
+            )
         )
 
     def forward(self, features: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
@@ -293,13 +291,3 @@ class PlannedStatsPool(PlannedModule):
 
     def entries(self) -> str:
         return "spk_trunk_stats_pool"
-
-    @property
-    def closed(self) -> bool:
-        return self._plan is None
-
-    def close(self) -> None:
-        """Frees the plan (idempotent)."""
-        plan, self._plan = self._plan, None
-        if plan is not None:
-            plan.close()

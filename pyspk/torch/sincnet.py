@@ -18,7 +18,7 @@ from pyspk.candidate.sincnet.plan import SINC_POOL, SINC_STRIDE, sinc_pooled
 from pyspk.cuda.errors import ClosedError
 from pyspk.cuda.math import CudaMath
 from pyspk.torch import (
-    PlannedModule,
+    _OnePlan,
     _ordinal,
     check_planned_call,
     library_math,
@@ -60,7 +60,7 @@ def sinc_front_unsupported(encoder: nn.Module, pool: nn.Module) -> str | None:
     return None
 
 
-class PlannedSincFront(PlannedModule):
+class PlannedSincFront(_OnePlan):
     """`forward(x)` of `[batch, 1, samples]` float32 returns `pool(abs(encoder(x)))`,
     `[batch, 80, frames]`. Refuses, with `GeometryUnimplemented`, another stage.
     `served_batches`, when set, names the batch sizes the plan serves; a call of another
@@ -135,13 +135,3 @@ class PlannedSincFront(PlannedModule):
 
     def entries(self) -> str:
         return "spk_sinc_front"
-
-    @property
-    def closed(self) -> bool:
-        return self._plan is None
-
-    def close(self) -> None:
-        """Frees the plan (idempotent); `replan()` makes it again."""
-        plan, self._plan = self._plan, None
-        if plan is not None:
-            plan.close()

@@ -19,8 +19,8 @@ import numpy as np
 
 from pyspk.candidate.errors import GeometryInvalid, GeometryUnimplemented, WeightsOutOfContract
 from pyspk.candidate.framework import launchable_kernels
-from pyspk.cuda.buffers import FLOAT32, FLOAT64, INT32, device_address, source_and_target
-from pyspk.cuda.errors import BufferLayoutError, InvalidArgument
+from pyspk.cuda.buffers import FLOAT32, FLOAT64, INT32, kernel_addresses, source_and_target
+from pyspk.cuda.errors import InvalidArgument
 from pyspk.cuda.kernels import buffer_params
 from pyspk.cuda.lifetime import PlanLifetime
 from pyspk.cuda.manifest import KernelModule
@@ -33,6 +33,7 @@ __all__ = [
     "FbankFramesPlan",
     "LogMelPlan",
     "fbank_frames",
+    "fbank_takes",
     "mel_sums_len",
     "plan_fbank_frames",
     "plan_log_mel",
@@ -88,8 +89,13 @@ def mel_sums_len(items: int, frames: int) -> int:
     return items * -(-frames // MEL_FRAMES) * MEL_BINS
 
 
+def fbank_takes(items: int, frames: int) -> bool:
+    """Whether the kernels take a launch of `items` chunks of `frames` (their grids)."""
+    return 1 <= items < 1 << 16 and 1 <= frames < 1 << 20
+
+
 def _checked_items(items: int, frames: int, what: str) -> None:
-    if not 1 <= items < 1 << 16 or not 1 <= frames < 1 << 20:
+    if not fbank_takes(items, frames):
         raise InvalidArgument(
             f"{CONTEXT}: needs 1 <= items < 65536 and 1 <= frames < 2^20 ({what}), not "
             f"items={items}, frames={frames}"
@@ -199,16 +205,14 @@ class LogMelPlan(PlanLifetime):
         the runtime's."""
         _checked_items(items, frames, "frames of the transform")
         s_len, y_len = items * frames * FFT_BINS * 2, items * frames * MEL_BINS
-        ordinal, sums_len = self.runtime.ordinal, mel_sums_len(items, frames)
-        s_at, y_at = source_and_target(
-            CONTEXT, ordinal, ("spectrum", spectrum, s_len), ("y", y, y_len), 8
+        sums_len = mel_sums_len(items, frames)
+        s_at, y_at, sums_at = kernel_addresses(
+            CONTEXT,
+            self.runtime.ordinal,
+            [("spectrum", spectrum, s_len)],
+            [("y", y, y_len), ("sums", sums, sums_len, FLOAT64)],
+            8,
         )
-        sums_at = device_address(
-            sums, sums_len, CONTEXT, "sums", ordinal, writable=True, dtype=FLOAT64
-        )
-        for name, at, length in (("spectrum", s_at, 4 * s_len), ("y", y_at, 4 * y_len)):
-            if sums_at < at + length and at < sums_at + 8 * sums_len:
-                raise BufferLayoutError(CONTEXT, "sums", f"shares bytes with {name}")
         self._acquire()
         try:
             self._check_open()

@@ -13,14 +13,20 @@ library's is. Any tier: the kernel needs no tensor cores."""
 from __future__ import annotations
 
 from pyspk.candidate.framework import launchable_kernels
-from pyspk.cuda.buffers import source_and_target
+from pyspk.cuda.buffers import kernel_addresses
 from pyspk.cuda.errors import InvalidArgument
 from pyspk.cuda.kernels import buffer_params
 from pyspk.cuda.lifetime import PlanLifetime
 from pyspk.cuda.manifest import KernelModule
 from pyspk.cuda.runtime import CudaRuntime
 
-__all__ = ["POOL_MAX_FRAMES", "POOL_MAX_SPEAKERS", "StatsPoolPlan", "plan_stats_pool"]
+__all__ = [
+    "POOL_MAX_FRAMES",
+    "POOL_MAX_SPEAKERS",
+    "StatsPoolPlan",
+    "plan_stats_pool",
+    "pool_takes",
+]
 
 CONTEXT = "trunk stats pool plan"
 POOL_KERNEL = "spk_trunk_stats_pool"
@@ -37,6 +43,16 @@ SIGNATURE = (
     ("features", "u32"),
     ("frames", "u32"),
 )
+
+
+def pool_takes(items: int, speakers: int, features: int, frames: int) -> bool:
+    """Whether the kernel takes a launch of this size (its grid and indices)."""
+    return (
+        1 <= items < 1 << 16
+        and 1 <= speakers <= POOL_MAX_SPEAKERS
+        and 1 <= features < 1 << 24
+        and 1 <= frames <= POOL_MAX_FRAMES
+    )
 
 
 class StatsPoolPlan(PlanLifetime):
@@ -63,12 +79,7 @@ class StatsPoolPlan(PlanLifetime):
     ) -> None:
         """Queues the pooling of `items` chunks on `stream` (an int handle) or the
         runtime's."""
-        if not (
-            1 <= items < 1 << 16
-            and 1 <= speakers <= POOL_MAX_SPEAKERS
-            and 1 <= features < 1 << 24
-            and 1 <= frames <= POOL_MAX_FRAMES
-        ):
+        if not pool_takes(items, speakers, features, frames):
             raise InvalidArgument(
                 f"{CONTEXT}: needs 1 <= items < 65536, 1 <= speakers <= {POOL_MAX_SPEAKERS}, "
                 f"1 <= features < 2^24 and 1 <= frames <= {POOL_MAX_FRAMES}, not items={items}, "
@@ -77,8 +88,9 @@ class StatsPoolPlan(PlanLifetime):
         ordinal = self.runtime.ordinal
         x_len, w_len = items * features * frames, items * speakers * frames
         y_len = items * speakers * 2 * features
-        x_at, y_at = source_and_target(CONTEXT, ordinal, ("x", x, x_len), ("y", y, y_len), 4)
-        w_at, _ = source_and_target(CONTEXT, ordinal, ("w", w, w_len), ("y", y, y_len), 4)
+        x_at, w_at, y_at = kernel_addresses(
+            CONTEXT, ordinal, [("x", x, x_len), ("w", w, w_len)], [("y", y, y_len)], 4
+        )
         grid = (-(-features // POOL_ROWS), items, 1)
         self._acquire()
         try:
