@@ -153,13 +153,17 @@ def test_the_warpgroup_layout_holds_the_same_halves(site: TrunkSite) -> None:
     assert site.on_warpgroups(PtxTier.SM90) and not site.on_warpgroups(PtxTier.SM80)
 
 
-def test_only_the_strips_run_on_warpgroups() -> None:
+def test_only_the_3x3s_run_on_warpgroups() -> None:
     assert {s for s in TrunkSite if s.on_warpgroups(PtxTier.SM90)} == {
         TrunkSite.LAYER1_CONV,
         TrunkSite.LAYER2_CONV,
         TrunkSite.LAYER3_CONV,
         TrunkSite.LAYER4_CONV,
+        TrunkSite.LAYER2_DOWN,
+        TrunkSite.LAYER3_DOWN,
+        TrunkSite.LAYER4_DOWN,
     }
+    assert not any(s.on_warpgroups(PtxTier.SM80) for s in TrunkSite)
 
 
 def test_the_stem_packs_fp32_taps() -> None:

@@ -72,6 +72,7 @@ struct ConvShape {
     static constexpr u32 HOUT = (HIN + 2 * PAD - KS) / STRIDE + 1;
     static constexpr u32 WOUT = (WIN + 2 * PAD - KS) / STRIDE + 1;
     static constexpr u32 POS = HOUT * WOUT;  // output positions per item
+    static constexpr u32 BM = CONV_BM, BK = CONV_BK;  // (as trunkgroups.cuh sees them)
     static constexpr u32 K = KS * KS * CIN;
     static constexpr u32 KTILES = K / CONV_BK;
     static constexpr u32 CBLOCKS = CIN / CONV_BK;  // steps per tap
@@ -175,28 +176,9 @@ struct WarpTiles {
     static __device__ __forceinline__ u32 col0(u32 warp) { return (warp / S::WARPS_M) * 8 * NJ; }
 };
 
-// GroupTiles: wgmma (the sm90 tier's strips). The block's THREADS / 128 warpgroups split
-// its rows; a warpgroup owns GROUP_ROWS x BN as MI row tiles of 64 (warp w of the group
-// their rows 16 w .. 16 w + 15) by NT column tiles of NW, one wgmma m64nNWk16 each. NW
-// of at most 64 keeps a tile's fresh sums at 32 registers a thread.
-template <class S>
-struct GroupTiles {
-    static constexpr bool WGMMA = true;
-    static constexpr u32 GROUPS = S::THREADS / 128, GROUP_ROWS = CONV_BM / GROUPS;
-    static constexpr u32 MI = GROUP_ROWS / 64, NJ = S::BN / 8, ROW_STEP = 64;
-    static constexpr u32 NW = S::BN < 64 ? S::BN : 64, NT = S::BN / NW;
-    static constexpr u32 FRESH = NW / 8;  // 8-column tiles of a tile's fresh sums
-    // sets of a fragments in one-product kernels: two let a step's products run while
-    // the next step converts, where they fit (the 32-wide layer's four row tiles spill)
-    static constexpr u32 A_SETS = MI <= 2 ? 2 : 1;
-    static __device__ __forceinline__ u32 row0(u32 warp) {
-        return warp / 4 * GROUP_ROWS + warp % 4 * 16;
-    }
-    static __device__ __forceinline__ u32 col0(u32) { return 0; }
-    static_assert(S::THREADS % 128 == 0 && GROUP_ROWS % 64 == 0, "whole warpgroups of 64-row tiles");
-};
-
 }  // namespace spk
+
+#include "trunkgroups.cuh"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 
@@ -370,76 +352,9 @@ __device__ __forceinline__ void warp_products(float (&acc)[L::MI][L::NJ][4], con
     }
 }
 
-// One row tile's products of a warpgroup (GroupTiles) in a step: its warps' a fragment
-// a_hi (and a_lo) of the tile's rows, the step's weights at b_base (GroupTiles' layout:
-// the high plane, then with SPLIT the low one, BN * 32 bytes each). SPLIT sums each
-// column tile's three products in the fresh accumulator (the first product starts it),
-// waits, and adds it to the running sums, as warp_products does; without SPLIT the
-// products go straight into the running sums, and group_wait waits for them. Every warp
-// of the group calls both.
-template <class S, class L, bool SPLIT>
-__device__ __forceinline__ void group_products(float (&sums)[L::NJ][4],
-                                               float (&fresh)[SPLIT ? L::FRESH : 1][4], uint4 a_hi,
-                                               uint4 a_lo, saddr b_base);
-template <class L, bool SPLIT, u32 STEPS>
-__device__ __forceinline__ void group_wait(float (&acc)[L::MI][L::NJ][4], u32 step);
-#if defined(SPK_WGMMA)
-template <class S, class L, bool SPLIT>
-__device__ __forceinline__ void group_products(float (&sums)[L::NJ][4],
-                                               float (&fresh)[SPLIT ? L::FRESH : 1][4], uint4 a_hi,
-                                               uint4 a_lo, saddr b_base) {
-    // descriptors count 16-byte units: a column tile is NW / 8 core-matrix rows of 256 bytes
-    constexpr u64 TILE_STEP = L::FRESH * 256 / 16, LOW_PLANE = S::BN * 32 / 16;
-    const u64 high = wgmma_b_desc(b_base);
-    wgmma_fence();  // after this thread's writes of a_hi, a_lo and the sums
-#pragma unroll
-    for (u32 nt = 0; nt < L::NT; ++nt) {
-        float (&tile)[L::FRESH][4] = *reinterpret_cast<float(*)[L::FRESH][4]>(&sums[nt * L::FRESH]);
-        const u64 b = high + nt * TILE_STEP;
-        if constexpr (SPLIT) {
-            if (nt > 0) {
-                wgmma_fence();  // after the last tile's reads of the fresh sums
-            }
-            wgmma_f16<L::NW>(fresh, a_lo, b, 0);
-            wgmma_f16<L::NW>(fresh, a_hi, b + LOW_PLANE, 1);
-            wgmma_f16<L::NW>(fresh, a_hi, b, 1);
-            wgmma_commit();
-            wgmma_wait<0>();
-            register_fence(fresh);
-#pragma unroll
-            for (u32 j = 0; j < L::FRESH; ++j) {
-#pragma unroll
-                for (u32 e = 0; e < 4; ++e) {
-                    tile[j][e] += fresh[j][e];
-                }
-            }
-        } else {
-            wgmma_f16<L::NW>(tile, a_hi, b, 1);
-        }
-    }
-}
-template <class L, bool SPLIT, u32 STEPS>
-__device__ __forceinline__ void group_wait(float (&acc)[L::MI][L::NJ][4], u32 step) {
-    if constexpr (!SPLIT) {
-        // a stage's steps (unrolled) leave one group in flight while the next converts
-        // into the other set of a fragments; the stage's last waits for all, before
-        // its slot of the ring is refilled
-        wgmma_commit();
-        if (L::A_SETS == 1 || step + 1 == STEPS) {
-            wgmma_wait<0>();
-#pragma unroll
-            for (u32 mi = 0; mi < L::MI; ++mi) {
-                register_fence(acc[mi]);
-            }
-        } else if (step > 0) {
-            wgmma_wait<1>();
-        }
-    }
-}
-#endif
-
-// The warp layout of shape S's kernel in this compilation: warpgroups in the strips where
-// wgmma exists (the sm90 tier), mma.sync warps everywhere else.
+// The warp layout of shape S's kernel in this compilation: warpgroups in the 3x3s (the
+// strips and the stride-2 ones) where wgmma exists (the sm90 tier), mma.sync warps
+// everywhere else (the 1x1 shortcuts too).
 template <bool GROUPS, class S>
 struct TilesFor {
     using type = WarpTiles<S>;
@@ -450,7 +365,7 @@ struct TilesFor<true, S> {
 };
 #if defined(SPK_WGMMA)
 template <class S>
-using TierTiles = typename TilesFor<S::STRIP, S>::type;
+using TierTiles = typename TilesFor<S::KS == 3, S>::type;
 #else
 template <class S>
 using TierTiles = WarpTiles<S>;
@@ -604,7 +519,7 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
     float acc[MI][NJ][4];
     zero(acc);
     uint4 a_sets[SPLIT ? 1 : L::A_SETS][MI];
-    float fresh[SPLIT ? L::FRESH : 1][4];  // (GroupTiles, SPLIT) a tile's step
+    float fresh[SPLIT ? L::FRESH : 1][4];  // (GroupTiles, SPLIT) a tile's stage
     zero(fresh);
 #pragma unroll
     for (u32 j = 0; j < S::STAGES - 1; ++j) {
@@ -635,33 +550,37 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
             prefetch_rows<S, S::THREADS>(residual, m0, rows, n0, tid);
         }
         const u32 blocked_rows = dy == 0 ? edges : dy == S::KS - 1 ? edges >> 8 : 0;
+        if constexpr (L::WGMMA && SPLIT) {  // (GroupTiles) a stage's three steps at once
+            group_stage_split<S, L>(acc, fresh, a_stage, blocked_rows, edges, row0, g, t, row_scale);
+        } else {
 #pragma unroll(!SPLIT && L::A_SETS > 1 ? S::STEPS : 1)
-        for (u32 step = 0; step < S::STEPS; ++step) {
-            // rows whose tap (dy, dx = step) is outside the image (STRIP)
-            const u32 blocked =
-                (blocked_rows | (step == 0 ? edges >> 16 : step == 2 ? edges >> 24 : 0)) & 0xff;
-            // this lane's first fragment row (strip row r + dx), and the zero row, as
-            // byte addresses: each fragment row is a constant offset from the first, so
-            // its read takes one select (blocked or not) and an immediate offset
-            const saddr a_rows = a_stage + ((row0 + g + step) * S::A_STRIDE + 4 * t) * 4;
-            const saddr a_zero = a_stage + (S::ZERO_ROW * S::A_STRIDE + 4 * t) * 4;
-            const saddr b_base = a_stage + (S::A_SLOT_ROWS * S::A_STRIDE + step * S::BN * CONV_BK) * 4;
-            // (GroupTiles, one product) a step's a fragments alternate between
-            // A_SETS sets, so the next step's conversion overlaps this step's products
-            uint4(&a_hi)[MI] = a_sets[SPLIT ? 0 : step % L::A_SETS];
-            uint4 a_lo[SPLIT ? MI : 1];
+            for (u32 step = 0; step < S::STEPS; ++step) {
+                // rows whose tap (dy, dx = step) is outside the image (STRIP)
+                const u32 blocked =
+                    (blocked_rows | (step == 0 ? edges >> 16 : step == 2 ? edges >> 24 : 0)) & 0xff;
+                // this lane's first fragment row (strip row r + dx), and the zero row, as
+                // byte addresses: each fragment row is a constant offset from the first, so
+                // its read takes one select (blocked or not) and an immediate offset
+                const saddr a_rows = a_stage + ((row0 + g + step) * S::A_STRIDE + 4 * t) * 4;
+                const saddr a_zero = a_stage + (S::ZERO_ROW * S::A_STRIDE + 4 * t) * 4;
+                const saddr b_base = a_stage + (S::A_SLOT_ROWS * S::A_STRIDE + step * S::BN * CONV_BK) * 4;
+                // (GroupTiles, one product) a step's a fragments alternate between
+                // A_SETS sets, so the next step's conversion overlaps this step's products
+                uint4(&a_hi)[MI] = a_sets[SPLIT ? 0 : step % L::A_SETS];
+                uint4 a_lo[SPLIT ? MI : 1];
 #pragma unroll
-            for (u32 mi = 0; mi < MI; ++mi) {
-                row_fragment<S, L, SPLIT>(a_rows, a_zero, blocked, mi, row_scale[mi], a_hi[mi],
-                                          a_lo[SPLIT ? mi : 0]);
-                if constexpr (L::WGMMA) {  // each row tile's products as soon as it is converted
-                    group_products<S, L, SPLIT>(acc[mi], fresh, a_hi[mi], a_lo[SPLIT ? mi : 0], b_base);
+                for (u32 mi = 0; mi < MI; ++mi) {
+                    row_fragment<S, L, SPLIT>(a_rows, a_zero, blocked, mi, row_scale[mi], a_hi[mi],
+                                              a_lo[SPLIT ? mi : 0]);
+                    if constexpr (L::WGMMA) {  // each row tile's products as soon as it is converted
+                        group_products<S, L>(acc[mi], a_hi[mi], b_base);
+                    }
                 }
-            }
-            if constexpr (L::WGMMA) {
-                group_wait<L, SPLIT, S::STEPS>(acc, step);
-            } else {
-                warp_products<S, L, SPLIT>(acc, a_hi, a_lo, b_base, col0, g, t);
+                if constexpr (L::WGMMA) {
+                    group_wait<L, S::STEPS>(acc, step);
+                } else {
+                    warp_products<S, L, SPLIT>(acc, a_hi, a_lo, b_base, col0, g, t);
+                }
             }
         }
         if (S::TILES > 1 && ks == S::KSTAGES - 1 && j + 1 < stage_count) {

@@ -204,10 +204,10 @@ class TrunkSite(enum.Enum):
         return self.value.endswith("_shortcut")
 
     def on_warpgroups(self, tier: PtxTier) -> bool:
-        """Whether the site's kernel in `tier` runs on warpgroup MMA (wgmma): the
-        stride-1 3x3s (strips) of the sm90 tier, which read the weights in
-        `FoldedConv.packed`'s warpgroup layout."""
-        return tier is PtxTier.SM90 and self is not TrunkSite.STEM and self.shape.strip
+        """Whether the site's kernel in `tier` runs on warpgroup MMA (wgmma): the 3x3s
+        of the sm90 tier (the strips and each layer's stride-2 first convolution), which
+        read the weights in `FoldedConv.packed`'s warpgroup layout."""
+        return tier is PtxTier.SM90 and self is not TrunkSite.STEM and self.shape.ks == 3
 
     def launch(
         self, math: CudaMath | None = None, tier: PtxTier | None = None
