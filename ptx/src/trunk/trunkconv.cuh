@@ -33,8 +33,9 @@
 // below 2^-17 of it, fall into FP16's subnormals and keep fewer bits: their absolute
 // error stays below 2^-39 of the largest.
 //
-// Sums (SPLIT): each step's products go to a fresh accumulator that is then added to
-// the running sum in FP32 (round to nearest). The tensor cores align an mma's products to
+// Sums (SPLIT): each step's products (in the sm90 strips, each stage's three steps':
+// group_stage_split) go to a fresh accumulator that is then added to the running sum
+// in FP32 (round to nearest). The tensor cores align an mma's products to
 // its largest term, the accumulator included, and drop the bits below: adding straight
 // into a running sum that has grown over K = 288..2304 terms measured 9-13x cuDNN
 // FP32's error per layer with 3xTF32 (docs/performance.md). Plain adds straight into
