@@ -9,22 +9,20 @@ result:
 - Segmentation runs `segmentation_batch` chunks per forward (128 by default, where
   the LSTM's time per chunk levels off; see `SEGMENTATION_BATCH`), the pyspk plans
   serving a multiple of 32 as batch-32 enqueues; a file's last chunks run on the
-  smallest forward of 32, 64, ... chunks that holds them (`_chunks.segmentation_spans`),
-  not padded to a whole batch. The powerset-to-speakers conversion
-  stays on the GPU, where the embedding of the same chunks reads it.
+  smallest forward of 32, 64, ... chunks that holds them (`_chunks.segmentation_spans`).
+  The powerset-to-speakers conversion stays on the GPU, where the embeddings read it.
 - The embedding model runs its ResNet trunk once per chunk (`forward_frames`) and pools
   the chunk's three speaker masks together, 32 chunks a forward: the stock embeddings
   of each (chunk, speaker) pair, a third of the trunk's work.
 - The segmentation and the embedding run on two CUDA streams: the embedding of a
   batch overlaps the segmentation of the next. Each fixed-shape forward is captured
-  once as a CUDA graph and replayed (the last, partial batch padded with zeros);
-  WeSpeaker's fbank is replaced by `PlannedFbank` (`Fbank`'s operations on three kernel launches
-  around the FFT; `Fbank` itself where they cannot plan), which a graph can hold.
+  once as a CUDA graph and replayed (the last, partial batch padded with zeros), the
+  fbank on `PlannedFbank`'s kernels around the FFT (`Fbank` where they cannot plan).
 - The host counts speakers while the GPU still embeds, and the steps after the models
-  run as whole-array numpy (`pyspk.pyannote._steps`), with pyannote's results to the bit. The
-  clustering, agglomerative or VBx (community-1's), runs pyannote's own code with
-  pyspk's parts (`pyspk.pyannote._clustering`): the centroid linkage on the GPU, the embedding
-  filter and the constrained assignment of all chunks at once.
+  run as whole-array numpy (`pyspk.pyannote._steps`), with pyannote's results to the
+  bit. The clustering, agglomerative or VBx (community-1's), runs pyannote's own code
+  with pyspk's parts (`pyspk.pyannote._clustering`): the centroid linkage on the GPU,
+  the embedding filter and the constrained assignment of all chunks at once.
 - In TF32 math the library's own convolutions, LSTM and matrix products run in TF32
   too, within the engine's calls only (pyannote.audio switches TF32 off globally for
   every pipeline); FP32 math keeps them FP32. The caller's switches are restored.
@@ -105,8 +103,7 @@ class _Queued:
     embeddings: Any = None
     masks_copied: Any = None
     embeddings_copied: Any = None
-    began: float = 0.0
-    """When the host finished queueing the GPU's first work (perf_counter)."""
+    began: float = 0.0  # when the host had queued the GPU's first work (perf_counter)
 
 
 def _recorded(stream: torch.cuda.Stream, timing: bool = True) -> torch.cuda.Event:
@@ -164,29 +161,33 @@ class Engine:
         self._give_back = weakref.finalize(self, STREAMS.give_back, [*self._streams])
         window = self._segmentation_model.audio.get_num_samples(inference.duration)
         started = time.perf_counter()
-        with torch.inference_mode(), library_math(self.math), torch.cuda.device(self.device):
-            self._fbank = planned_fbank(self._embedding_model, self.device)
-            # frames of the segmentation's output per chunk: what the masks have
-            self._mask_frames = self._segmentation_model.num_frames(window)
-            for size in _chunks.segmentation_sizes(segmentation_batch):
-                self._segments[size] = Forward(
-                    "segmentation" if size == segmentation_batch else f"segmentation {size}",
-                    self._segment_eager,
-                    [(size, 1, window)],
+        try:
+            with torch.inference_mode(), library_math(self.math), torch.cuda.device(self.device):
+                self._fbank = planned_fbank(self._embedding_model, self.device)
+                # frames of the segmentation's output per chunk: what the masks have
+                self._mask_frames = self._segmentation_model.num_frames(window)
+                for size in _chunks.segmentation_sizes(segmentation_batch):
+                    self._segments[size] = Forward(
+                        "segmentation" if size == segmentation_batch else f"segmentation {size}",
+                        self._segment_eager,
+                        [(size, 1, window)],
+                        self.device,
+                        graphs,
+                        seg_stream,
+                        share=self._segments.get(segmentation_batch),
+                    )
+                self._embed = Forward(
+                    "embedding",
+                    self._embed_eager,
+                    [(embedding_batch, 1, window), (embedding_batch, 3, self._mask_frames)],
                     self.device,
                     graphs,
-                    seg_stream,
-                    share=self._segments.get(segmentation_batch),
+                    emb_stream,
                 )
-            self._embed = Forward(
-                "embedding",
-                self._embed_eager,
-                [(embedding_batch, 1, window), (embedding_batch, 3, self._mask_frames)],
-                self.device,
-                graphs,
-                emb_stream,
-            )
-            torch.cuda.synchronize()
+                torch.cuda.synchronize()
+        except BaseException:  # nothing half-made stays: the plans, forwards, streams
+            self.close()
+            raise
         self.prepare_seconds = time.perf_counter() - started
 
     # -- what it serves ---------------------------------------------------------------

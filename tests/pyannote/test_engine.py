@@ -264,3 +264,61 @@ def test_a_file_the_device_or_host_cannot_hold_is_refused_first(monkeypatch):
         check(needed - gib // 2 - 1, outputs)
     with pytest.raises(TooLongError, match=r"long \(1\.0 h\) needs 0\.1 GB on host"):
         check(needed, outputs - 1)
+
+
+class _Part:
+    """A stand-in for one thing the engine makes (a plan, a forward): records its close."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        self.args, self.closed = args, False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_an_engine_that_fails_to_prepare_closes_what_it_made(monkeypatch):
+    """An error while the engine prepares (here its embedding forward, after the
+    linkage, the fbank and the segmentation forwards) closes everything made before it
+    and gives its streams back: a caller that retries, say with a smaller batch, gets
+    their memory back at once, not when the collector runs."""
+    import contextlib
+
+    import torch
+
+    from pyspk.pyannote import engine
+
+    made: list[_Part] = []
+    given_back: list[list] = []
+
+    def part(*args, **kwargs) -> _Part:
+        if args and args[0] == "embedding":
+            raise RuntimeError("the embedding forward failed")
+        made.append(_Part(*args, **kwargs))
+        return made[-1]
+
+    streams = types.SimpleNamespace(
+        take=lambda device, count: [object() for _ in range(count)],
+        give_back=given_back.append,
+    )
+    monkeypatch.setattr(engine.Engine, "_unserved", staticmethod(lambda pipeline: None))
+    monkeypatch.setattr(engine, "shared_runtime", lambda device: None)
+    monkeypatch.setattr(engine, "STREAMS", streams)
+    for name in ("DeviceLinkage", "planned_fbank", "Forward"):
+        monkeypatch.setattr(engine, name, part)
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    model = types.SimpleNamespace(
+        audio=types.SimpleNamespace(get_num_samples=lambda duration: 160_000),
+        num_frames=lambda samples: 589,
+    )
+    pipeline = types.SimpleNamespace(
+        _segmentation=types.SimpleNamespace(
+            device=torch.device("cpu"), model=model, conversion=None, duration=10.0
+        ),
+        _embedding=types.SimpleNamespace(model_=None),
+    )
+    with pytest.raises(RuntimeError, match="the embedding forward failed"):
+        engine.Engine(pipeline, "fp32")
+    # the linkage, the fbank and the segmentation's forwards (128, 64 and 32 chunks)
+    assert len(made) == 2 + len(engine._chunks.segmentation_sizes(engine.SEGMENTATION_BATCH))
+    assert all(made_part.closed for made_part in made)
+    assert len(given_back) == 1 and len(given_back[0]) == 2
