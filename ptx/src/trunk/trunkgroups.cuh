@@ -1,4 +1,4 @@
-// The trunk strips' warpgroup layout and products on Hopper's wgmma (the sm90 tier):
+// The trunk 3x3s' warpgroup layout and products on Hopper's wgmma (the sm90 tier):
 // GroupTiles, the one-product step (group_products, group_wait) and the three-product
 // stage (group_stage_split). trunkconv.cuh's trunk_conv runs them where SPK_WGMMA is
 // defined; elsewhere only the declarations exist, and no kernel calls them.
@@ -10,7 +10,7 @@
 
 namespace spk {
 
-// GroupTiles: wgmma (the sm90 tier's strips). The block's THREADS / 128 warpgroups split
+// GroupTiles: wgmma (the sm90 tier's 3x3s, strips and stride 2). The block's THREADS / 128 warpgroups split
 // its rows; a warpgroup owns GROUP_ROWS x BN as MI row tiles of 64 (warp w of the group
 // their rows 16 w .. 16 w + 15) by NT column tiles of NW, one wgmma m64nNWk16 each. NW
 // of at most 64 keeps a tile's fresh sums at 32 registers a thread.
@@ -31,7 +31,6 @@ struct GroupTiles {
     static_assert(S::THREADS % 128 == 0 && GROUP_ROWS % 64 == 0, "whole warpgroups of 64-row tiles");
 };
 
-
 // (trunkconv.cuh) this lane's a fragment of row tile mi in a step, converted to FP16
 template <class S, class L, bool SPLIT>
 __device__ __forceinline__ void row_fragment(saddr a_rows, saddr a_zero, u32 blocked, u32 mi,
@@ -45,7 +44,7 @@ template <class S, class L>
 __device__ __forceinline__ void group_products(float (&sums)[L::NJ][4], uint4 a_hi, saddr b_base);
 template <class L, u32 STEPS>
 __device__ __forceinline__ void group_wait(float (&acc)[L::MI][L::NJ][4], u32 step);
-// A stage of a strip (GroupTiles, SPLIT), its three steps' products at once.
+// A stage's products (GroupTiles, SPLIT: a strip's three steps, a stride-2 stage's one).
 template <class S, class L>
 __device__ __forceinline__ void group_stage_split(float (&acc)[L::MI][L::NJ][4],
                                                   float (&fresh)[L::FRESH][4], saddr a_stage,
@@ -83,12 +82,12 @@ __device__ __forceinline__ void group_wait(float (&acc)[L::MI][L::NJ][4], u32 st
     }
 }
 
-// A stage of a strip (GroupTiles, SPLIT): per row tile and column tile, the three
-// steps' three products in one fresh sum, added to the running sums once: one wait per
-// stage and tile where a wait per step drained the pipe three times as often. With one
-// row tile a_hi alternates between two sets, so the next step converts while this step's
-// a_hi products run; with two (the 64-wide layer) the second set spilled, so each step
-// waits for its products before the next converts.
+// A stage (GroupTiles, SPLIT): per row tile and column tile, the stage's steps' three
+// products (a strip's three steps, a stride-2 3x3's one) in one fresh sum, added to the
+// running sums once: in the strips one wait a stage and tile, where a wait per step
+// drained the pipe three times as often. With one row tile a_hi alternates between two
+// sets, so the next step converts while this step's a_hi products run; with two (the
+// 64-wide layers) the second set spilled, so each step waits before the next converts.
 template <class S, class L>
 __device__ __forceinline__ void group_stage_split(float (&acc)[L::MI][L::NJ][4],
                                                   float (&fresh)[L::FRESH][4], saddr a_stage,
