@@ -205,8 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 entries[-1]["embeddings_clustered"] = counter.count()
         return seconds, entries
 
-    warm = {"waveform": torch.from_numpy(recording(60, seed=99).waveform)[None],
-            "sample_rate": 16000, "uri": "warm"}  # fmt: skip
+    warm = recording(60, seed=99).as_file("warm")
     pipeline(warm)
     stock_rttms: dict[str, str] = {}
     clustered: list[int] = []

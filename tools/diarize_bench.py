@@ -214,14 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         recordings[length] = recording(length, seed=args.seed)
         print(f"recording {length:g} s made in {time.perf_counter() - made:.1f} s", flush=True)
 
-    def as_file(rec: Any, uri: str) -> dict:
-        return {
-            "waveform": torch.from_numpy(rec.waveform)[None],
-            "sample_rate": rec.sample_rate,
-            "uri": uri,
-        }
-
-    warm = as_file(recording(60, seed=args.seed + 100), "warm-up")
+    warm = recording(60, seed=args.seed + 100).as_file("warm-up")
     der = DiarizationErrorRate()
     runs: list[dict] = []
     prepare: dict[str, float] = {}
@@ -237,7 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 stock_steps.run(warm)
                 stock_results = {}
                 for length, rec in recordings.items():
-                    file = as_file(rec, f"synthetic-{length:g}s")
+                    file = rec.as_file(f"synthetic-{length:g}s")
                     scores.clear()
                     torch.cuda.reset_peak_memory_stats()
                     output, steps, seconds = stock_steps.run(file)
@@ -291,7 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     engines[f"{shape} {math} {arm}"] = engine.describe()
                     pipeline(warm)
                     for length, rec in recordings.items():
-                        file = as_file(rec, f"synthetic-{length:g}s")
+                        file = rec.as_file(f"synthetic-{length:g}s")
                         torch.cuda.synchronize()
                         torch.cuda.reset_peak_memory_stats()
                         started = time.perf_counter()

@@ -114,14 +114,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     segmentation = offline.segmentation_3_0(seed=0, fit_to=fit, device=device)
     embedding = offline.wespeaker_resnet34(seed=1)
     pipeline = offline.offline_pipeline(segmentation, embedding).to(device)
-    rec = recording(args.length, seed=0)
-    file = {
-        "waveform": torch.from_numpy(rec.waveform)[None],
-        "sample_rate": rec.sample_rate,
-        "uri": "profiled",
-    }
-    warm = recording(60, seed=100)
-    warm_file = {**file, "waveform": torch.from_numpy(warm.waveform)[None], "uri": "warm"}
+    file = recording(args.length, seed=0).as_file("profiled")
+    warm_file = recording(60, seed=100).as_file("warm")
     lines = [f"# GPU kernels of one {args.length:g} s recording, accelerated, agglomerative", ""]
     for name in args.math:
         math = CudaMath.parse(name)

@@ -87,12 +87,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     made = time.perf_counter()
     rec = recording(seconds, seed=args.seed)
     print(f"recording of {args.hours:g} h made in {time.perf_counter() - made:.1f} s", flush=True)
-    file = {"waveform": torch.from_numpy(rec.waveform)[None], "sample_rate": 16000, "uri": "long"}
-    warm = {
-        "waveform": torch.from_numpy(recording(60, seed=args.seed + 100).waveform)[None],
-        "sample_rate": 16000,
-        "uri": "warm-up",
-    }
+    file = rec.as_file("long")
+    warm = recording(60, seed=args.seed + 100).as_file("warm-up")
     with pa.accelerate_pipeline(pipeline, args.math) as acceleration:
         pipeline(warm)
         torch.cuda.synchronize()

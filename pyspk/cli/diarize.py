@@ -508,18 +508,8 @@ def _demo(args: argparse.Namespace) -> int:
     )
     segmentation = pa.segmentation_3_0(seed=0, fit_to=recording(400, seed=11), device=device)
     pipeline = pa.offline_pipeline(segmentation, pa.wespeaker_resnet34(seed=1)).to(device)
-    demo = recording(args.seconds, seed=0)
-    file = {
-        "waveform": torch.from_numpy(demo.waveform)[None],
-        "sample_rate": demo.sample_rate,
-        "uri": "demo",
-    }
-    warm = recording(30, seed=1)
-    warm_file = {
-        "waveform": torch.from_numpy(warm.waveform)[None],
-        "sample_rate": 16000,
-        "uri": "warm-up",
-    }
+    file = recording(args.seconds, seed=0).as_file("demo")
+    warm_file = recording(30, seed=1).as_file("warm-up")
     results: dict[str, tuple[float, Any]] = {}
 
     def timed(label: str) -> None:

@@ -44,6 +44,17 @@ class Recording:
     def seconds(self) -> float:
         return len(self.waveform) / self.sample_rate
 
+    def as_file(self, uri: str) -> dict:
+        """The recording as an in-memory pyannote file named `uri`: its samples as a
+        `(1, samples)` float32 tensor (sharing this array's memory) and its rate."""
+        import torch
+
+        return {
+            "waveform": torch.from_numpy(self.waveform)[None],
+            "sample_rate": self.sample_rate,
+            "uri": uri,
+        }
+
     def overlap_seconds(self) -> float:
         """Seconds during which two or more voices speak."""
         active = np.zeros(len(self.waveform) // 160 + 1, dtype=np.int32)  # 10 ms frames

@@ -20,8 +20,7 @@ def synthetic_file(torch: Any, seconds: float, seed: int) -> dict:
     """`pyspk.testing.synthetic.recording(seconds, seed)` as an in-memory pyannote file."""
     from pyspk.testing.synthetic import recording
 
-    made = recording(seconds, seed=seed)
-    return {"waveform": torch.from_numpy(made.waveform)[None], "sample_rate": 16000, "uri": "t"}
+    return recording(seconds, seed=seed).as_file("t")
 
 
 def tracks(output: Any) -> list:

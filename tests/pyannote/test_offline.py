@@ -83,8 +83,7 @@ def test_written_folder_loads_as_a_pretrained_pipeline(models, plda_folder, tmp_
         assert mine.keys() == stock.keys()
         assert all(torch.equal(mine[key], stock[key]) for key in mine)
     assert np.array_equal(loaded.clustering.plda.phi, built.clustering.plda.phi)
-    audio = recording(15, seed=3)
-    file = {"waveform": torch.from_numpy(audio.waveform)[None], "sample_rate": 16000, "uri": "t"}
+    file = recording(15, seed=3).as_file("t")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         outputs = [pipeline(dict(file)) for pipeline in (loaded, built)]
