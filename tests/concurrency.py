@@ -29,3 +29,11 @@ def on_two_streams(torch, call: Callable, inputs: list, repeats: int = 3) -> lis
 
     run_together(work, [(index,) for index in range(len(inputs))])
     return [got[index] for index in range(len(inputs))]
+
+
+def assert_serial_bits_on_two_streams(torch, call: Callable, inputs: list) -> None:
+    """`call(x)` on each of two `inputs` at once (`on_two_streams`) gives, every time,
+    the bits it gives on its own first on the caller's stream."""
+    serial = [call(x) for x in inputs]
+    for index, results in enumerate(on_two_streams(torch, call, inputs)):
+        assert all(torch.equal(y, serial[index]) for y in results), f"input {index}"

@@ -91,14 +91,11 @@ def test_a_graph_replays_the_eager_bits(torch, model) -> None:
 
 def test_two_threads_on_two_streams_get_their_own_bits(torch, model) -> None:
     from pyspk.pyannote.fbank import PlannedFbank
-    from tests.concurrency import on_two_streams
+    from tests.concurrency import assert_serial_bits_on_two_streams
 
     fbank = PlannedFbank(model, torch.device("cuda"))
     xs = [waveforms(torch, 24, seed=5), waveforms(torch, 9, seed=6)]
-    serial = [planned(torch, fbank, x) for x in xs]
-    got = on_two_streams(torch, lambda x: planned(torch, fbank, x), xs)
-    for index in range(2):
-        assert all(torch.equal(y, serial[index]) for y in got[index])
+    assert_serial_bits_on_two_streams(torch, lambda x: planned(torch, fbank, x), xs)
     fbank.close()
 
 

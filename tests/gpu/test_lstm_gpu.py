@@ -98,14 +98,11 @@ def test_a_graph_replays_the_eager_bits(torch, lstm) -> None:
 
 def test_two_threads_on_two_streams_get_their_own_bits(torch, lstm) -> None:
     from pyspk.torch.lstm import PlannedLSTM
-    from tests.concurrency import on_two_streams
+    from tests.concurrency import assert_serial_bits_on_two_streams
 
     module = PlannedLSTM(lstm)
     xs = [inputs(torch, 24, seed=4), inputs(torch, 9, seed=5)]
-    serial = [planned(torch, module, x) for x in xs]
-    got = on_two_streams(torch, lambda x: planned(torch, module, x), xs)
-    for index in range(2):
-        assert all(torch.equal(y, serial[index]) for y in got[index])
+    assert_serial_bits_on_two_streams(torch, lambda x: planned(torch, module, x), xs)
     module.close()
 
 

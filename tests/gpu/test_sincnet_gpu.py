@@ -105,14 +105,11 @@ def test_a_graph_replays_the_eager_bits(torch, stage) -> None:
 
 def test_two_threads_on_two_streams_get_their_own_bits(torch, stage) -> None:
     from pyspk.torch.sincnet import PlannedSincFront
-    from tests.concurrency import on_two_streams
+    from tests.concurrency import assert_serial_bits_on_two_streams
 
     front = PlannedSincFront(*stage)
     xs = [inputs(torch, 24, seed=4), inputs(torch, 9, seed=5)]
-    serial = [planned(torch, front, x) for x in xs]
-    got = on_two_streams(torch, lambda x: planned(torch, front, x), xs)
-    for index in range(2):
-        assert all(torch.equal(y, serial[index]) for y in got[index])
+    assert_serial_bits_on_two_streams(torch, lambda x: planned(torch, front, x), xs)
     front.close()
 
 

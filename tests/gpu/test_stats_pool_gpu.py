@@ -131,16 +131,13 @@ def test_a_graph_replays_the_eager_bits(torch, pool) -> None:
 
 def test_two_threads_on_two_streams_get_their_own_bits(torch, pool) -> None:
     from pyspk.torch.resnet import PlannedStatsPool
-    from tests.concurrency import on_two_streams
+    from tests.concurrency import assert_serial_bits_on_two_streams
 
     module = PlannedStatsPool(pool)
     pairs = [
         (features(torch, n, seed), masks(torch, n, seed + 1)) for n, seed in ((24, 11), (9, 13))
     ]
-    serial = [planned(torch, module, *pair) for pair in pairs]
-    got = on_two_streams(torch, lambda pair: planned(torch, module, *pair), pairs)
-    for index in range(2):
-        assert all(torch.equal(y, serial[index]) for y in got[index])
+    assert_serial_bits_on_two_streams(torch, lambda pair: planned(torch, module, *pair), pairs)
     module.close()
 
 
