@@ -311,11 +311,13 @@ def test_integer_samples_are_refused_as_stock_refuses_them(torch, pyannote, pipe
     assert errors[0] is not None and errors[0] == errors[1]
 
 
-def _free_device_memory(torch) -> int:
-    """Free bytes on the device once the collector and the allocator's cache let go."""
+def _free_device_memory(torch, collect: bool = True) -> int:
+    """Free bytes on the device once the allocator's cache (and, with `collect`, the
+    collector) let go."""
     import gc
 
-    gc.collect()
+    if collect:
+        gc.collect()
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     return torch.cuda.mem_get_info()[0]
@@ -372,18 +374,19 @@ def test_an_engine_that_fails_to_prepare_gives_its_memory_back_at_once(
     # the first failed engine left 34 MiB less free memory, the next four none
     failed_engine()
     failed_engine()
-    before = _free_device_memory(torch)
-    idle = len(STREAMS._idle.get(torch.device("cuda", 0), []))
+
+    def idle_streams() -> int:
+        return len(STREAMS._idle.get(torch.device("cuda", 0), []))
+
+    before, idle = _free_device_memory(torch), idle_streams()
     gc.disable()
     try:
         for _ in range(3):
             failed_engine()
-            torch.cuda.synchronize()
-            torch.cuda.empty_cache()
-            after = torch.cuda.mem_get_info()[0]
+            after = _free_device_memory(torch, collect=False)
             print(f"free device memory: {before / 2**20:.1f} MiB, after {after / 2**20:.1f} MiB")
             assert before - after <= 4 * 2**20
-            assert len(STREAMS._idle.get(torch.device("cuda", 0), [])) == idle
+            assert idle_streams() == idle
     finally:
         gc.enable()
 
