@@ -3,7 +3,8 @@
 accelerated engines taking them in turn), in one process.
 
     PYTHONPATH=. python3 tools/corpus_bench.py [--hours 10] [--out benchmarks]
-        [--shape community-1] [--math fp32 tf32] [--engines 2 3] [--work DIR]
+        [--shape community-1] [--math fp32 tf32] [--engines 2 3] [--turns off on]
+        [--work DIR]
 
 The corpus: synthetic conversations (`pyspk.testing.synthetic.recording`, 4 voices each,
 heard by neither calibration) written as WAV files, lengths drawn like VoxConverse's
@@ -16,7 +17,9 @@ clustering kept (outside its timing). Each run records whether every annotation 
 RTTM text) equals the stock one, and the peaks of host memory (the process's resident
 set) and of device memory in use, sampled every 50 ms. Writes <device>-corpus.md and
 .json into --out; runs of another shape already there on the same corpus are kept, so
-one file holds both shapes.
+one file holds both shapes. Corpus mode runs an arm per --engines value and per --turns
+value: the engines' files side by side on the GPU (off) or in turns (on,
+`pyspk.pyannote.DeviceTurns`).
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="cpu: a smoke run (--math with no value: stock)")  # fmt: skip
     parser.add_argument("--engines", type=int, nargs="+", default=[2],
                         help="corpus mode's engines: a corpus arm per value")  # fmt: skip
+    parser.add_argument("--turns", nargs="+", choices=["off", "on"], default=["off"],
+                        help="corpus mode's GPU queue: an arm per value")  # fmt: skip
     parser.add_argument("--work", type=Path, default=None,
                         help="where the audio and RTTM files go (default: a new temporary "
                         "folder); audio already there for the same lengths is reused")  # fmt: skip
@@ -205,6 +210,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                 entries[-1]["embeddings_clustered"] = counter.count()
         return seconds, entries
 
+    def corpus_arm(math: str, engines: int, turns: bool) -> None:
+        out = outputs / f"corpus-{math}-{engines}{'-turns' if turns else ''}"
+        synchronize()
+        with PeakMemory(device_used) as peak:
+            started = time.perf_counter()
+            corpus = pa.diarize_corpus(
+                pipeline, [folder], out, math=math, engines=engines, turns=turns, progress=None
+            )
+            seconds = time.perf_counter() - started
+        lines = (out / "manifest.jsonl").read_text().splitlines()
+        manifest = [json.loads(line) for line in lines]
+        run = record("corpus", math, seconds, out, manifest, peak)
+        run.update(engines=engines, turns=turns, setup_seconds=corpus.setup_seconds)
+        run["rtfx_after_setup"] = audio_seconds / (seconds - corpus.setup_seconds)
+
     warm = recording(60, seed=99).as_file("warm")
     pipeline(warm)
     stock_rttms: dict[str, str] = {}
@@ -226,20 +246,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             stock_rttms = rttms(outputs / f"sequential-{math}")
         record("sequential", math, seconds, outputs / f"sequential-{math}", entries, peak)
         for engines in args.engines:
-            out = outputs / f"corpus-{math}-{engines}"
-            synchronize()
-            with PeakMemory(device_used) as peak:
-                started = time.perf_counter()
-                corpus = pa.diarize_corpus(
-                    pipeline, [folder], out, math=math, engines=engines, progress=None
-                )
-                seconds = time.perf_counter() - started
-            lines = (out / "manifest.jsonl").read_text().splitlines()
-            manifest = [json.loads(line) for line in lines]
-            run = record("corpus", math, seconds, out, manifest, peak)
-            run["engines"] = engines
-            run["setup_seconds"] = corpus.setup_seconds
-            run["rtfx_after_setup"] = audio_seconds / (seconds - corpus.setup_seconds)
+            for turns in args.turns:
+                corpus_arm(math, engines, turns == "on")
     name = torch.cuda.get_device_name(device) if on_gpu else "cpu"
     slug = device_slug(name)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -277,7 +285,8 @@ def _markdown(meta: dict, runs: list[dict], hours: float) -> str:
         f"{sorted(drawn)[len(drawn) // 2]:.0f} s; synthetic conversations of "
         f"{meta['voices_per_file']} voices the calibrations never heard), read from disk, "
         "RTTM files written; one process, one GPU, each shape's arms in one process. "
-        "Corpus mode: `diarize_corpus`, files decoded ahead, N engines. Peaks: the "
+        "Corpus mode: `diarize_corpus`, files decoded ahead, N engines, their files side "
+        "by side on the GPU or in turns (`DeviceTurns`). Peaks: the "
         f"process's resident set and the device's memory in use, sampled every "
         f"{meta['memory_sampling_s'] * 1000:.0f} ms.",
         "",
@@ -290,20 +299,27 @@ def _markdown(meta: dict, runs: list[dict], hours: float) -> str:
         )
     lines += [
         "",
-        "| clustering | path | math | engines | seconds | x real time | of it, setup (s) "
-        "| x real time after setup | host peak (GB) | device peak (GB) | identical to stock "
-        "| failed |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| clustering | path | math | engines | GPU queue | seconds | x real time "
+        "| of it, setup (s) | x real time after setup | host peak (GB) | device peak (GB) "
+        "| identical to stock | failed |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
         lines.append(
             f"| {run['clustering']} | {run['path']} | {run['math']} | {run.get('engines', 1)} "
-            f"| {run['seconds']:.2f} | {run['rtfx']:.0f} | {run.get('setup_seconds', 0.0):.2f} "
+            f"| {_queue(run)} | {run['seconds']:.2f} | {run['rtfx']:.0f} "
+            f"| {run.get('setup_seconds', 0.0):.2f} "
             f"| {run.get('rtfx_after_setup', run['rtfx']):.0f} | {run['host_peak_gb']:.2f} "
             f"| {run['device_peak_gb']:.2f} | {'yes' if run['identical_to_stock'] else 'no'} "
             f"| {run['failed']} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _queue(run: dict) -> str:
+    if run["path"] != "corpus":
+        return ""
+    return "in turns" if run.get("turns") else "side by side"
 
 
 if __name__ == "__main__":

@@ -49,6 +49,7 @@ from pyspk.cuda import CudaMath
 from pyspk.cuda.errors import InvalidArgument
 from pyspk.errors import PlanError, run_all
 from pyspk.pyannote._chunks import segmentation_sizes
+from pyspk.pyannote._turns import DeviceTurns
 from pyspk.pyannote.corpus import diarize_corpus, diarize_corpus_on_dask
 from pyspk.pyannote.engine import (
     EMBEDDING_BATCH,
@@ -89,6 +90,7 @@ __all__ = [
     "TF32_SEGMENTATION_BATCH",
     "Acceleration",
     "ChunkEmbeddings",
+    "DeviceTurns",
     "PipelineAcceleration",
     "accelerate",
     "accelerate_pipeline",
@@ -485,6 +487,7 @@ class PipelineAcceleration:
         overlap: bool,
         segmentation_plans: bool | None,
         lstm: bool | None = None,
+        turns: DeviceTurns | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.math = CudaMath.parse(math)
@@ -518,6 +521,7 @@ class PipelineAcceleration:
                 batches=(segmentation_batch, batch_size),
                 graphs=graphs,
                 overlap=overlap,
+                turns=turns,
             )
             self._steps.append(self.engine.close)
             before = pipeline.__dict__.get("apply")  # an instance apply of the caller's
@@ -550,6 +554,7 @@ def accelerate_pipeline(
     overlap: bool = True,
     segmentation_plans: bool | None = None,
     lstm: bool | None = None,
+    turns: DeviceTurns | None = None,
 ) -> PipelineAcceleration:
     """Puts `pipeline` (a pyannote `SpeakerDiarization` already on its CUDA device) on
     pyspk: its `apply` on the diarization engine (`pyspk.pyannote.engine`: `segmentation_batch`
@@ -569,7 +574,19 @@ def accelerate_pipeline(
     engine gives the stock segmentation's bits, and the stock annotation. `lstm=True`
     asks for the segmentation on plans with its LSTM on pyspk's kernel in FP32 math too
     (`accelerate`'s `lstm`): more exact than cuDNN FP32 against float64 and faster, but
-    not the stock annotation (its DER against stock: `benchmarks/h200-diarization-lstm.md`)."""
+    not the stock annotation (its DER against stock: `benchmarks/h200-diarization-lstm.md`).
+
+    `turns` (a `DeviceTurns`, one per GPU) queues this pipeline's files on the device in
+    turn with the other pipelines given the same: for engines on threads of one process,
+    as corpus mode's (`diarize_corpus(..., turns=True)`)."""
     return PipelineAcceleration(
-        pipeline, math, batch_size, segmentation_batch, graphs, overlap, segmentation_plans, lstm
+        pipeline,
+        math,
+        batch_size,
+        segmentation_batch,
+        graphs,
+        overlap,
+        segmentation_plans,
+        lstm,
+        turns,
     )

@@ -1,13 +1,17 @@
 """The engine's chunk arithmetic, as pure functions: how many chunks pyannote's
 `Inference.slide` cuts from a waveform, the padded length that holds them all, which
 segmentation forward runs which chunks, and which embedding batches can run once the
-segmentation has reached a chunk."""
+segmentation has reached a chunk, and the check that the chunks are the stock crops."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
+
+from pyspk.cuda.errors import InvalidArgument
 
 __all__ = [
+    "check_crops",
     "chunk_count",
     "embedding_spans",
     "padded_length",
@@ -69,3 +73,17 @@ def segmentation_spans(total: int, sizes: Sequence[int]) -> list[tuple[int, int,
     if whole < total:
         spans.append((whole, total, min(size for size in sizes if size >= total - whole)))
     return spans
+
+
+def check_crops(audio: Any, window: Any, total: int, step: int, rate: int) -> None:
+    """Refuses chunks that are not the stock embeddings' crops. Those crop chunk c of
+    `window` (a `SlidingWindow`) at `audio.get_num_samples(start, rate)` of the same
+    waveform, the engine's chunks are views at c * `step`: they agree wherever the chunk
+    start times are whole samples, as with pyannote's 1 s step."""
+    for chunk in (0, total - 1):
+        start = audio.get_num_samples(window[chunk].start, rate)
+        if start != chunk * step:
+            raise InvalidArgument(
+                f"pyspk engine: chunk {chunk} starts at sample {start}, not "
+                f"{chunk * step}; the step {window.step} s is no whole number of samples"
+            )

@@ -8,7 +8,8 @@ JSON-lines manifest of what was done, and a rerun that skips it.
   diarizing while the next are planned and captured): one
   file's clustering, reconstruction and RTTM run on the host while the next file's
   models run on the GPU, and the engines' GPU passes (one math: `library_math` scopes
-  of one math run together) overlap each other. Each file's output is the one the
+  of one math run together) overlap each other, or with `turns` queue on the GPU one
+  file after another (`pyspk.pyannote._turns`). Each file's output is the one the
   pipeline gives it alone (the copies hold the same weights, and no kernel's result
   depends on what runs beside it).
 - `diarize_corpus_on_dask`: the same files as tasks of a `dask.distributed` cluster, one
@@ -221,13 +222,15 @@ def diarize_corpus(
     decode_ahead: int = 4,
     accelerate: bool = True,
     segmentation_batch: int | None = None,
+    turns: bool = False,
     progress: Callable[[str], None] | None = _to_stderr,
     **options: Any,
 ) -> CorpusRun:
     """Diarizes the audio files `inputs` name (files, folders, `@list` files: see
     `pyspk.files.corpus_files`) with `pipeline` (a `SpeakerDiarization` on its CUDA
     device) on `engines` accelerated copies of it in `math` (the stock pipeline where
-    `accelerate` is false; `segmentation_batch` as `accelerate_pipeline` takes it),
+    `accelerate` is false; `segmentation_batch` as `accelerate_pipeline` takes it;
+    `turns`: the engines' files queued on the GPU in turn, `pyspk.pyannote.DeviceTurns`),
     writing `rttm/<uri>.rttm` and the manifest (by default `rttm/manifest.jsonl`). Files
     the manifest says are done are skipped, and an RTTM it does not record as done is
     written again. `options` go to each pipeline call (e.g. `num_speakers`); `progress`
@@ -240,7 +243,7 @@ def diarize_corpus(
         return run
     started = time.perf_counter()
     pipelines = [pipeline, *(copy.deepcopy(pipeline) for _ in range(min(engines, len(todo)) - 1))]
-    setup = _Setup(math, segmentation_batch) if accelerate else None
+    setup = _Setup(math, segmentation_batch, turns) if accelerate else None
     try:
         _Engines(pipelines, todo, decode_ahead, rttm, options, setup).run(
             record, run, progress, started
@@ -258,10 +261,13 @@ class _Setup:
     thread-local, on streams of their own), so a run waits for one engine's setup, not
     all of them. Each thread runs on the device the caller's thread had."""
 
-    def __init__(self, math: str, segmentation_batch: int | None) -> None:
+    def __init__(self, math: str, segmentation_batch: int | None, turns: bool) -> None:
         import torch
 
+        from pyspk.pyannote._turns import DeviceTurns
+
         self.math, self.segmentation_batch = math, segmentation_batch
+        self.turns = DeviceTurns() if turns else None
         self.device = torch.cuda.current_device()
         self.lock = threading.Lock()
         self.accelerations: list[Any] = []
@@ -277,7 +283,12 @@ class _Setup:
             if stop.is_set():
                 return False
             self.accelerations.append(
-                accelerate_pipeline(pipeline, self.math, segmentation_batch=self.segmentation_batch)
+                accelerate_pipeline(
+                    pipeline,
+                    self.math,
+                    segmentation_batch=self.segmentation_batch,
+                    turns=self.turns,
+                )
             )
         return True
 

@@ -41,6 +41,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable, Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -58,6 +59,7 @@ from pyspk.errors import TooLongError, available_host_memory, run_all
 from pyspk.pyannote import _chunks, _clustering, _steps
 from pyspk.pyannote._graphs import Forward
 from pyspk.pyannote._report import RunReport
+from pyspk.pyannote._turns import DeviceTurns
 from pyspk.pyannote._upload import PieceUpload
 from pyspk.pyannote.fbank import Fbank, planned_fbank
 from pyspk.torch import library_math, shared_runtime
@@ -125,6 +127,7 @@ class Engine:
         batches: tuple[int, int] = (SEGMENTATION_BATCH, EMBEDDING_BATCH),
         graphs: bool = True,
         overlap: bool = True,
+        turns: DeviceTurns | None = None,
     ) -> None:
         segmentation_batch, embedding_batch = batches
         if segmentation_batch < 1 or embedding_batch < 1:
@@ -136,6 +139,7 @@ class Engine:
         self.segmentation_batch = segmentation_batch
         self.embedding_batch = embedding_batch
         self.overlap = overlap
+        self.turns = turns  # shared with the device's other engines, if any
         self.last_run: RunReport | None = None  # the report of the last `apply` to finish
         self.closed = False
         # one apply at a time: the forwards' static inputs and outputs, the two streams
@@ -342,7 +346,7 @@ class Engine:
         num_samples = waveform.shape[1]
         total = _chunks.chunk_count(num_samples, window, step)
         chunk_window = SlidingWindow(start=0.0, duration=inference.duration, step=inference.step)
-        self._check_crops(chunk_window, total, step, sample_rate)
+        _chunks.check_crops(self.pipeline._audio, chunk_window, total, step, sample_rate)
         report = RunReport(audio_seconds=num_samples / sample_rate, chunks=total)
         length = _chunks.padded_length(total, window, step, num_samples)
         self._check_memory(file, report.audio_seconds, total, length)
@@ -356,12 +360,21 @@ class Engine:
         its samples' upload, the embeddings of the chunks it completed on the other, then
         the copies to the host.
         Returns at once; the events say when each part is done."""
-        assert self._segments and self._embed is not None
-        total = chunks.shape[0]
         current = torch.cuda.current_stream()
-        seg_stream, emb_stream = self._streams if self.overlap else (current, current)
-        for stream in (seg_stream, emb_stream):
+        streams = self._streams if self.overlap else (current, current)
+        for stream in streams:
             stream.wait_stream(current)
+        # after the files that the device's other engines queued before this one
+        with self.turns.turn(streams) if self.turns else nullcontext():
+            return self._queue_models(chunks, upload, streams)
+
+    def _queue_models(
+        self, chunks: torch.Tensor, upload: PieceUpload, streams: tuple[torch.cuda.Stream, ...]
+    ) -> _Queued:
+        """`_enqueue`'s work, on its (segmentation, embedding) streams."""
+        assert self._segments and self._embed is not None
+        seg_stream, emb_stream = streams
+        total = chunks.shape[0]
         queued = _Queued(torch.cuda.Event(enable_timing=True))
         queued.start.record(seg_stream)
         queued.began = time.perf_counter()
@@ -472,20 +485,6 @@ class Engine:
                 raise TooLongError(
                     f"pyspk engine: {file.get('uri', 'the file')} ({seconds / 3600:.1f} h) "
                     f"needs {need / 1e9:.1f} GB on {where}, {available / 1e9:.1f} GB free"
-                )
-
-    def _check_crops(self, window: SlidingWindow, total: int, step: int, rate: int) -> None:
-        """The stock embeddings crop chunk c at round(start * rate) to round(end * rate)
-        of the same waveform; the engine's chunks are views at c * step: they agree
-        wherever the chunk start times are whole samples, as with pyannote's 1 s step."""
-        audio = self.pipeline._audio
-        for chunk in (0, total - 1):
-            segment = window[chunk]
-            start = audio.get_num_samples(segment.start, rate)
-            if start != chunk * step:
-                raise InvalidArgument(
-                    f"pyspk engine: chunk {chunk} starts at sample {start}, not "
-                    f"{chunk * step}; the step {window.step} s is no whole number of samples"
                 )
 
     def _exclusion(self) -> Callable[[torch.Tensor], torch.Tensor]:

@@ -5,6 +5,7 @@ gives it alone, in FP32 math."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -55,21 +56,53 @@ def _rttms(folder: Path) -> dict[str, str]:
     return {path.name: path.read_text() for path in sorted(folder.glob("*.rttm"))}
 
 
-def test_two_engines_on_one_gpu_give_each_file_its_own_output(pyannote, corpus, tmp_path):
+@pytest.mark.parametrize("turns", [False, True])
+def test_two_engines_on_one_gpu_give_each_file_its_own_output(pyannote, corpus, tmp_path, turns):
     """The second engine plans and captures while the first diarizes: its captures stay
     graphs (a failed one would warn that its forward runs eagerly), and every file's RTTM
-    is the one it gets alone."""
+    is the one it gets alone, with the files' GPU work side by side or in turns."""
     import warnings
 
     folder, weights, alone = corpus
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         run = pyannote.diarize_corpus(
-            gpu_pipeline(weights), [folder], tmp_path, engines=2, progress=None
+            gpu_pipeline(weights), [folder], tmp_path, engines=2, turns=turns, progress=None
         )
     assert not [w for w in caught if "runs eagerly" in str(w.message)]
     assert (run.done, run.failed) == (len(SECONDS), 0)
     assert _rttms(tmp_path) == _rttms(alone)
+
+
+def test_a_turn_starts_on_the_device_when_the_turn_before_has_ended(torch, pyannote):
+    """On CUDA streams: each stream of the second turn starts its work after the same
+    role's stream of the first turn ended a long kernel; streams without turns start at
+    once, before it ends."""
+
+    def timing() -> Any:
+        return torch.cuda.Event(enable_timing=True)
+
+    def sleeping(streams: tuple) -> list:
+        ended = []
+        for stream in streams:
+            with torch.cuda.stream(stream):
+                torch.cuda._sleep(100_000_000)  # some 50 ms
+                ended.append(stream.record_event(timing()))
+        return ended
+
+    turns = pyannote.DeviceTurns()
+    first, second = (torch.cuda.Stream(), torch.cuda.Stream()), (torch.cuda.Stream(),) * 2
+    with turns.turn(first):
+        ended = sleeping(first)
+    with turns.turn(second):
+        began = [stream.record_event(timing()) for stream in second]
+    free = (torch.cuda.Stream(), torch.cuda.Stream())
+    unordered = sleeping(free)
+    at_once = [torch.cuda.Stream().record_event(timing()) for _ in free]
+    torch.cuda.synchronize()
+    assert all(end.elapsed_time(start) >= 0 for end, start in zip(ended, began, strict=True))
+    assert all(end.elapsed_time(start) < 0 for end, start in zip(unordered, at_once, strict=True))
+    assert turns.count == 2
 
 
 def test_two_dask_workers_on_one_gpu_give_each_file_its_own_output(pyannote, corpus, tmp_path):

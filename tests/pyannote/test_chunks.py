@@ -108,3 +108,20 @@ def test_the_hours_last_chunks_run_on_the_smallest_forward():
     padding them to 512 ran 505 chunks of zeros."""
     spans = segmentation_spans(3591, segmentation_sizes(512))
     assert len(spans) == 8 and spans[-1] == (3584, 3591, 32)
+
+
+def test_chunks_must_start_on_whole_samples():
+    """The engine's chunks are the stock crops at pyannote's 1 s step; at a step of no
+    whole number of samples the last chunk's start differs, and the engine refuses."""
+    importorskip("pyannote.audio", reason="pyannote.audio is missing (pyannote extra)")
+    from pyannote.audio import Audio
+    from pyannote.core import SlidingWindow
+
+    from pyspk.cuda.errors import InvalidArgument
+    from pyspk.pyannote._chunks import check_crops
+
+    audio = Audio()
+    check_crops(audio, SlidingWindow(start=0.0, duration=10.0, step=1.0), 100, 16000, 16000)
+    with pytest.raises(InvalidArgument, match="chunk 99 starts at sample 1583984, not 1584000"):
+        window = SlidingWindow(start=0.0, duration=10.0, step=0.99999)
+        check_crops(audio, window, 100, 16000, 16000)

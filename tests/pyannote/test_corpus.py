@@ -172,13 +172,15 @@ class _Accelerations:
 
     def __init__(self, wait_before: int | None = None, fail_at: int | None = None) -> None:
         self.calls: list[str] = []
+        self.turns: list[object] = []
         self.undone: list[bool] = []
         self.first_file_done = threading.Event()
         self.wait_before, self.fail_at = wait_before, fail_at
 
-    def __call__(self, pipeline, math, segmentation_batch=None):
+    def __call__(self, pipeline, math, segmentation_batch=None, turns=None):
         index = len(self.calls)
         self.calls.append(threading.current_thread().name)
+        self.turns.append(turns)
         if index == self.wait_before:  # returns only if another engine diarizes meanwhile
             assert self.first_file_done.wait(timeout=120), "no file was diarized meanwhile"
         if index == self.fail_at:
@@ -208,8 +210,10 @@ def test_the_first_engine_diarizes_while_the_next_is_accelerated(corpus, tmp_pat
     """Each engine is accelerated in its own thread, one at a time, and the first takes
     files as soon as it is ready: the second engine's acceleration here returns only
     once a file is done, so a run that accelerated every engine first would never end.
-    Every acceleration is undone at the end, and the setup is the first engine's."""
+    Every acceleration is undone at the end, and the setup is the first engine's. With
+    `turns`, both engines queue on one `DeviceTurns`."""
     _stack()
+    from pyspk.pyannote import DeviceTurns
     from pyspk.pyannote.corpus import diarize_corpus
 
     accelerations = _Accelerations(wait_before=1)
@@ -219,10 +223,13 @@ def test_the_first_engine_diarizes_while_the_next_is_accelerated(corpus, tmp_pat
         [corpus],
         tmp_path,
         engines=2,
+        turns=True,
         progress=lambda line: accelerations.first_file_done.set(),
     )
     assert (run.done, run.failed) == (4, 1)
     assert len(accelerations.calls) == 2 and len(set(accelerations.calls)) == 2
+    first, second = accelerations.turns
+    assert isinstance(first, DeviceTurns) and second is first
     assert threading.current_thread().name not in accelerations.calls
     assert accelerations.undone == [True, True]
     assert 0.0 < run.setup_seconds < run.seconds
@@ -239,6 +246,7 @@ def test_an_engine_that_cannot_be_accelerated_stops_the_run(corpus, tmp_path, mo
     with pytest.raises(MemoryError, match="accelerating engine 1"):
         diarize_corpus(cpu_pipeline(), [corpus], tmp_path, engines=2, progress=None)
     assert accelerations.undone == [True]
+    assert accelerations.turns == [None, None]  # no turns unless asked
 
 
 def test_a_decoding_error_of_any_kind_is_that_files_and_names_are_unique(
