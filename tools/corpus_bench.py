@@ -125,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import pyspk.pyannote as pa
     from pyspk.pyannote.corpus import diarize_file
     from pyspk.testing.benchmark import device_slug
-    from pyspk.testing.memory import SAMPLING_PERIOD_S, PeakMemory
+    from pyspk.testing.memory import SAMPLING_PERIOD_S, CollectorPauses, PeakMemory
     from pyspk.testing.synthetic import recording
     from tools.diarize_bench import _pipelines
 
@@ -165,7 +165,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs: list[dict] = []
 
     def record(
-        path: str, math: str, seconds: float, out: Path, entries: list[dict], peak: PeakMemory
+        path: str,
+        math: str,
+        seconds: float,
+        out: Path,
+        entries: list[dict],
+        peak: PeakMemory,
+        pauses: CollectorPauses,
     ) -> dict:
         same = rttms(out) == stock_rttms
         run = {
@@ -181,6 +187,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "failed": sum(entry["status"] != "done" for entry in entries),
             "host_peak_gb": peak.host_bytes / 1e9,
             "device_peak_gb": peak.device_bytes / 1e9,
+            "gc_seconds": pauses.seconds,  # the collector's pauses, a full one costly
+            "gc_full_collections": pauses.full,
             "per_file": [
                 {k: entry.get(k) for k in ("path", "audio_seconds", "seconds", "speakers")}
                 for entry in entries
@@ -190,7 +198,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(
             f"{path} {math}: {seconds:.2f} s, {audio_seconds / seconds:.0f}x, identical to "
             f"stock {same}, peaks {run['host_peak_gb']:.2f} GB host, "
-            f"{run['device_peak_gb']:.2f} GB device",
+            f"{run['device_peak_gb']:.2f} GB device; collector {pauses.seconds:.3f} s "
+            f"({pauses.full} full)",
             flush=True,
         )
         return run
@@ -213,7 +222,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     def corpus_arm(math: str, engines: int, turns: bool) -> None:
         out = outputs / f"corpus-{math}-{engines}{'-turns' if turns else ''}"
         synchronize()
-        with PeakMemory(device_used) as peak:
+        with PeakMemory(device_used) as peak, CollectorPauses() as pauses:
             started = time.perf_counter()
             corpus = pa.diarize_corpus(
                 pipeline, [folder], out, math=math, engines=engines, turns=turns, progress=None
@@ -221,7 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             seconds = time.perf_counter() - started
         lines = (out / "manifest.jsonl").read_text().splitlines()
         manifest = [json.loads(line) for line in lines]
-        run = record("corpus", math, seconds, out, manifest, peak)
+        run = record("corpus", math, seconds, out, manifest, peak, pauses)
         run.update(engines=engines, turns=turns, setup_seconds=corpus.setup_seconds)
         run["rtfx_after_setup"] = audio_seconds / (seconds - corpus.setup_seconds)
 
@@ -230,21 +239,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     stock_rttms: dict[str, str] = {}
     clustered: list[int] = []
     if not args.no_stock:
-        with PeakMemory(device_used) as peak:
+        with PeakMemory(device_used) as peak, CollectorPauses() as pauses:
             seconds, entries = sequential("stock", _Clustered(pipeline))
         stock_rttms = rttms(outputs / "stock")
         clustered = [entry.get("embeddings_clustered", 0) for entry in entries]
-        run = record("stock", "fp32", seconds, outputs / "stock", entries, peak)
+        run = record("stock", "fp32", seconds, outputs / "stock", entries, peak, pauses)
         for kept, entry in zip(run["per_file"], entries, strict=True):
             kept["embeddings_clustered"] = entry.get("embeddings_clustered")
     for math in args.math:
         with pa.accelerate_pipeline(pipeline, math):
             pipeline(warm)
-            with PeakMemory(device_used) as peak:
+            with PeakMemory(device_used) as peak, CollectorPauses() as pauses:
                 seconds, entries = sequential(f"sequential-{math}")
         if not stock_rttms:  # --no-stock: the accelerated FP32 run stands for it
             stock_rttms = rttms(outputs / f"sequential-{math}")
-        record("sequential", math, seconds, outputs / f"sequential-{math}", entries, peak)
+        record("sequential", math, seconds, outputs / f"sequential-{math}", entries, peak, pauses)
         for engines in args.engines:
             for turns in args.turns:
                 corpus_arm(math, engines, turns == "on")

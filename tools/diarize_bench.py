@@ -45,6 +45,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pyspk.testing.memory import CollectorPauses
+
 os.environ.setdefault("PYANNOTE_METRICS_ENABLED", "false")
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,6 +90,7 @@ class StockSteps:
         self.pipeline = pipeline
         self.marks: dict[str, float] = {}
         self.artefacts: dict[str, Any] = {}
+        self.pauses = CollectorPauses()  # the last run's
 
     def hook(self, step: str, artefact: Any, file: Any = None, **progress: Any) -> None:
         if progress:  # a progress call inside a step
@@ -111,7 +114,8 @@ class StockSteps:
         try:
             torch.cuda.synchronize()
             started = time.perf_counter()
-            output = pipeline(file, hook=self.hook)
+            with CollectorPauses() as self.pauses:
+                output = pipeline(file, hook=self.hook)
             ended = time.perf_counter()
         finally:
             del pipeline.reconstruct
@@ -130,6 +134,11 @@ class StockSteps:
         segmentations = self.artefacts["segmentation"]
         kept, _, _ = self.pipeline.clustering.filter_embeddings(embeddings, segmentations)
         return len(kept)
+
+
+def _collector(pauses: CollectorPauses) -> dict[str, Any]:
+    """A run's garbage-collector pauses: a full collection inside it shows in its time."""
+    return {"gc_seconds": pauses.seconds, "gc_full_collections": pauses.full}
 
 
 def _scores_of(model: Any) -> tuple[list, Any]:
@@ -259,6 +268,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             "embeddings_clustered": stock_steps.embeddings_clustered(),
                             "speakers": len(output.speaker_diarization.labels()),
                             "speakers_in_recording": len({t.speaker for t in rec.turns}),
+                            **_collector(stock_steps.pauses),
                             "host_after_embeddings_seconds": steps["clustering"]
                             + steps["reconstruction"],
                             "der_vs_truth": truth_der,
@@ -288,7 +298,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         torch.cuda.synchronize()
                         torch.cuda.reset_peak_memory_stats()
                         started = time.perf_counter()
-                        output = pipeline(file)
+                        with CollectorPauses() as pauses:
+                            output = pipeline(file)
                         seconds = time.perf_counter() - started
                         run = engine.last_run
                         stock = stock_results[length]
@@ -331,6 +342,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 "speakers": len(output.speaker_diarization.labels()),
                                 "stock_speakers": len(stock["output"].speaker_diarization.labels()),
                                 "speakers_in_recording": len({t.speaker for t in rec.turns}),
+                                **_collector(pauses),
                                 "host_after_embeddings_seconds": run.steps["clustering"]
                                 + run.steps["reconstruction"],
                                 "der_vs_truth": float(
@@ -351,7 +363,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                             f"{run.gpu:.3f}; steps "
                             + ", ".join(f"{k} {v:.3f}" for k, v in run.steps.items())
                             + "; clustering "
-                            + ", ".join(f"{k} {v:.3f}" for k, v in parts.items()),
+                            + ", ".join(f"{k} {v:.3f}" for k, v in parts.items())
+                            + f"; collector {pauses.seconds:.3f} s ({pauses.full} full)",
                             flush=True,
                         )
                     acceleration.undo()

@@ -1,8 +1,10 @@
 """The benchmarks' peak-memory sampler: it sees an allocation made and freed inside its
-block, and the device probe's largest value, not its last."""
+block, and the device probe's largest value, not its last; and the collector's pauses:
+each collection inside the block, full ones counted, none after it."""
 
 from __future__ import annotations
 
+import gc
 import mmap
 import sys
 import time
@@ -10,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from pyspk.testing.memory import PeakMemory, resident_bytes
+from pyspk.testing.memory import CollectorPauses, PeakMemory, resident_bytes
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -41,3 +43,15 @@ def test_without_a_probe_the_device_peak_stays_zero():
     with PeakMemory(period_s=0.01) as peak:
         pass
     assert peak.device_bytes == 0 and peak.host_bytes > 0
+
+
+def test_collector_pauses_count_the_collections_inside_the_block_only():
+    with CollectorPauses() as pauses:
+        gc.collect(0)
+        gc.collect()  # a full collection
+        gc.collect()
+    assert pauses.full == 2
+    assert 0.0 < pauses.longest <= pauses.seconds
+    seen = pauses.seconds
+    gc.collect()
+    assert (pauses.full, pauses.seconds) == (2, seen)
