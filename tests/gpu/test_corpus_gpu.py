@@ -1,6 +1,7 @@
-"""Corpus mode on the GPU: two accelerated engines sharing the one GPU (`diarize_corpus`)
-and two Dask worker processes sharing it give each file the RTTM an accelerated pipeline
-gives it alone, in FP32 math."""
+"""Corpus mode on the GPU: two accelerated engines sharing the one GPU (`diarize_corpus`,
+their files side by side or in turns), two engines of one `DeviceTurns` on threads of
+their own, and two Dask worker processes sharing it give each file the RTTM an
+accelerated pipeline gives it alone, in FP32 math; and turns order work on CUDA streams."""
 
 from __future__ import annotations
 
@@ -103,6 +104,46 @@ def test_a_turn_starts_on_the_device_when_the_turn_before_has_ended(torch, pyann
     assert all(end.elapsed_time(start) >= 0 for end, start in zip(ended, began, strict=True))
     assert all(end.elapsed_time(start) < 0 for end, start in zip(unordered, at_once, strict=True))
     assert turns.count == 2
+
+
+def test_two_engines_in_turns_on_their_own_threads_give_each_file_its_own_output(
+    pyannote, corpus, tmp_path
+):
+    """Two pipelines accelerated with one `DeviceTurns`, each diarizing every file on a
+    thread of its own at once: every file's GPU work took a turn, and every RTTM is the
+    one the file gets alone."""
+    import threading
+
+    from pyspk.pyannote.corpus import diarize_file
+
+    folder, weights, alone = corpus
+    turns = pyannote.DeviceTurns()
+    paths = sorted(folder.glob("*.wav"))
+    entries: dict[int, list] = {0: [], 1: []}
+
+    def diarize_all(index: int, pipeline: Any) -> None:
+        out = tmp_path / str(index)
+        out.mkdir()
+        entries[index] = [diarize_file(pipeline, path, None, out) for path in paths]
+
+    pipelines = [gpu_pipeline(weights), gpu_pipeline(weights)]
+    accelerations = [pyannote.accelerate_pipeline(p, "fp32", turns=turns) for p in pipelines]
+    try:
+        threads = [
+            threading.Thread(target=diarize_all, args=(index, pipeline))
+            for index, pipeline in enumerate(pipelines)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        for acceleration in accelerations:
+            acceleration.undo()
+    statuses = [entry["status"] for index in (0, 1) for entry in entries[index]]
+    assert statuses == ["done"] * (2 * len(paths))
+    assert turns.count == 2 * len(paths)
+    assert _rttms(tmp_path / "0") == _rttms(tmp_path / "1") == _rttms(alone)
 
 
 def test_two_dask_workers_on_one_gpu_give_each_file_its_own_output(pyannote, corpus, tmp_path):
