@@ -18,11 +18,11 @@ result:
   batch overlaps the segmentation of the next. Each fixed-shape forward is captured
   once as a CUDA graph and replayed (the last, partial batch padded with zeros), the
   fbank on `PlannedFbank`'s kernels around the FFT (`Fbank` where they cannot plan).
-- The host counts speakers while the GPU still embeds, and the steps after the models
-  run as whole-array numpy (`pyspk.pyannote._steps`), with pyannote's results to the
-  bit. The clustering, agglomerative or VBx (community-1's), runs pyannote's own code
-  with pyspk's parts (`pyspk.pyannote._clustering`): the centroid linkage on the GPU,
-  the embedding filter and the constrained assignment of all chunks at once.
+- The host counts speakers (and what else needs only the segmentation) while the GPU
+  embeds; the steps after the models run as whole-array numpy (`pyspk.pyannote._steps`),
+  with pyannote's results to the bit. The clustering (agglomerative, or community-1's VBx)
+  runs pyannote's own code with pyspk's parts (`pyspk.pyannote._clustering`): the
+  centroid linkage on the GPU, the embedding filter, the constrained assignment at once.
 - In TF32 math the library's own convolutions, LSTM and matrix products run in TF32
   too, within the engine's calls only (pyannote.audio switches TF32 off globally for
   every pipeline); FP32 math keeps them FP32. The caller's switches are restored.
@@ -106,6 +106,11 @@ class _Queued:
     masks_copied: Any = None
     embeddings_copied: Any = None
     began: float = 0.0  # when the host had queued the GPU's first work (perf_counter)
+
+
+_Array = np.ndarray | None
+_Inferred = tuple[RunReport, SlidingWindowFeature, SlidingWindowFeature, _Array, _Array, np.ndarray]
+"""`Engine._infer`'s result (see there)."""
 
 
 def _recorded(stream: torch.cuda.Stream, timing: bool = True) -> torch.cuda.Event:
@@ -293,7 +298,7 @@ class Engine:
                 )
         with torch.inference_mode(), library_math(self.math), torch.cuda.device(self.device):
             inferred = self._infer(file, hook, started)
-        report, segmentations, count, embeddings, clean = inferred
+        report, segmentations, count, embeddings, clean, inactive = inferred
         if embeddings is None:  # no speaker is ever active: the stock early exit
             output = DiarizeOutput(
                 speaker_diarization=Annotation(uri=file["uri"]),
@@ -308,6 +313,7 @@ class Engine:
             count,
             embeddings,
             clean,
+            inactive,
             num_speakers,
             min_speakers,
             max_speakers,
@@ -321,15 +327,11 @@ class Engine:
         report.seconds = time.perf_counter() - started
         self.last_run = report
 
-    def _infer(
-        self, file: Mapping, hook: Callable, started: float
-    ) -> tuple[
-        RunReport, SlidingWindowFeature, SlidingWindowFeature, np.ndarray | None, np.ndarray | None
-    ]:
-        """Both models over every chunk on the GPU, the speaker count and the
-        clustering's frame counts (`_clustering.clean_frames`) on the host meanwhile:
-        the report, segmentations, count, embeddings (None when no speaker is ever
-        active) and frame counts."""
+    def _infer(self, file: Mapping, hook: Callable, started: float) -> _Inferred:
+        """Both models over every chunk on the GPU, the speaker count, the clustering's
+        frame counts (`_clustering.clean_frames`) and the local speakers never active in
+        their chunk on the host meanwhile: the report, segmentations, count, embeddings
+        (None when no speaker is ever active), frame counts and inactive speakers."""
         chunks, upload, report, chunk_window = self._upload(file)
         gpu = self._enqueue(chunks, upload)
         return self._collect(gpu, report, chunk_window, hook, started)
@@ -422,9 +424,7 @@ class Engine:
         chunk_window: SlidingWindow,
         hook: Callable,
         started: float,
-    ) -> tuple[
-        RunReport, SlidingWindowFeature, SlidingWindowFeature, np.ndarray | None, np.ndarray | None
-    ]:
+    ) -> _Inferred:
         """Waits for the segmentation batch by batch (progress), counts speakers on the
         host while the GPU embeds, then waits for the embeddings: `_infer`'s result."""
         total = report.chunks
@@ -444,16 +444,17 @@ class Engine:
         counting = time.perf_counter()
         receptive_field = self._segmentation_model.receptive_field
         count = _steps.speaker_count(segmentations, receptive_field, warm_up=(0.0, 0.0))
-        # the clustering's frame counts need only the segmentations: counted here too,
-        # while the GPU still embeds
+        # the clustering's frame counts and the reconstruction's inactive speakers (the
+        # stock sum) need only the segmentations: found here too, while the GPU embeds
         clean = _clustering.clean_frames(segmentations)
+        inactive = np.sum(segmentations.data, axis=1) == 0
         report.steps["speaker_counting"] = time.perf_counter() - counting
         hook("speaker_counting", count)
         if np.nanmax(count.data) == 0.0:
             # this file's own work, not the device's: another thread's capture survives
             # it, and another engine's work is not waited for
             gpu.embeddings_copied.synchronize()
-            return report, segmentations, count, None, clean
+            return report, segmentations, count, None, clean, inactive
         batches = len(gpu.embedded)
         hook("embeddings", None, total=batches, completed=0)
         for index, event in enumerate(gpu.embedded, 1):
@@ -465,7 +466,7 @@ class Engine:
         report.gpu = gpu.start.elapsed_time(gpu.embedded[-1]) / 1e3
         report.embeddings = gpu.embeddings.numpy()
         hook("embeddings", report.embeddings)
-        return report, segmentations, count, report.embeddings, clean
+        return report, segmentations, count, report.embeddings, clean, inactive
 
     def _check_memory(self, file: Mapping, seconds: float, total: int, length: int) -> None:
         """Refuses (`TooLongError`, one line) a file whose audio and per-chunk outputs
@@ -512,6 +513,7 @@ class Engine:
         count: SlidingWindowFeature,
         embeddings: np.ndarray,
         clean: np.ndarray | None,
+        inactive: np.ndarray,
         num_speakers: int | None,
         min_speakers: int,
         max_speakers: int | float,
@@ -549,8 +551,7 @@ class Engine:
                 stacklevel=4,
             )
         count.data = np.minimum(count.data, max_speakers).astype(np.int8)
-        inactive_speakers = np.sum(binarized_segmentations.data, axis=1) == 0
-        hard_clusters[inactive_speakers] = -2
+        hard_clusters[inactive] = -2
         exclusive_count = SlidingWindowFeature(
             np.minimum(count.data, 1).astype(np.int8), count.sliding_window
         )

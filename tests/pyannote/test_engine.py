@@ -322,3 +322,74 @@ def test_an_engine_that_fails_to_prepare_closes_what_it_made(monkeypatch):
     assert len(made) == 2 + len(engine._chunks.segmentation_sizes(engine.SEGMENTATION_BATCH))
     assert all(made_part.closed for made_part in made)
     assert len(given_back) == 1 and len(given_back[0]) == 2
+
+
+def _conversation_artefacts(seconds: float) -> tuple[dict, object, np.ndarray]:
+    """A synthetic conversation as the models would see it: the file, its binary
+    (chunks, 589, 3) segmentations from who speaks when, and embeddings that are each
+    voice's own direction plus noise (NaN where a chunk has no such local speaker)."""
+    from pyannote.core import SlidingWindow, SlidingWindowFeature
+
+    from pyspk.pyannote._chunks import chunk_count
+    from pyspk.testing.synthetic import recording
+
+    conversation = recording(seconds, seed=3)
+    total = chunk_count(len(conversation.waveform), 160_000, 16_000)
+    activity, voices = conversation.local_activity(np.arange(total, dtype=np.float64), 589, 10.0)
+    rng = np.random.default_rng(4)
+    names = sorted({voice for chunk in voices for voice in chunk})
+    directions = rng.standard_normal((len(names), 256))
+    embeddings = np.full((total, 3, 256), np.nan)
+    for chunk, speakers in enumerate(voices):
+        for slot, voice in enumerate(speakers):
+            noise = 0.3 * rng.standard_normal(256)
+            embeddings[chunk, slot] = directions[names.index(voice)] + noise
+    window = SlidingWindow(start=0.0, duration=10.0, step=1.0)
+    segmentations = SlidingWindowFeature(activity.astype(np.float32), window)
+    return conversation.as_file("talk"), segmentations, embeddings
+
+
+def test_the_engines_steps_after_the_models_give_the_stock_output():
+    """`Engine._cluster_and_reconstruct`, given what `_collect` finds while the GPU
+    embeds (the speaker count, the clustering's frame counts, the inactive speakers),
+    on the same segmentations and embeddings as the stock `apply` (the models' steps
+    stood in for): the stock tracks, labels and centroids, with several speakers."""
+    import math
+
+    from pyspk.pyannote import _clustering, _steps
+    from pyspk.pyannote._report import RunReport
+    from pyspk.pyannote.engine import Engine
+    from pyspk.pyannote.offline import offline_pipeline, segmentation_3_0, wespeaker_resnet34
+
+    file, segmentations, embeddings = _conversation_artefacts(240.0)
+    pipeline = offline_pipeline(segmentation_3_0(seed=0), wespeaker_resnet34(seed=1))
+    pipeline.get_segmentations = lambda file, hook=None: segmentations
+    pipeline.get_embeddings = lambda file, binary, exclude_overlap=False, hook=None: embeddings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        stock = pipeline(file)
+    frames = pipeline._segmentation.model.receptive_field
+    count = _steps.speaker_count(segmentations, frames, warm_up=(0.0, 0.0))
+    ours = Engine._cluster_and_reconstruct(
+        types.SimpleNamespace(pipeline=pipeline, _linkage=None),
+        file,
+        segmentations,
+        count,
+        embeddings,
+        _clustering.clean_frames(segmentations),
+        np.sum(segmentations.data, axis=1) == 0,
+        None,
+        1,
+        math.inf,
+        lambda *step, **progress: None,
+        RunReport(audio_seconds=240.0, chunks=len(embeddings)),
+    )
+    for mine, theirs in (
+        (ours.speaker_diarization, stock.speaker_diarization),
+        (ours.exclusive_speaker_diarization, stock.exclusive_speaker_diarization),
+    ):
+        assert list(mine.itertracks(yield_label=True)) == list(theirs.itertracks(yield_label=True))
+        assert mine.labels() == theirs.labels()
+    assert len(stock.speaker_diarization.labels()) >= 3
+    assert len(stock.speaker_diarization) > 20
+    assert np.array_equal(ours.speaker_embeddings, stock.speaker_embeddings, equal_nan=True)

@@ -83,20 +83,32 @@ def test_aggregate_of_large_whole_numbers_keeps_pyannotes_order():
     assert _same(ours, theirs)
 
 
-@pytest.mark.parametrize("seed", [2, 3])
-def test_reconstruct_and_annotation_are_pyannotes(seed):
-    data = _segmentations(seed)
-    rng = np.random.default_rng(seed)
-    clusters = rng.integers(0, 4, size=(data.shape[0], 3))
-    clusters[rng.random(clusters.shape) < 0.2] = -2
-    count = _count(data.copy())
+def _reconstructions(data: np.ndarray, clusters: np.ndarray, binary: np.ndarray):
+    """(ours, theirs, count): `reconstruct` of `data` by `_steps` and by pyannote, with
+    the speaker count of the binary segmentations `binary`, at most 3."""
+    count = _count(binary.copy())
     count.data = np.minimum(count.data, 3).astype(np.int8)
     pipeline = SpeakerDiarization.__new__(SpeakerDiarization)
     theirs = SpeakerDiarization.reconstruct(
         pipeline, SlidingWindowFeature(data.copy(), CHUNKS), clusters, count
     )
     ours = _steps.reconstruct(SlidingWindowFeature(data.copy(), CHUNKS), clusters, count)
+    return ours, theirs, count
+
+
+@pytest.mark.parametrize("seed", [2, 3])
+def test_reconstruct_and_annotation_are_pyannotes(seed):
+    data = _segmentations(seed)
+    rng = np.random.default_rng(seed)
+    clusters = rng.integers(0, 4, size=(data.shape[0], 3))
+    clusters[rng.random(clusters.shape) < 0.2] = -2
+    ours, theirs, count = _reconstructions(data, clusters, data)
     assert _same(ours, theirs)
+    # binary segmentations (the fast sums), with two speakers of one cluster in some
+    # chunks, whose union those sums count
+    assert ((clusters[:, 0] == clusters[:, 1]) & (clusters[:, 0] >= 0)).any()
+    binary = SlidingWindowFeature(data, CHUNKS)
+    assert _steps._binary_cluster_sums(binary, clusters, 4, count) is not None
     exclusive = SlidingWindowFeature(
         np.minimum(count.data, 1).astype(np.int8), count.sliding_window
     )
@@ -104,7 +116,10 @@ def test_reconstruct_and_annotation_are_pyannotes(seed):
         SlidingWindowFeature(data.copy(), CHUNKS), clusters, [count, exclusive]
     )
     exclusive_theirs = SpeakerDiarization.reconstruct(
-        pipeline, SlidingWindowFeature(data.copy(), CHUNKS), clusters, exclusive
+        SpeakerDiarization.__new__(SpeakerDiarization),
+        SlidingWindowFeature(data.copy(), CHUNKS),
+        clusters,
+        exclusive,
     )
     assert _same(both[0], theirs) and _same(both[1], exclusive_theirs)
     for on, off in ((0.0, 0.0), (0.3, 0.5)):
@@ -120,6 +135,23 @@ def test_reconstruct_and_annotation_are_pyannotes(seed):
         for label in expected.labels():
             assert got.label_timeline(label) == expected.label_timeline(label)
             assert got.label_timeline(label).uri == "talk"
+
+
+@pytest.mark.parametrize("values", ["soft", "whole"])
+def test_reconstruct_of_other_than_binary_segmentations_is_pyannotes(values):
+    """Scores other than 0 and 1 (soft scores, or whole numbers up to 3) take the
+    general path of clustered segmentations and their overlap-add: pyannote's bits."""
+    rng = np.random.default_rng(5)
+    if values == "soft":
+        data = rng.random((60, 589, 3)).astype(np.float32)
+    else:
+        data = 3 * _segmentations(5, chunks=60)
+    clusters = rng.integers(0, 3, size=(60, 3))
+    clusters[rng.random(clusters.shape) < 0.2] = -2
+    ours, theirs, count = _reconstructions(data, clusters, (data > 0.5).astype(np.float32))
+    assert _same(ours, theirs)
+    general = _steps._binary_cluster_sums(SlidingWindowFeature(data, CHUNKS), clusters, 3, count)
+    assert general is None
 
 
 @pytest.mark.parametrize(("onset", "offset"), [(0.5, None), (0.7, 0.3), (0.6, 0.6), (0.3, 0.7)])
