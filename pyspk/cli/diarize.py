@@ -111,7 +111,7 @@ _OPTIONS: tuple[tuple[str, str, dict[str, Any]], ...] = (
      "files it does not)", {"action": "store_true"}),
     ("--manifest", "corpus mode's JSON-lines record (default DIR/manifest.jsonl)",
      {"metavar": "FILE", "type": Path}),
-    ("--engines", "corpus mode: accelerated pipelines on the GPU (default 2)",
+    ("--engines", "corpus mode: accelerated pipelines per GPU (default 2)",
      {"metavar": "N", "type": positive_int, "default": 2}),
     ("--gpus", "corpus mode on Dask: a local cluster of one worker per GPU (N or all)",
      {"metavar": "N"}),
@@ -464,7 +464,7 @@ def _corpus_on_dask(args: argparse.Namespace, files: list[Path], options: dict) 
         count = visible if args.gpus == "all" else _gpu_count(args.gpus)
         if not 1 <= count <= visible:
             raise DiarizeError(f"--gpus {args.gpus}: this machine has {visible} CUDA devices")
-        client = local_gpu_cluster(count)
+        client = local_gpu_cluster(count, threads=args.engines)
     try:
         return pa.diarize_corpus_on_dask(
             functools.partial(_worker_pipeline, args),
@@ -474,6 +474,7 @@ def _corpus_on_dask(args: argparse.Namespace, files: list[Path], options: dict) 
             manifest=args.manifest,
             math=args.math,
             accelerate=not args.stock,
+            engines=args.engines,
             **({"progress": None} if args.quiet else {}),
             **options,
         )

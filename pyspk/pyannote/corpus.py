@@ -14,9 +14,10 @@ JSON-lines manifest of what was done, and a rerun that skips it.
   depends on what runs beside it).
 - `diarize_corpus_on_dask`: the same files as tasks of a `dask.distributed` cluster, one
   worker process per GPU (`local_gpu_cluster`, or workers started on other machines),
-  longest first. Each worker builds its pipeline once (`make_pipeline`, a picklable
-  function) and writes each RTTM whole; a file whose worker dies is run again on
-  another. The manifest is written by the calling process alone.
+  longest first. Each worker builds a pipeline per file it runs at once, up to
+  `engines` (`make_pipeline`, a picklable function), keeps them for its later files,
+  and writes each RTTM whole; a file whose worker dies is run again on another. The
+  manifest is written by the calling process alone.
 
 A file that cannot be decoded or diarized is recorded as failed, and the others go on.
 """
@@ -400,24 +401,57 @@ class _Engines:
 
 # -- Dask -----------------------------------------------------------------------------
 
-_WORKER_PIPELINES: dict[tuple, Any] = {}
+
+class _WorkerEngines:
+    """A worker process's pipelines for one kind of task (`make_pipeline`, math,
+    acceleration): up to `engines` of them, each task taking a free one and giving it
+    back, a new one built (and accelerated, on one `DeviceTurns` where `turns`) while
+    fewer exist and none is free; so a worker of that many threads runs that many files
+    at once, one's host steps beside another's GPU work, as `diarize_corpus` does."""
+
+    def __init__(self, engines: int, turns: bool) -> None:
+        from pyspk.pyannote._turns import DeviceTurns
+
+        self.engines = engines
+        self.turns = DeviceTurns() if turns else None
+        self.free: list[Any] = []
+        self.made = 0
+        self.changed = threading.Condition()
+        # one build at a time, as `diarize_corpus` accelerates its engines: a builder
+        # may draw on process-wide state (the offline models seed torch's generator,
+        # and two built at once got each other's draws)
+        self.building = threading.Lock()
+
+    def take(self, make_pipeline: Callable[[], Any], math: str, accelerate: bool) -> Any:
+        with self.changed:
+            while not self.free and self.made >= self.engines:
+                self.changed.wait()
+            if self.free:
+                return self.free.pop()
+            self.made += 1
+        try:  # outside the pool's lock: the worker's other engines diarize meanwhile
+            with self.building:
+                pipeline = make_pipeline()
+                if accelerate:
+                    from pyspk.pyannote import accelerate_pipeline
+
+                    # lasts as long as the pipeline
+                    accelerate_pipeline(pipeline, math, turns=self.turns)
+        except BaseException:
+            with self.changed:
+                self.made -= 1
+                self.changed.notify()
+            raise
+        return pipeline
+
+    def give_back(self, pipeline: Any) -> None:
+        with self.changed:
+            self.free.append(pipeline)
+            self.changed.notify()
+
+
+_WORKER_ENGINES: dict[tuple, _WorkerEngines] = {}
 _WORKER_LOCK = threading.Lock()
-
-
-def _worker_pipeline(make_pipeline: Callable[[], Any], math: str, accelerate: bool) -> Any:
-    """This worker process's pipeline, built (and accelerated) at its first file."""
-    import pickle
-
-    key = (pickle.dumps(make_pipeline), math, accelerate)
-    with _WORKER_LOCK:
-        if key not in _WORKER_PIPELINES:
-            pipeline = make_pipeline()
-            if accelerate:
-                from pyspk.pyannote import accelerate_pipeline
-
-                accelerate_pipeline(pipeline, math)  # lasts as long as the pipeline
-            _WORKER_PIPELINES[key] = pipeline
-        return _WORKER_PIPELINES[key]
 
 
 def _diarize_on_worker(
@@ -427,9 +461,21 @@ def _diarize_on_worker(
     math: str,
     accelerate: bool,
     options: dict,
+    engines: int = 1,
+    turns: bool = False,
 ) -> dict:
-    pipeline = _worker_pipeline(make_pipeline, math, accelerate)
-    return diarize_file(pipeline, Path(path), None, Path(rttm), **options)
+    """One file on a worker, on one of this process's pipelines of its kind (made at
+    the first files, as many as run at once up to `engines`)."""
+    import pickle
+
+    key = (pickle.dumps(make_pipeline), math, accelerate, engines, turns)
+    with _WORKER_LOCK:
+        pool = _WORKER_ENGINES.setdefault(key, _WorkerEngines(engines, turns))
+    pipeline = pool.take(make_pipeline, math, accelerate)
+    try:
+        return diarize_file(pipeline, Path(path), None, Path(rttm), **options)
+    finally:
+        pool.give_back(pipeline)
 
 
 def diarize_corpus_on_dask(
@@ -441,13 +487,19 @@ def diarize_corpus_on_dask(
     manifest: Path | None = None,
     math: str = "fp32",
     accelerate: bool = True,
+    engines: int = 1,
+    turns: bool = False,
     progress: Callable[[str], None] | None = _to_stderr,
     **options: Any,
 ) -> CorpusRun:
     """`diarize_corpus` on the workers of the `dask.distributed` `client`: each file a
-    task, longest first; `make_pipeline()` builds the pipeline on a worker (on the
-    worker's device; each worker builds it once). Files must be readable at the same
-    paths by every worker, and `rttm` writable by them."""
+    task, longest first; `make_pipeline()` builds a pipeline on a worker (on the
+    worker's device), up to `engines` per worker as its threads run files at once
+    (`turns` as `diarize_corpus` takes it), each kept for the worker's later files.
+    Files must be readable at the same paths by every worker, and `rttm` writable by
+    them."""
+    if engines < 1:
+        raise ValueError(f"engines must be positive: {engines}")
     from distributed import as_completed
 
     rttm = Path(rttm).resolve()
@@ -462,6 +514,8 @@ def diarize_corpus_on_dask(
             math,
             accelerate,
             options,
+            engines,
+            turns,
             key=f"pyspk-diarize-{index}-{rttm_uri(path)}",
             priority=len(todo) - index,  # longest first
             pure=False,
@@ -484,9 +538,10 @@ def diarize_corpus_on_dask(
     return run
 
 
-def local_gpu_cluster(gpus: int) -> Any:
-    """A `distributed.Client` of a local cluster with one single-threaded worker process
-    per GPU, worker i seeing only GPU i (set before anything in it initialises CUDA)."""
+def local_gpu_cluster(gpus: int, threads: int = 1) -> Any:
+    """A `distributed.Client` of a local cluster with one worker process per GPU, of
+    `threads` threads (one per engine: `diarize_corpus_on_dask`'s `engines`), worker i
+    seeing only GPU i (set before anything in it initialises CUDA)."""
     from distributed import Client, LocalCluster, WorkerPlugin
 
     class PinDevice(WorkerPlugin):
@@ -495,7 +550,7 @@ def local_gpu_cluster(gpus: int) -> Any:
         def setup(self, worker: Any) -> None:
             os.environ["CUDA_VISIBLE_DEVICES"] = str(worker.name)
 
-    cluster = LocalCluster(n_workers=gpus, threads_per_worker=1, processes=True)
+    cluster = LocalCluster(n_workers=gpus, threads_per_worker=threads, processes=True)
     client = Client(cluster)
     client.register_plugin(PinDevice())
     return client

@@ -146,19 +146,30 @@ def test_two_engines_in_turns_on_their_own_threads_give_each_file_its_own_output
     assert _rttms(tmp_path / "0") == _rttms(tmp_path / "1") == _rttms(alone)
 
 
-def test_two_dask_workers_on_one_gpu_give_each_file_its_own_output(pyannote, corpus, tmp_path):
+@pytest.mark.parametrize("engines", [1, 2])
+def test_two_dask_workers_on_one_gpu_give_each_file_its_own_output(
+    pyannote, corpus, tmp_path, engines
+):
+    """Each worker has a thread per engine; a worker's two engines queue their files on
+    the GPU in turns."""
     import functools
 
     distributed = pytest.importorskip("distributed")
     folder, weights, alone = corpus
     with (
         distributed.LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+            n_workers=2, threads_per_worker=engines, processes=True, dashboard_address=None
         ) as cluster,
         distributed.Client(cluster) as client,
     ):
         run = pyannote.diarize_corpus_on_dask(
-            functools.partial(gpu_pipeline, weights), [folder], tmp_path, client, progress=None
+            functools.partial(gpu_pipeline, weights),
+            [folder],
+            tmp_path,
+            client,
+            engines=engines,
+            turns=engines > 1,
+            progress=None,
         )
     assert (run.done, run.failed) == (len(SECONDS), 0)
     assert _rttms(tmp_path) == _rttms(alone)

@@ -377,3 +377,89 @@ def test_files_run_longest_first_by_their_headers_not_their_bytes(corpus, tmp_pa
     (tmp_path / "manifest.jsonl").write_text(json.dumps(done) + "\n")
     todo, _, run = _plan([corpus], tmp_path, None)
     assert flac not in todo and run.skipped == 1
+
+
+def test_a_workers_engines_are_made_as_files_run_at_once_up_to_their_number(monkeypatch):
+    """Three threads of one worker take pipelines from a pool of two engines: two are
+    made (accelerated on one DeviceTurns) and the third thread waits for one to be given
+    back; a build that fails leaves its place to the next."""
+    _stack()
+    import pyspk.pyannote
+    from pyspk.pyannote import DeviceTurns
+    from pyspk.pyannote.corpus import _WorkerEngines
+
+    accelerated: list[tuple[object, str, object]] = []
+    monkeypatch.setattr(
+        pyspk.pyannote,
+        "accelerate_pipeline",
+        lambda pipeline, math, turns=None: accelerated.append((pipeline, math, turns)),
+    )
+    made: list[object] = []
+
+    def make() -> object:
+        if len(made) == 0 and not getattr(make, "failed", False):
+            make.failed = True  # type: ignore[attr-defined]
+            raise MemoryError("the first build fails")
+        made.append(object())
+        return made[-1]
+
+    pool = _WorkerEngines(2, turns=True)
+    with pytest.raises(MemoryError, match="first build"):
+        pool.take(make, "tf32", True)
+    first, second = pool.take(make, "tf32", True), pool.take(make, "tf32", True)
+    taken: list[object] = []
+    waiting = threading.Thread(target=lambda: taken.append(pool.take(make, "tf32", True)))
+    waiting.start()
+    waiting.join(timeout=0.3)
+    assert waiting.is_alive() and not taken  # two engines, both busy
+    pool.give_back(second)
+    waiting.join(timeout=30)
+    assert taken == [second] and made == [first, second]
+    assert [pipeline for pipeline, _, _ in accelerated] == [first, second]
+    turns = {id(turn) for _, _, turn in accelerated}
+    assert len(turns) == 1 and isinstance(accelerated[0][2], DeviceTurns)
+
+
+def test_a_dask_worker_of_two_threads_runs_two_engines(corpus, tmp_path):
+    """One worker process with two threads and `engines=2`: it builds two pipelines
+    (each build leaves a mark), never more, and writes what one process writes."""
+    _stack()
+    importorskip("distributed", reason="dask.distributed is missing (corpus extra)")
+    import functools
+
+    from distributed import Client, LocalCluster
+
+    from pyspk.pyannote.corpus import diarize_corpus_on_dask, diarize_file
+
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    pipeline = cpu_pipeline()
+    for path in corpus_files([corpus]):
+        diarize_file(pipeline, path, None, alone)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    out = tmp_path / "dask"
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=2, processes=True, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        run = diarize_corpus_on_dask(
+            functools.partial(_marked_cpu_pipeline, marks),
+            [corpus],
+            out,
+            client,
+            accelerate=False,
+            engines=2,
+            progress=None,
+        )
+    assert (run.done, run.failed) == (4, 1)
+    assert _rttms(out) == _rttms(alone)
+    assert len(list(marks.iterdir())) == 2
+
+
+def _marked_cpu_pipeline(marks: Path):
+    """`cpu_pipeline()`, leaving a file in `marks` for each one built."""
+    (marks / f"{os.getpid()}-{threading.get_ident()}-{time.monotonic_ns()}").touch()
+    return cpu_pipeline()
