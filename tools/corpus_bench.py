@@ -4,7 +4,7 @@ accelerated engines taking them in turn), in one process.
 
     PYTHONPATH=. python3 tools/corpus_bench.py [--hours 10] [--out benchmarks]
         [--shape community-1] [--math fp32 tf32] [--engines 2 3] [--turns off on]
-        [--work DIR]
+        [--gpus 1 2] [--work DIR]
 
 The corpus: synthetic conversations (`pyspk.testing.synthetic.recording`, 4 voices each,
 heard by neither calibration) written as WAV files, lengths drawn like VoxConverse's
@@ -19,7 +19,9 @@ set) and of device memory in use, sampled every 50 ms. Writes <device>-corpus.md
 .json into --out; runs of another shape already there on the same corpus are kept, so
 one file holds both shapes. Corpus mode runs an arm per --engines value and per --turns
 value: the engines' files side by side on the GPU (off) or in turns (on,
-`pyspk.pyannote.DeviceTurns`).
+`pyspk.pyannote.DeviceTurns`), and per --gpus value: more than 1 runs
+`diarize_corpus_on_dask` on a local cluster of one worker per GPU, each of --engines
+engines, started and warmed (the workers' pipelines built) before its time starts.
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="cpu: a smoke run (--math with no value: stock)")  # fmt: skip
     parser.add_argument("--engines", type=int, nargs="+", default=[2],
                         help="corpus mode's engines: a corpus arm per value")  # fmt: skip
+    parser.add_argument("--gpus", type=int, nargs="+", default=[1],
+                        help="corpus mode's GPUs: 1 in this process, more on a local Dask "
+                        "cluster of one worker per GPU; an arm per value")  # fmt: skip
     parser.add_argument("--turns", nargs="+", choices=["off", "on"], default=["off"],
                         help="corpus mode's GPU queue: an arm per value")  # fmt: skip
     parser.add_argument("--work", type=Path, default=None,
@@ -139,7 +144,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     work = args.work or Path(tempfile.mkdtemp(prefix="pyspk-corpus-"))
     work.mkdir(parents=True, exist_ok=True)
     bench_args = argparse.Namespace(shapes=[args.shape], fit_seed=11, plda_seed=12)
-    pipeline = _pipelines(bench_args, Path(tempfile.mkdtemp(dir=work)), device)[args.shape]
+    made_in = Path(tempfile.mkdtemp(dir=work))
+    pipeline = _pipelines(bench_args, made_in, device)[args.shape]
     clustering = "vbx" if args.shape == "community-1" else "agglomerative"
     drawn = lengths(args.hours, args.seed)
     made = time.perf_counter()
@@ -153,8 +159,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     outputs = Path(tempfile.mkdtemp(prefix=f"{args.shape}-", dir=work))
 
-    def gpu_used() -> int:
-        free, total = torch.cuda.mem_get_info(device)
+    def gpu_used(index: int | None = None) -> int:
+        free, total = torch.cuda.mem_get_info(device if index is None else index)
         return total - free
 
     device_used = gpu_used if on_gpu else None
@@ -219,20 +225,33 @@ def main(argv: Sequence[str] | None = None) -> int:
                 entries[-1]["embeddings_clustered"] = counter.count()
         return seconds, entries
 
-    def corpus_arm(math: str, engines: int, turns: bool) -> None:
-        out = outputs / f"corpus-{math}-{engines}{'-turns' if turns else ''}"
-        synchronize()
-        with PeakMemory(device_used) as peak, CollectorPauses() as pauses:
-            started = time.perf_counter()
-            corpus = pa.diarize_corpus(
+    def corpus_arm(math: str, engines: int, turns: bool, gpus: int) -> None:
+        out = outputs / f"corpus-{math}-{gpus}x{engines}{'-turns' if turns else ''}"
+        if gpus > 1:  # the cluster started and warmed first, outside the time
+            with _DaskArm(args.shape, made_in, pipeline, work, gpus, engines) as arm:
+                timed(math, engines, turns, gpus, out, arm.run(folder, out, math, turns))
+            return
+        timed(
+            math, engines, turns, gpus, out,
+            lambda: pa.diarize_corpus(
                 pipeline, [folder], out, math=math, engines=engines, turns=turns, progress=None
-            )
+            ),
+        )  # fmt: skip
+
+    def timed(math: str, engines: int, turns: bool, gpus: int, out: Path, corpus_run: Any) -> None:
+        synchronize()
+        with PeakMemory(all_used) as peak, CollectorPauses() as pauses:
+            started = time.perf_counter()
+            corpus = corpus_run()
             seconds = time.perf_counter() - started
         lines = (out / "manifest.jsonl").read_text().splitlines()
         manifest = [json.loads(line) for line in lines]
         run = record("corpus", math, seconds, out, manifest, peak, pauses)
-        run.update(engines=engines, turns=turns, setup_seconds=corpus.setup_seconds)
+        run.update(gpus=gpus, engines=engines, turns=turns, setup_seconds=corpus.setup_seconds)
         run["rtfx_after_setup"] = audio_seconds / (seconds - corpus.setup_seconds)
+
+    def all_used() -> int:  # every GPU's memory in use (the Dask workers' too)
+        return sum(gpu_used(index) for index in range(torch.cuda.device_count()))
 
     warm = recording(60, seed=99).as_file("warm")
     pipeline(warm)
@@ -254,9 +273,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not stock_rttms:  # --no-stock: the accelerated FP32 run stands for it
             stock_rttms = rttms(outputs / f"sequential-{math}")
         record("sequential", math, seconds, outputs / f"sequential-{math}", entries, peak, pauses)
-        for engines in args.engines:
-            for turns in args.turns:
-                corpus_arm(math, engines, turns == "on")
+        for gpus in args.gpus:
+            for engines in args.engines:
+                for turns in args.turns:
+                    corpus_arm(math, engines, turns == "on", gpus)
     name = torch.cuda.get_device_name(device) if on_gpu else "cpu"
     slug = device_slug(name)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -308,14 +328,15 @@ def _markdown(meta: dict, runs: list[dict], hours: float) -> str:
         )
     lines += [
         "",
-        "| clustering | path | math | engines | GPU queue | seconds | x real time "
+        "| clustering | path | math | GPUs | engines | GPU queue | seconds | x real time "
         "| of it, setup (s) | x real time after setup | host peak (GB) | device peak (GB) "
         "| identical to stock | failed |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
         lines.append(
-            f"| {run['clustering']} | {run['path']} | {run['math']} | {run.get('engines', 1)} "
+            f"| {run['clustering']} | {run['path']} | {run['math']} | {run['gpus']} "
+            f"| {run.get('engines', 1)} "
             f"| {_queue(run)} | {run['seconds']:.2f} | {run['rtfx']:.0f} "
             f"| {run.get('setup_seconds', 0.0):.2f} "
             f"| {run.get('rtfx_after_setup', run['rtfx']):.0f} | {run['host_peak_gb']:.2f} "
@@ -323,6 +344,73 @@ def _markdown(meta: dict, runs: list[dict], hours: float) -> str:
             f"| {run['failed']} |"
         )
     return "\n".join(lines) + "\n"
+
+
+class _DaskArm:
+    """Corpus mode over `folder` on a local Dask cluster of `gpus` workers of `engines`
+    threads, each building the benchmark's pipeline (`_worker_pipeline`). `with` starts
+    the cluster; `run(folder, out, math, turns)` warms it (a run over short files, in
+    which the workers build their pipelines) and returns the run to time."""
+
+    def __init__(
+        self, shape: str, made_in: Path, pipeline: Any, work: Path, gpus: int, engines: int
+    ) -> None:
+        import functools
+
+        import torch
+
+        if shape == "community-1":
+            place = made_in / "community-1"
+        else:
+            place = made_in / "segmentation.pt"
+            torch.save(pipeline._segmentation.model.state_dict(), place)
+        self.make = functools.partial(_worker_pipeline, shape, str(place))
+        self.work, self.gpus, self.engines = work, gpus, engines
+        self.client: Any = None
+        self.warm_seconds = 0.0
+
+    def __enter__(self) -> _DaskArm:
+        from pyspk.pyannote.corpus import local_gpu_cluster
+
+        started = time.perf_counter()
+        self.client = local_gpu_cluster(self.gpus, threads=self.engines)
+        self.warm_seconds = time.perf_counter() - started
+        return self
+
+    def run(self, folder: Path, out: Path, math: str, turns: bool) -> Any:
+        import pyspk.pyannote as pa
+
+        started = time.perf_counter()
+        warm = _corpus(self.work / "warm-audio", [45.0] * (2 * self.gpus * self.engines))
+        pa.diarize_corpus_on_dask(
+            self.make, warm, Path(tempfile.mkdtemp(dir=self.work)), self.client,
+            math=math, engines=self.engines, turns=turns, progress=None,
+        )  # fmt: skip
+        self.warm_seconds += time.perf_counter() - started
+        print(f"Dask workers started and warmed in {self.warm_seconds:.1f} s", flush=True)
+        return lambda: pa.diarize_corpus_on_dask(
+            self.make, [folder], out, self.client,
+            math=math, engines=self.engines, turns=turns, progress=None,
+        )  # fmt: skip
+
+    def __exit__(self, *exc: object) -> None:
+        self.client.shutdown()
+
+
+def _worker_pipeline(shape: str, place: str) -> Any:
+    """The benchmark's pipeline on a Dask worker's GPU: community-1's from the folder it
+    was written to, the agglomerative one from the calibrated segmentation's weights."""
+    import torch
+    from pyannote.audio import Pipeline
+
+    from pyspk.pyannote import offline
+
+    cuda = torch.device("cuda")
+    if shape == "community-1":
+        return Pipeline.from_pretrained(place).to(cuda)
+    segmentation = offline.segmentation_3_0(seed=0)
+    segmentation.load_state_dict(torch.load(place, map_location="cpu"))
+    return offline.offline_pipeline(segmentation, offline.wespeaker_resnet34(seed=1)).to(cuda)
 
 
 def _queue(run: dict) -> str:
