@@ -470,7 +470,9 @@ def _diarize_on_worker(
 
     key = (pickle.dumps(make_pipeline), math, accelerate, engines, turns)
     with _WORKER_LOCK:
-        pool = _WORKER_ENGINES.setdefault(key, _WorkerEngines(engines, turns))
+        if key not in _WORKER_ENGINES:
+            _WORKER_ENGINES[key] = _WorkerEngines(engines, turns)
+        pool = _WORKER_ENGINES[key]
     pipeline = pool.take(make_pipeline, math, accelerate)
     try:
         return diarize_file(pipeline, Path(path), None, Path(rttm), **options)
