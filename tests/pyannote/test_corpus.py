@@ -463,3 +463,19 @@ def _marked_cpu_pipeline(marks: Path):
     """`cpu_pipeline()`, leaving a file in `marks` for each one built."""
     (marks / f"{os.getpid()}-{threading.get_ident()}-{time.monotonic_ns()}").touch()
     return cpu_pipeline()
+
+
+def test_decoded_audio_is_channels_by_samples_in_c_order(tmp_path):
+    """Mono and stereo files decode to (channels, samples) float32 arrays in C order,
+    each channel's samples as written."""
+    soundfile = importorskip("soundfile", reason="soundfile is missing (diarize extra)")
+    from pyspk.files import read_audio
+
+    samples = np.linspace(-0.5, 0.5, 4000, dtype=np.float32)
+    for channels in (1, 2):
+        written = np.stack([samples * (c + 1) for c in range(channels)], axis=1)
+        soundfile.write(tmp_path / f"{channels}.wav", written, 16000, subtype="FLOAT")
+        audio = read_audio(tmp_path / f"{channels}.wav")
+        assert audio.waveform.shape == (channels, 4000) and audio.waveform.dtype == np.float32
+        assert audio.waveform.flags.c_contiguous
+        assert np.array_equal(audio.waveform, written.T)
