@@ -77,8 +77,9 @@ def test_two_engines_on_one_gpu_give_each_file_its_own_output(pyannote, corpus, 
 
 def test_a_turn_starts_on_the_device_when_the_turn_before_has_ended(torch, pyannote):
     """On CUDA streams: each stream of the second turn starts its work after the same
-    role's stream of the first turn ended a long kernel; streams without turns start at
-    once, before it ends."""
+    role's stream of the first turn ended a long kernel. (No control of streams without
+    turns: two streams can share one of the device's hardware queues, and then one waits
+    for the other anyway.)"""
 
     def timing() -> Any:
         return torch.cuda.Event(enable_timing=True)
@@ -97,12 +98,8 @@ def test_a_turn_starts_on_the_device_when_the_turn_before_has_ended(torch, pyann
         ended = sleeping(first)
     with turns.turn(second):
         began = [stream.record_event(timing()) for stream in second]
-    free = (torch.cuda.Stream(), torch.cuda.Stream())
-    unordered = sleeping(free)
-    at_once = [torch.cuda.Stream().record_event(timing()) for _ in free]
     torch.cuda.synchronize()
     assert all(end.elapsed_time(start) >= 0 for end, start in zip(ended, began, strict=True))
-    assert all(end.elapsed_time(start) < 0 for end, start in zip(unordered, at_once, strict=True))
     assert turns.count == 2
 
 
