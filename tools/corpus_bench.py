@@ -240,7 +240,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def timed(math: str, engines: int, turns: bool, gpus: int, out: Path, corpus_run: Any) -> None:
         synchronize()
-        with PeakMemory(all_used) as peak, CollectorPauses() as pauses:
+        # the sequential arms' probe on one GPU, every GPU's memory on Dask's
+        probe = all_used if gpus > 1 else device_used
+        with PeakMemory(probe) as peak, CollectorPauses() as pauses:
             started = time.perf_counter()
             corpus = corpus_run()
             seconds = time.perf_counter() - started
@@ -250,7 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         run.update(gpus=gpus, engines=engines, turns=turns, setup_seconds=corpus.setup_seconds)
         run["rtfx_after_setup"] = audio_seconds / (seconds - corpus.setup_seconds)
 
-    def all_used() -> int:  # every GPU's memory in use (the Dask workers' too)
+    def all_used() -> int:  # every GPU's memory in use, the Dask workers' too
         return sum(gpu_used(index) for index in range(torch.cuda.device_count()))
 
     warm = recording(60, seed=99).as_file("warm")
@@ -313,7 +315,10 @@ def _markdown(meta: dict, runs: list[dict], hours: float) -> str:
         f"{sum(drawn) / 3600:.2f} h (lengths {min(drawn):.0f} to {max(drawn):.0f} s, median "
         f"{sorted(drawn)[len(drawn) // 2]:.0f} s; synthetic conversations of "
         f"{meta['voices_per_file']} voices the calibrations never heard), read from disk, "
-        "RTTM files written; one process, one GPU, each shape's arms in one process. "
+        "RTTM files written; one process, one GPU, each shape's arms in one process "
+        "(but for corpus mode on more GPUs: a local Dask cluster, one worker process a GPU, "
+        "started and warmed before its time; its device peak sums every GPU's, its host "
+        "peak is the calling process's alone). "
         "Corpus mode: `diarize_corpus`, files decoded ahead, N engines, their files side "
         "by side on the GPU or in turns (`DeviceTurns`). Peaks: the "
         f"process's resident set and the device's memory in use, sampled every "
