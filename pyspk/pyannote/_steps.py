@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,6 +25,8 @@ from pyannote.core import Annotation, Segment, SlidingWindow, SlidingWindowFeatu
 from pyannote.core import segment as core_segment
 from pyannote.core.utils.generators import string_generator
 from sortedcontainers import SortedDict
+
+from pyspk.pyannote._clustering import clean_frames
 
 if TYPE_CHECKING:
     from pyannote.audio.pipelines.speaker_diarization import DiarizeOutput
@@ -36,6 +39,7 @@ __all__ = [
     "name_speakers",
     "reconstruct",
     "reconstruct_each",
+    "segmentation_facts",
     "speaker_count",
     "to_annotation",
     "to_diarization",
@@ -190,6 +194,30 @@ def speaker_count(
     )
     count.data = np.rint(count.data).astype(np.uint8)
     return count
+
+
+@dataclass(frozen=True)
+class SegmentationFacts:
+    """What the steps after the models need of the binary segmentations alone, so that
+    the engine finds it while the GPU still embeds: the speaker count
+    (`speaker_count`, no warm-up), the clustering's frame counts (`clean_frames`; None
+    unless every value is 0 or 1), and (chunks, speakers) True for a local speaker never
+    active in its chunk (the stock reconstruction's sum)."""
+
+    count: SlidingWindowFeature
+    clean: np.ndarray | None
+    inactive: np.ndarray
+
+
+def segmentation_facts(
+    segmentations: SlidingWindowFeature, frames: SlidingWindow
+) -> SegmentationFacts:
+    """`SegmentationFacts` of `segmentations`, on the model's output `frames`."""
+    return SegmentationFacts(
+        count=speaker_count(segmentations, frames, warm_up=(0.0, 0.0)),
+        clean=clean_frames(segmentations),
+        inactive=np.sum(segmentations.data, axis=1) == 0,
+    )
 
 
 def reconstruct(

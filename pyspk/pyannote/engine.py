@@ -108,8 +108,7 @@ class _Queued:
     began: float = 0.0  # when the host had queued the GPU's first work (perf_counter)
 
 
-_Array = np.ndarray | None
-_Inferred = tuple[RunReport, SlidingWindowFeature, SlidingWindowFeature, _Array, _Array, np.ndarray]
+_Inferred = tuple[RunReport, SlidingWindowFeature, _steps.SegmentationFacts, np.ndarray | None]
 """`Engine._infer`'s result (see there)."""
 
 
@@ -298,7 +297,7 @@ class Engine:
                 )
         with torch.inference_mode(), library_math(self.math), torch.cuda.device(self.device):
             inferred = self._infer(file, hook, started)
-        report, segmentations, count, embeddings, clean, inactive = inferred
+        report, segmentations, facts, embeddings = inferred
         if embeddings is None:  # no speaker is ever active: the stock early exit
             output = DiarizeOutput(
                 speaker_diarization=Annotation(uri=file["uri"]),
@@ -310,10 +309,8 @@ class Engine:
         output = self._cluster_and_reconstruct(
             file,
             segmentations,
-            count,
+            facts,
             embeddings,
-            clean,
-            inactive,
             num_speakers,
             min_speakers,
             max_speakers,
@@ -328,10 +325,9 @@ class Engine:
         self.last_run = report
 
     def _infer(self, file: Mapping, hook: Callable, started: float) -> _Inferred:
-        """Both models over every chunk on the GPU, the speaker count, the clustering's
-        frame counts (`_clustering.clean_frames`) and the local speakers never active in
-        their chunk on the host meanwhile: the report, segmentations, count, embeddings
-        (None when no speaker is ever active), frame counts and inactive speakers."""
+        """Both models over every chunk on the GPU, the segmentations' facts
+        (`_steps.segmentation_facts`) on the host meanwhile: the report, segmentations,
+        facts and embeddings (None when no speaker is ever active)."""
         chunks, upload, report, chunk_window = self._upload(file)
         gpu = self._enqueue(chunks, upload)
         return self._collect(gpu, report, chunk_window, hook, started)
@@ -442,19 +438,14 @@ class Engine:
         segmentations = SlidingWindowFeature(gpu.masks.numpy(), chunk_window)
         hook("segmentation", segmentations)
         counting = time.perf_counter()
-        receptive_field = self._segmentation_model.receptive_field
-        count = _steps.speaker_count(segmentations, receptive_field, warm_up=(0.0, 0.0))
-        # the clustering's frame counts and the reconstruction's inactive speakers (the
-        # stock sum) need only the segmentations: found here too, while the GPU embeds
-        clean = _clustering.clean_frames(segmentations)
-        inactive = np.sum(segmentations.data, axis=1) == 0
+        facts = _steps.segmentation_facts(segmentations, self._segmentation_model.receptive_field)
         report.steps["speaker_counting"] = time.perf_counter() - counting
-        hook("speaker_counting", count)
-        if np.nanmax(count.data) == 0.0:
+        hook("speaker_counting", facts.count)
+        if np.nanmax(facts.count.data) == 0.0:
             # this file's own work, not the device's: another thread's capture survives
             # it, and another engine's work is not waited for
             gpu.embeddings_copied.synchronize()
-            return report, segmentations, count, None, clean, inactive
+            return report, segmentations, facts, None
         batches = len(gpu.embedded)
         hook("embeddings", None, total=batches, completed=0)
         for index, event in enumerate(gpu.embedded, 1):
@@ -466,7 +457,7 @@ class Engine:
         report.gpu = gpu.start.elapsed_time(gpu.embedded[-1]) / 1e3
         report.embeddings = gpu.embeddings.numpy()
         hook("embeddings", report.embeddings)
-        return report, segmentations, count, report.embeddings, clean, inactive
+        return report, segmentations, facts, report.embeddings
 
     def _check_memory(self, file: Mapping, seconds: float, total: int, length: int) -> None:
         """Refuses (`TooLongError`, one line) a file whose audio and per-chunk outputs
@@ -510,10 +501,8 @@ class Engine:
         self,
         file: Mapping,
         segmentations: SlidingWindowFeature,
-        count: SlidingWindowFeature,
+        facts: _steps.SegmentationFacts,
         embeddings: np.ndarray,
-        clean: np.ndarray | None,
-        inactive: np.ndarray,
         num_speakers: int | None,
         min_speakers: int,
         max_speakers: int | float,
@@ -528,7 +517,7 @@ class Engine:
             pipeline.clustering,
             device_linkage=self._linkage,
             timings=report.clustering,
-            clean=clean,
+            clean=facts.clean,
             embeddings=embeddings,
             segmentations=binarized_segmentations,
             num_clusters=num_speakers,
@@ -550,8 +539,9 @@ class Engine:
                 "of speakers.",
                 stacklevel=4,
             )
+        count = facts.count
         count.data = np.minimum(count.data, max_speakers).astype(np.int8)
-        hard_clusters[inactive] = -2
+        hard_clusters[facts.inactive] = -2
         exclusive_count = SlidingWindowFeature(
             np.minimum(count.data, 1).astype(np.int8), count.sliding_window
         )

@@ -350,13 +350,13 @@ def _conversation_artefacts(seconds: float) -> tuple[dict, object, np.ndarray]:
 
 
 def test_the_engines_steps_after_the_models_give_the_stock_output():
-    """`Engine._cluster_and_reconstruct`, given what `_collect` finds while the GPU
-    embeds (the speaker count, the clustering's frame counts, the inactive speakers),
-    on the same segmentations and embeddings as the stock `apply` (the models' steps
-    stood in for): the stock tracks, labels and centroids, with several speakers."""
+    """`Engine._cluster_and_reconstruct`, given the segmentations' facts that `_collect`
+    finds while the GPU embeds, on the same segmentations and embeddings as the stock
+    `apply` (the models' steps stood in for): the stock tracks, labels and centroids,
+    with several speakers."""
     import math
 
-    from pyspk.pyannote import _clustering, _steps
+    from pyspk.pyannote import _steps
     from pyspk.pyannote._report import RunReport
     from pyspk.pyannote.engine import Engine
     from pyspk.pyannote.offline import offline_pipeline, segmentation_3_0, wespeaker_resnet34
@@ -369,15 +369,12 @@ def test_the_engines_steps_after_the_models_give_the_stock_output():
         warnings.simplefilter("ignore")
         stock = pipeline(file)
     frames = pipeline._segmentation.model.receptive_field
-    count = _steps.speaker_count(segmentations, frames, warm_up=(0.0, 0.0))
     ours = Engine._cluster_and_reconstruct(
         types.SimpleNamespace(pipeline=pipeline, _linkage=None),
         file,
         segmentations,
-        count,
+        _steps.segmentation_facts(segmentations, frames),
         embeddings,
-        _clustering.clean_frames(segmentations),
-        np.sum(segmentations.data, axis=1) == 0,
         None,
         1,
         math.inf,
