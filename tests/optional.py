@@ -20,3 +20,17 @@ def importorskip(name: str, reason: str | None = None) -> ModuleType:
             "the installed PyTorch",
             allow_module_level=True,
         )
+
+
+def required(name: str, demanded_by: str) -> ModuleType:
+    """`importorskip(name)`, but a failure where the environment variable `demanded_by`
+    is 1 (a device run that carries the package must not pass by skipping)."""
+    import importlib
+    import os
+
+    if os.environ.get(demanded_by) != "1":
+        return importorskip(name)
+    try:
+        return importlib.import_module(name)
+    except (ImportError, OSError) as error:
+        pytest.fail(f"{demanded_by}=1 but {name} will not import: {error}", pytrace=False)

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from tests.gpu.diarization import synthetic_file, tracks
+from tests.optional import required
 
 pytestmark = pytest.mark.gpu
 
@@ -117,7 +118,7 @@ def test_vbx_with_the_device_linkage_is_pyannotes(torch, pipeline, tied):
 def test_diarize_with_a_pipeline_folder_writes_the_stock_rttm(
     torch, pyannote, folder, tmp_path, capsys
 ):
-    soundfile = pytest.importorskip("soundfile")
+    soundfile = required("soundfile", "PYSPK_REQUIRE_PYANNOTE")
     from pyspk.cli import main
     from pyspk.testing.synthetic import recording
 

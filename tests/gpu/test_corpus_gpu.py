@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from tests.optional import required
+
 pytestmark = pytest.mark.gpu
 
 SECONDS = (95.0, 40.0, 70.0, 30.0, 55.0)
@@ -33,7 +35,7 @@ def gpu_pipeline(weights: Path):
 def corpus(tmp_path_factory, torch, pyannote) -> tuple[Path, Path, Path]:
     """WAV files, the calibrated segmentation's weights, and each file's RTTM from one
     accelerated pipeline, one file at a time."""
-    soundfile = pytest.importorskip("soundfile")
+    soundfile = required("soundfile", "PYSPK_REQUIRE_PYANNOTE")
     from pyspk.pyannote.corpus import diarize_file
     from pyspk.pyannote.offline import segmentation_3_0
     from pyspk.testing.synthetic import recording
@@ -57,14 +59,33 @@ def _rttms(folder: Path) -> dict[str, str]:
     return {path.name: path.read_text() for path in sorted(folder.glob("*.rttm"))}
 
 
+def _counting_turns(monkeypatch: pytest.MonkeyPatch) -> list:
+    """The `DeviceTurns` of every turn taken from now on, one entry a turn."""
+    from pyspk.pyannote._turns import DeviceTurns
+
+    taken: list = []
+    turn = DeviceTurns.turn
+
+    def counted(self: DeviceTurns, streams: Any) -> Any:
+        taken.append(self)
+        return turn(self, streams)
+
+    monkeypatch.setattr(DeviceTurns, "turn", counted)
+    return taken
+
+
 @pytest.mark.parametrize("turns", [False, True])
-def test_two_engines_on_one_gpu_give_each_file_its_own_output(pyannote, corpus, tmp_path, turns):
+def test_two_engines_on_one_gpu_give_each_file_its_own_output(
+    pyannote, corpus, tmp_path, monkeypatch, turns
+):
     """The second engine plans and captures while the first diarizes: its captures stay
     graphs (a failed one would warn that its forward runs eagerly), and every file's RTTM
-    is the one it gets alone, with the files' GPU work side by side or in turns."""
+    is the one it gets alone, with the files' GPU work side by side or in turns (every
+    file a turn of one `DeviceTurns`)."""
     import warnings
 
     folder, weights, alone = corpus
+    taken = _counting_turns(monkeypatch)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         run = pyannote.diarize_corpus(
@@ -73,27 +94,31 @@ def test_two_engines_on_one_gpu_give_each_file_its_own_output(pyannote, corpus, 
     assert not [w for w in caught if "runs eagerly" in str(w.message)]
     assert (run.done, run.failed) == (len(SECONDS), 0)
     assert _rttms(tmp_path) == _rttms(alone)
+    assert len(taken) == (len(SECONDS) if turns else 0)
+    assert len({id(turn) for turn in taken}) == (1 if turns else 0)
 
 
 def test_a_turn_starts_on_the_device_when_the_turn_before_has_ended(torch, pyannote):
     """On CUDA streams: each stream of the second turn starts its work after the same
-    role's stream of the first turn ended a long kernel. (No control of streams without
-    turns: two streams can share one of the device's hardware queues, and then one waits
-    for the other anyway.)"""
+    role's stream of the first turn ended its kernel, the second role's five times as
+    long as the first's (so a role that waited for the other role alone would start
+    early). (No control of streams without turns: two streams can share one of the
+    device's hardware queues, and then one waits for the other anyway.)"""
 
     def timing() -> Any:
         return torch.cuda.Event(enable_timing=True)
 
     def sleeping(streams: tuple) -> list:
         ended = []
-        for stream in streams:
+        for stream, cycles in zip(streams, (20_000_000, 100_000_000), strict=True):
             with torch.cuda.stream(stream):
-                torch.cuda._sleep(100_000_000)  # some 50 ms
+                torch.cuda._sleep(cycles)  # some 10 and 50 ms
                 ended.append(stream.record_event(timing()))
         return ended
 
     turns = pyannote.DeviceTurns()
-    first, second = (torch.cuda.Stream(), torch.cuda.Stream()), (torch.cuda.Stream(),) * 2
+    first = (torch.cuda.Stream(), torch.cuda.Stream())
+    second = (torch.cuda.Stream(), torch.cuda.Stream())
     with turns.turn(first):
         ended = sleeping(first)
     with turns.turn(second):
@@ -124,16 +149,19 @@ def test_two_engines_in_turns_on_their_own_threads_give_each_file_its_own_output
         entries[index] = [diarize_file(pipeline, path, None, out) for path in paths]
 
     pipelines = [gpu_pipeline(weights), gpu_pipeline(weights)]
-    accelerations = [pyannote.accelerate_pipeline(p, "fp32", turns=turns) for p in pipelines]
+    accelerations = []
     try:
+        for pipeline in pipelines:
+            accelerations.append(pyannote.accelerate_pipeline(pipeline, "fp32", turns=turns))
         threads = [
-            threading.Thread(target=diarize_all, args=(index, pipeline))
+            threading.Thread(target=diarize_all, args=(index, pipeline), daemon=True)
             for index, pipeline in enumerate(pipelines)
         ]
         for thread in threads:
             thread.start()
         for thread in threads:
-            thread.join()
+            thread.join(timeout=600)
+        assert not any(thread.is_alive() for thread in threads), "a thread hangs"
     finally:
         for acceleration in accelerations:
             acceleration.undo()
@@ -148,10 +176,11 @@ def test_two_dask_workers_on_one_gpu_give_each_file_its_own_output(
     pyannote, corpus, tmp_path, engines
 ):
     """Each worker has a thread per engine; a worker's two engines queue their files on
-    the GPU in turns."""
+    the GPU in turns: every file took a turn, and a worker built its second engine when
+    it ran two files at once."""
     import functools
 
-    distributed = pytest.importorskip("distributed")
+    distributed = required("distributed", "PYSPK_REQUIRE_DASK")
     folder, weights, alone = corpus
     with (
         distributed.LocalCluster(
@@ -168,5 +197,18 @@ def test_two_dask_workers_on_one_gpu_give_each_file_its_own_output(
             turns=engines > 1,
             progress=None,
         )
+        pools = [pool for pools in client.run(_worker_engines).values() for pool in pools]
     assert (run.done, run.failed) == (len(SECONDS), 0)
     assert _rttms(tmp_path) == _rttms(alone)
+    assert max(made for made, _ in pools) == engines  # 5 files on 2 workers of `engines` threads
+    assert sum(turns for _, turns in pools) == (len(SECONDS) if engines > 1 else 0)
+
+
+def _worker_engines() -> list[tuple[int, int]]:
+    """On a Dask worker: (pipelines made, turns taken) of each of its engine pools."""
+    from pyspk.pyannote import corpus
+
+    return [
+        (pool.made, pool.turns.count if pool.turns else 0)
+        for pool in corpus._WORKER_ENGINES.values()
+    ]

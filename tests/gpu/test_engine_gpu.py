@@ -33,6 +33,7 @@ from pyspk.cuda import CudaMath
 from pyspk.pyannote._chunks import segmentation_sizes
 from pyspk.testing import torch_replay_matches_eager
 from tests.gpu.diarization import calibrated_pipeline, synthetic_file, tracks
+from tests.optional import required
 
 pytestmark = pytest.mark.gpu
 
@@ -234,7 +235,7 @@ def test_diarize_demo_prints_both_paths(torch, pyannote, capsys):
 
 
 def test_diarize_writes_rttm_files(torch, pyannote, tmp_path, capsys):
-    soundfile = pytest.importorskip("soundfile")
+    soundfile = required("soundfile", "PYSPK_REQUIRE_PYANNOTE")
     import lightning
     from pyannote.audio.core.task import Problem, Resolution, Specifications
 
