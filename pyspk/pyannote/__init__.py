@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import functools
 import math
-import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, cast
 
@@ -452,8 +451,7 @@ class ChunkEmbeddings:
                     for chunk in range(start, stop)
                 ]
             )
-            with torch.inference_mode(), warnings.catch_warnings():
-                warnings.simplefilter("ignore")
+            with torch.inference_mode():
                 embedded = embed_chunks(
                     embedding.model_,
                     waveforms.to(embedding.device),

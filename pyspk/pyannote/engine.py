@@ -215,9 +215,7 @@ class Engine:
     def _embed_eager(self, waveforms: torch.Tensor, masks: torch.Tensor) -> tuple[torch.Tensor]:
         resnet = self._embedding_model.resnet
         frames = resnet.forward_frames(cast(Fbank, self._fbank)(waveforms))  # set when served
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the pooling's notice on resampled masks
-            return (resnet.forward_embedding(frames, weights=masks)[1],)
+        return (resnet.forward_embedding(frames, weights=masks)[1],)
 
     def describe(self) -> dict[str, str]:
         """How each forward runs ("graph", or "eager" and why)."""
@@ -386,6 +384,7 @@ class Engine:
                 if scores is None or masks is None:
                     scores = torch.empty((total, *batch_scores.shape[1:]), device=self.device)
                     masks = torch.empty((total, *batch_masks.shape[1:]), device=self.device)
+                    masks.record_stream(emb_stream)  # its reader too, when it is freed
                 scores[first:stop].copy_(batch_scores[: stop - first])
                 masks[first:stop].copy_(batch_masks[: stop - first])
                 queued.segmented.append((stop, _recorded(seg_stream)))

@@ -38,16 +38,26 @@ class _MathScopes:
     @staticmethod
     def _set(matmul: bool, cudnn: bool) -> tuple[bool, bool]:
         """Sets the switches; returns them as they were."""
+        before = _MathScopes._read()
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*TF32")
-            before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
             torch.backends.cuda.matmul.allow_tf32 = matmul
             torch.backends.cudnn.allow_tf32 = cudnn
         return before
 
+    @staticmethod
+    def _wanted(math: CudaMath) -> tuple[bool, bool]:
+        return math is CudaMath.TF32, math is CudaMath.TF32
+
+    @staticmethod
+    def _read() -> tuple[bool, bool]:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*TF32")
+            return torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+
     @classmethod
     def _set_math(cls, math: CudaMath) -> tuple[bool, bool]:
-        return cls._set(math is CudaMath.TF32, math is CudaMath.TF32)
+        return cls._set(*cls._wanted(math))
 
     def enter(self, math: CudaMath) -> None:
         me = threading.get_ident()
@@ -63,6 +73,10 @@ class _MathScopes:
                     me in self._depth or (self._switched == 0 and not others_wait)
                 ):
                     previous = None
+                    # set again: work outside every scope may have switched them since
+                    # (pyannote's `Pipeline.__call__` turns TF32 off before each file)
+                    if self._read() != self._wanted(math):
+                        self._set_math(math)
                     break
                 if set(self._depth) == {me}:  # this thread alone: it nests the other math
                     previous, self._math = self._math, math
@@ -108,7 +122,8 @@ def library_math(math: CudaMath) -> Iterator[None]:
     and a scope of the other math waits until they have all ended (a thread alone in its
     scopes may nest either), so an FP32 scope is FP32 whatever other threads' scopes
     ask. PyTorch work outside any scope still sees the switches as the scopes open at the
-    time set them."""
+    time set them; where such work changed them meanwhile, the next scope to open sets
+    them again."""
     _MATH_SCOPES.enter(math)
     try:
         yield

@@ -428,6 +428,39 @@ def test_scopes_of_one_math_run_together_and_the_other_math_waits():
     assert tuple(switch.allow_tf32 for switch in switches) == before
 
 
+def test_a_scope_joining_an_open_one_sets_the_switches_that_work_outside_changed():
+    """A TF32 scope is open on one thread; outside every scope the switches are turned
+    off (as pyannote's `Pipeline.__call__` does before each file); a TF32 scope that
+    joins on another thread sees them on again, and after both the switches are as
+    before the first."""
+    import threading
+
+    from pyspk.cuda import CudaMath
+
+    switches = torch.backends.cuda.matmul, torch.backends.cudnn
+    before = tuple(switch.allow_tf32 for switch in switches)
+    opened, joined = threading.Event(), threading.Event()
+    seen = []
+
+    def first() -> None:
+        with ptorch.library_math(CudaMath.TF32):
+            opened.set()
+            assert joined.wait(5)
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    assert opened.wait(5)
+    for switch in switches:
+        switch.allow_tf32 = False
+    with ptorch.library_math(CudaMath.TF32):
+        seen.append(tuple(switch.allow_tf32 for switch in switches))
+        joined.set()
+    thread.join(5)
+    assert not thread.is_alive()
+    assert seen == [(True, True)]
+    assert tuple(switch.allow_tf32 for switch in switches) == before
+
+
 def test_a_thread_alone_may_nest_the_other_math():
     from pyspk.cuda import CudaMath
 
