@@ -545,7 +545,7 @@ class Engine:
             np.minimum(count.data, 1).astype(np.int8), count.sliding_window
         )
         discrete_diarization, exclusive = _steps.reconstruct_each(
-            segmentations, hard_clusters, [count, exclusive_count]
+            segmentations, hard_clusters, [count, exclusive_count], facts.runs
         )
         hook("discrete_diarization", discrete_diarization)
         min_duration_off = pipeline.segmentation.min_duration_off

@@ -47,11 +47,50 @@ def _count(data: np.ndarray, warm_up=(0.0, 0.0)):
     return SpeakerDiarization.speaker_count(SlidingWindowFeature(data, CHUNKS), FRAMES, warm_up)
 
 
+@pytest.mark.parametrize("values", ["binary", "soft"])
 @pytest.mark.parametrize("warm_up", [(0.0, 0.0), (0.1, 0.1)])
-def test_speaker_count_is_pyannotes(warm_up):
+def test_speaker_count_is_pyannotes(warm_up, values):
+    """Binary segmentations (summed by a product with ones) and soft scores (numpy's
+    sum) alike."""
     data = _segmentations(0)
+    if values == "soft":
+        data = data * np.random.default_rng(9).random(data.shape, dtype=np.float32)
     ours = _steps.speaker_count(SlidingWindowFeature(data.copy(), CHUNKS), FRAMES, warm_up)
     assert _same(ours, _count(data.copy(), warm_up))
+
+
+def test_active_runs_rebuild_the_segmentations():
+    """Every run of active frames, at a chunk's first and last frames too, and nothing
+    else; None for values other than 0 and 1."""
+    data = _segmentations(6, chunks=40, run=7)
+    data[0, :, 0] = 1.0  # active throughout
+    data[1, :, 1] = 0.0  # never active
+    data[2, 0, 2], data[2, -1, 2] = 1.0, 1.0  # on the first and last frames alone
+    data[2, 1, 2], data[2, -2, 2] = 0.0, 0.0
+    runs = _steps.active_runs(data)
+    rebuilt = np.zeros_like(data)
+    for chunk, speaker, first, end in zip(
+        runs.chunk, runs.speaker, runs.first, runs.end, strict=True
+    ):
+        assert first < end and not rebuilt[chunk, first:end, speaker].any()
+        rebuilt[chunk, first:end, speaker] = 1.0
+    assert np.array_equal(rebuilt, data)
+    order = np.lexsort((runs.first, runs.speaker, runs.chunk))
+    assert np.array_equal(order, np.arange(len(order)))
+    assert _steps.active_runs(0.5 * data) is None
+
+
+def test_segmentation_facts_are_the_stock_sums():
+    data = _segmentations(7)
+    data[3, :, 1] = 0.0
+    segmentations = SlidingWindowFeature(data, CHUNKS)
+    facts = _steps.segmentation_facts(segmentations, FRAMES)
+    assert np.array_equal(facts.inactive, np.sum(data, axis=1) == 0) and facts.inactive[3, 1]
+    assert _same(facts.count, _count(data.copy()))
+    assert facts.runs is not None and facts.clean is not None
+    soft = _steps.segmentation_facts(SlidingWindowFeature(0.5 * data, CHUNKS), FRAMES)
+    assert soft.runs is None and soft.clean is None
+    assert np.array_equal(soft.inactive, facts.inactive)
 
 
 @pytest.mark.parametrize(
@@ -135,6 +174,40 @@ def test_reconstruct_and_annotation_are_pyannotes(seed):
         for label in expected.labels():
             assert got.label_timeline(label) == expected.label_timeline(label)
             assert got.label_timeline(label).uri == "talk"
+
+
+def test_reconstruct_merges_a_chunks_speakers_of_one_cluster_and_pads_the_count():
+    """Two or three speakers of a chunk in one cluster, their runs overlapping, touching
+    or apart, and a count above the clusters (pyannote pads the activations for it, but
+    not for the exclusive count): both selections are pyannote's, with runs given or
+    found."""
+    data = _segmentations(8)
+    data[20:40] = 1.0  # three speakers at once throughout: a count of 3
+    data[5] = 0.0
+    data[5, 0:100, 0], data[5, 50:150, 1], data[5, 150:200, 2] = 1.0, 1.0, 1.0
+    data[6, 10:20, 0], data[6, 300:310, 1] = 1.0, 1.0
+    rng = np.random.default_rng(8)
+    clusters = rng.integers(0, 2, size=(data.shape[0], 3))
+    clusters[5], clusters[6] = 0, (1, 1, -2)
+    counts = _count(data.copy())
+    counts.data = np.minimum(counts.data, 3).astype(np.int8)
+    assert counts.data.max() == 3  # above the two clusters
+    exclusive = SlidingWindowFeature(
+        np.minimum(counts.data, 1).astype(np.int8), counts.sliding_window
+    )
+    pipeline = SpeakerDiarization.__new__(SpeakerDiarization)
+    theirs = [
+        SpeakerDiarization.reconstruct(
+            pipeline, SlidingWindowFeature(data.copy(), CHUNKS), clusters, count
+        )
+        for count in (counts, exclusive)
+    ]
+    assert theirs[0].data.shape[1] == 3 and theirs[1].data.shape[1] == 2
+    for runs in (None, _steps.active_runs(data)):
+        ours = _steps.reconstruct_each(
+            SlidingWindowFeature(data.copy(), CHUNKS), clusters, [counts, exclusive], runs
+        )
+        assert all(_same(mine, stock) for mine, stock in zip(ours, theirs, strict=True))
 
 
 @pytest.mark.parametrize("values", ["soft", "whole"])
