@@ -292,6 +292,7 @@ def cluster(
     device_linkage: Callable[[np.ndarray, str], np.ndarray | None] | None = None,
     timings: Timings | None = None,
     clean: np.ndarray | None = None,
+    frame_sums: np.ndarray | None = None,
     **arguments: Any,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`clustering(**arguments)` (a pipeline's clustering step). pyannote's
@@ -302,7 +303,8 @@ def cluster(
     receives the seconds of the steps pyspk serves ("filter", "linkage",
     "assignment"; with VBx also "plda" and "vbx") and "embeddings_clustered", the
     number of embeddings the clustering kept. `clean`, `clean_frames` of the
-    segmentations when already counted, saves the filter that count."""
+    segmentations when already counted, saves the filter that count; `frame_sums`,
+    their `np.sum(data, axis=1)` when already found, saves VBx's assignment that sum."""
     from pyannote.audio.pipelines import clustering as module
 
     kind = type(clustering)
@@ -341,10 +343,40 @@ def cluster(
         methods["constrained_argmax"] = timed("assignment", constrained_argmax)
     if "plda" in methods:
         methods["plda"] = _TimedPlda(methods["plda"], timed)
+    if frame_sums is not None and arguments.get("segmentations") is not None:
+        arguments["segmentations"] = _with_frame_sums(arguments["segmentations"], frame_sums)
     if name == "__call__":  # a special method: called on the copy, not looked up on it
         return fast(twin, **arguments)
     methods[name] = types.MethodType(fast, twin)
     return twin(**arguments)
+
+
+class _FrameSummed(np.ndarray):
+    """A view of (chunks, frames, speakers) segmentations whose sum over the frames,
+    `.sum(1)` as VBx's assignment asks it, is the one found before (`counted`, set on
+    this view alone: views and results made from it have none); every other sum is
+    numpy's."""
+
+    counted: np.ndarray | None = None
+
+    def sum(self, axis: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if axis == 1 and not args and not kwargs and self.counted is not None:
+            return self.counted.copy()
+        return np.asarray(self).sum(axis, *args, **kwargs)
+
+
+def _with_frame_sums(segmentations: Any, frame_sums: np.ndarray) -> Any:
+    """`segmentations` (a `SlidingWindowFeature`) on a `_FrameSummed` view of its data."""
+    from pyannote.core import SlidingWindowFeature
+
+    data = segmentations.data
+    if frame_sums.shape != (data.shape[0], data.shape[2]):
+        raise ValueError(
+            f"frame sums of shape {frame_sums.shape} for segmentations of {data.shape}"
+        )
+    view = data.view(_FrameSummed)
+    view.counted = frame_sums
+    return SlidingWindowFeature(view, segmentations.sliding_window, segmentations.labels)
 
 
 class _Timed:

@@ -242,13 +242,18 @@ class SegmentationFacts:
     engine finds it while the GPU still embeds: the speaker count (`speaker_count`, no
     warm-up), the clustering's frame counts (`clean_frames`) and the local speakers'
     runs of active frames (`active_runs`), both None unless every value is 0 or 1, and
-    (chunks, speakers) True for a local speaker never active in its chunk (the stock
-    reconstruction's sum)."""
+    the (chunks, speakers) sums over the frames (`np.sum(data, axis=1)`, which the
+    stock reconstruction and VBx's assignment take)."""
 
     count: SlidingWindowFeature
     clean: np.ndarray | None
     runs: ActiveRuns | None
-    inactive: np.ndarray
+    frame_sums: np.ndarray
+
+    @property
+    def inactive(self) -> np.ndarray:
+        """(chunks, speakers) True for a local speaker never active in its chunk."""
+        return self.frame_sums == 0
 
 
 def segmentation_facts(
@@ -258,15 +263,20 @@ def segmentation_facts(
     data = segmentations.data
     runs = active_runs(data)
     if runs is None:
-        inactive = np.sum(data, axis=1) == 0
-    else:  # a speaker without a run: the same booleans without the slow sum
-        inactive = np.ones((data.shape[0], data.shape[2]), dtype=bool)
-        inactive[runs.chunk, runs.speaker] = False
+        frame_sums = np.sum(data, axis=1)
+    else:  # the runs' lengths: whole numbers, without numpy's slow sum over a short axis
+        num_chunks, _, num_speakers = data.shape
+        lengths = np.bincount(
+            runs.chunk * num_speakers + runs.speaker,
+            weights=runs.end - runs.first,
+            minlength=num_chunks * num_speakers,
+        )
+        frame_sums = lengths.reshape(num_chunks, num_speakers).astype(data.dtype)
     return SegmentationFacts(
         count=speaker_count(segmentations, frames, warm_up=(0.0, 0.0)),
         clean=clean_frames(segmentations),
         runs=runs,
-        inactive=inactive,
+        frame_sums=frame_sums,
     )
 
 

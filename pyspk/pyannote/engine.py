@@ -517,6 +517,7 @@ class Engine:
             device_linkage=self._linkage,
             timings=report.clustering,
             clean=facts.clean,
+            frame_sums=facts.frame_sums,
             embeddings=embeddings,
             segmentations=binarized_segmentations,
             num_clusters=num_speakers,

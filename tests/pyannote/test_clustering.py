@@ -256,6 +256,47 @@ def test_vbx_clustering_is_pyannotes(plda, constraints, constrained):
     assert "plda" not in clustering.__dict__ or clustering.__dict__["plda"] is plda
 
 
+def test_vbx_takes_the_frame_sums_found_before(plda):
+    """With the segmentations' sums over the frames given (as the engine finds them
+    while the GPU embeds), VBx's constrained assignment reads them instead of summing:
+    the stock outputs with the right sums, other labels with wrong ones."""
+    rng = np.random.default_rng(13)
+    chunks = 400
+    embeddings = _voices(rng, chunks, 4)
+    data = _turns(rng, chunks)
+    data[rng.random(chunks) < 0.2, :, 2] = 0.0  # some local speakers never active
+    segmentations = SlidingWindowFeature(data, CHUNKS)
+    clustering = _vbx(plda, True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = clustering(embeddings=embeddings.copy(), segmentations=segmentations, **UNBOUNDED)
+        given = {}
+        for name, sums in {"right": np.sum(data, axis=1), "wrong": np.ones((chunks, 3))}.items():
+            given[name] = _clustering.cluster(
+                clustering,
+                embeddings=embeddings.copy(),
+                segmentations=segmentations,
+                frame_sums=sums.astype(np.float32),
+                **UNBOUNDED,
+            )
+    assert (np.sum(data, axis=1) == 0).any()
+    _same_outputs(given["right"], theirs)
+    assert not np.array_equal(given["wrong"][0], theirs[0])
+
+
+def test_a_frame_summed_view_answers_only_its_own_frame_sum():
+    data = np.arange(24, dtype=np.float32).reshape(2, 4, 3)
+    counted = np.full((2, 3), 7.0, dtype=np.float32)
+    view = _clustering._with_frame_sums(SlidingWindowFeature(data, CHUNKS), counted).data
+    assert np.array_equal(view.sum(1), counted)
+    assert np.array_equal(view.sum(axis=2), data.sum(axis=2))
+    assert np.array_equal(view.sum(1, keepdims=True), data.sum(1, keepdims=True))
+    assert np.array_equal(view[:, :2].sum(1), data[:, :2].sum(1))
+    assert np.array_equal((view * 2).sum(1), (data * 2).sum(1))
+    with pytest.raises(ValueError, match="frame sums of shape"):
+        _clustering._with_frame_sums(SlidingWindowFeature(data, CHUNKS), counted[:1])
+
+
 def _reconstructed_alike(segmentations: SlidingWindowFeature, hard_clusters: np.ndarray) -> None:
     """pyspk's reconstruction of these labels (in their own dtype) is pyannote's."""
     count = SpeakerDiarization.speaker_count(segmentations, FRAMES, warm_up=(0.0, 0.0))
