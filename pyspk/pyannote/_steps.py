@@ -458,7 +458,7 @@ def binarize(
     timestamps = frame_middles(scores.sliding_window, num_frames)
     tracks = []
     track_generator = string_generator()
-    for k, k_scores in enumerate(scores.data.T):
+    for k, k_scores in enumerate(np.ascontiguousarray(scores.data.T)):
         label = k if scores.labels is None else scores.labels[k]
         track = next(track_generator)
         for start, end in _active_regions(k_scores, onset, offset):
@@ -520,13 +520,16 @@ def _active_regions(scores: np.ndarray, onset: float, offset: float) -> list[tup
     num_frames = len(scores)
     if num_frames < 2:  # pyannote's loop needs two frames to close a region
         return []
-    state = np.full(num_frames, -1, dtype=np.int8)  # -1: keeps the state before it
-    state[scores < offset] = 0
-    state[scores > onset] = 1
-    state[0] = 1 if scores[0] > onset else 0
-    defined = np.where(state >= 0, np.arange(num_frames), 0)
-    np.maximum.accumulate(defined, out=defined)
-    on = state[defined] == 1
+    on = scores > onset
+    below = scores < offset
+    if not np.all(on | below):  # some frames keep the state before them (or are NaN)
+        state = np.full(num_frames, -1, dtype=np.int8)  # -1: keeps the state before it
+        state[below] = 0
+        state[on] = 1
+        state[0] = 1 if scores[0] > onset else 0
+        defined = np.where(state >= 0, np.arange(num_frames), 0)
+        np.maximum.accumulate(defined, out=defined)
+        on = state[defined] == 1
     changes = np.flatnonzero(on[1:] != on[:-1]) + 1
     starts = list(changes[on[changes]])
     ends = list(changes[~on[changes]])

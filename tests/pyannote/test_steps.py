@@ -231,11 +231,15 @@ def test_reconstruct_of_other_than_binary_segmentations_is_pyannotes(values):
     assert general is None
 
 
+@pytest.mark.parametrize("nan", [True, False])
 @pytest.mark.parametrize(("onset", "offset"), [(0.5, None), (0.7, 0.3), (0.6, 0.6), (0.3, 0.7)])
-def test_binarize_is_pyannotes(onset, offset):
+def test_binarize_is_pyannotes(onset, offset, nan):
+    """With NaN or frames between the thresholds (each frame's state found from the
+    frames before it) and without (each frame decided by its own score)."""
     rng = np.random.default_rng(4)
     data = np.repeat(rng.random((400, 3)), 5, axis=0)
-    data[rng.random(data.shape) < 0.01] = np.nan
+    if nan:
+        data[rng.random(data.shape) < 0.01] = np.nan
     data[0] = 0.9  # starts active
     scores = SlidingWindowFeature(data, FRAMES)
     expected = Binarize(onset=onset, offset=offset)(scores)
