@@ -214,6 +214,54 @@ def test_reconstruct_merges_a_chunks_speakers_of_one_cluster_and_pads_the_count(
         assert all(_same(mine, stock) for mine, stock in zip(ours, theirs, strict=True))
 
 
+def test_random_binary_reconstructions_are_pyannotes():
+    """Random shapes: 1 to 150 chunks, 1 to 4 local speakers, 1 to 5 clusters, runs of
+    1 to 100 frames, empty chunks, -0.0 for 0, int8 and int64 labels, counts capped at
+    1 to 3: both selections, with the runs found or given, and their annotations are
+    pyannote's, and so are the segmentations' facts."""
+    for seed in range(24):
+        rng = np.random.default_rng(seed)
+        chunks = int(rng.choice([1, 2, 5, 30, 150]))
+        speakers = int(rng.integers(1, 5))
+        run = int(rng.choice([1, 3, 25, 100]))
+        coarse = rng.random((chunks, 589 // run + 1, speakers)) < rng.uniform(0.05, 0.9)
+        data = np.repeat(coarse, run, axis=1)[:, :589].astype(np.float32)
+        if seed % 4 == 0:
+            data[rng.integers(0, chunks)] = 0.0
+        if seed % 5 == 0:
+            data[data == 0] = -0.0
+        clusters = rng.integers(0, int(rng.integers(1, 6)), size=(chunks, speakers))
+        clusters[rng.random(clusters.shape) < 0.2] = -2
+        clusters[0, 0] = max(clusters[0, 0], 0)  # one label at least
+        clusters = clusters.astype(np.int8 if seed % 2 else np.int64)
+        count = _count(data.copy())
+        count.data = np.minimum(count.data, 1 + seed % 3).astype(np.int8)
+        exclusive = SlidingWindowFeature(
+            np.minimum(count.data, 1).astype(np.int8), count.sliding_window
+        )
+        pipeline = SpeakerDiarization.__new__(SpeakerDiarization)
+        theirs = [
+            SpeakerDiarization.reconstruct(
+                pipeline, SlidingWindowFeature(data.copy(), CHUNKS), clusters.copy(), each
+            )
+            for each in (count, exclusive)
+        ]
+        for runs in (None, _steps.active_runs(data)):
+            ours = _steps.reconstruct_each(
+                SlidingWindowFeature(data.copy(), CHUNKS), clusters.copy(), [count, exclusive], runs
+            )
+            assert all(_same(mine, stock) for mine, stock in zip(ours, theirs, strict=True))
+        for stock in theirs:
+            expected = SpeakerDiarization.to_annotation(stock, 0.0, 0.0)
+            got = _steps.to_annotation(stock, 0.0, 0.0)
+            assert list(got.itertracks(yield_label=True)) == list(
+                expected.itertracks(yield_label=True)
+            )
+        facts = _steps.segmentation_facts(SlidingWindowFeature(data, CHUNKS), FRAMES)
+        assert np.array_equal(facts.frame_sums, np.sum(data, axis=1))
+        assert _same(facts.count, _count(data.copy()))
+
+
 @pytest.mark.parametrize("values", ["soft", "whole"])
 def test_reconstruct_of_other_than_binary_segmentations_is_pyannotes(values):
     """Scores other than 0 and 1 (soft scores, or whole numbers up to 3) take the
@@ -240,6 +288,8 @@ def test_binarize_is_pyannotes(onset, offset, nan):
     data = np.repeat(rng.random((400, 3)), 5, axis=0)
     if nan:
         data[rng.random(data.shape) < 0.01] = np.nan
+    data[100:105] = onset  # neither above the onset nor below the offset
+    data[200:205] = onset if offset is None else offset
     data[0] = 0.9  # starts active
     scores = SlidingWindowFeature(data, FRAMES)
     expected = Binarize(onset=onset, offset=offset)(scores)
