@@ -5,6 +5,7 @@ or not at all. Imports soundfile only when decoding; nothing of PyTorch."""
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,8 +42,10 @@ class Audio:
 
 def rttm_uri(path: str | Path) -> str:
     """The RTTM uri of an audio file: its name without the extension, each run of
-    whitespace (which would split an RTTM line's fields) made one "_"."""
-    return "_".join(Path(path).stem.split()) or "_"
+    whitespace (which would split an RTTM line's fields) made one "_", and each byte of
+    the name that is not UTF-8 made U+FFFD (an RTTM file is UTF-8 text)."""
+    stem = os.fsencode(Path(path).stem).decode("utf-8", errors="replace")
+    return "_".join(stem.split()) or "_"
 
 
 def rttm_twins(paths: Iterable[str | Path]) -> tuple[Path, Path] | None:
@@ -61,7 +64,9 @@ def corpus_files(inputs: Iterable[str | Path]) -> list[Path]:
     """The audio files `inputs` name, in order, each once: a file as it is; a folder's
     files ending in `AUDIO_EXTENSIONS`, recursively, sorted; a list file (`@list.txt`),
     one path a line (blank lines and lines starting with # left out), relative paths
-    taken from the list's folder. FileError for an input that does not exist."""
+    taken from the list's folder. A folder's hidden files and folders (their names
+    starting with ".", such as the "._" files macOS writes beside audio) are left out.
+    FileError for an input that does not exist, or a list that is not UTF-8 text."""
     found: list[Path] = []
     for item in inputs:
         text = str(item)
@@ -71,6 +76,8 @@ def corpus_files(inputs: Iterable[str | Path]) -> list[Path]:
                 lines = listed.read_text(encoding="utf-8").splitlines()
             except OSError as error:
                 raise FileError(f"{listed}: cannot read the list ({error.strerror})") from None
+            except UnicodeDecodeError:
+                raise FileError(f"{listed}: the list is not UTF-8 text") from None
             entries = [line.strip() for line in lines]
             paths = [listed.parent / entry for entry in entries if entry and entry[0] != "#"]
             found += corpus_files(paths)
@@ -78,7 +85,11 @@ def corpus_files(inputs: Iterable[str | Path]) -> list[Path]:
         path = Path(text)
         if path.is_dir():
             found += sorted(
-                p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in AUDIO_EXTENSIONS
+                p
+                for p in path.rglob("*")
+                if p.is_file()
+                and p.suffix.lower() in AUDIO_EXTENSIONS
+                and not any(part.startswith(".") for part in p.relative_to(path).parts)
             )
         elif path.is_file():
             found.append(path)
@@ -98,15 +109,21 @@ def _libsndfile(path: str | Path, call: Callable[[Any], Any]) -> Any:
         raise FileError(f"{path}: not audio that libsndfile reads ({error})") from None
 
 
+def _opened(path: str | Path) -> str | bytes:
+    """`path` as soundfile opens it: the name's own bytes on POSIX, so that a name that
+    is not UTF-8 opens too (soundfile encodes a str strictly)."""
+    return str(path) if os.name == "nt" else os.fsencode(path)
+
+
 def audio_header(path: str | Path) -> Any:
     """soundfile's header of `path` (its samples left undecoded)."""
-    return _libsndfile(path, lambda soundfile: soundfile.info(str(path)))
+    return _libsndfile(path, lambda soundfile: soundfile.info(_opened(path)))
 
 
 def read_audio(path: str | Path) -> Audio:
     """`path` decoded to (channels, samples) float32."""
     data, rate = _libsndfile(
-        path, lambda soundfile: soundfile.read(str(path), dtype="float32", always_2d=True)
+        path, lambda soundfile: soundfile.read(_opened(path), dtype="float32", always_2d=True)
     )
     if data.shape[0] == 0:
         raise FileError(f"{path}: holds no samples")
@@ -118,14 +135,22 @@ def read_audio(path: str | Path) -> Audio:
 
 def write_rttm(annotation: Any, path: Path) -> None:
     """`annotation` as the RTTM file `path`, whole or not at all: written to a temporary
-    file beside it, then renamed over it."""
-    partial = path.with_name(f".{path.name}.partial")
+    file of its own beside it (two writers of one RTTM never share one), then renamed
+    over it; on any error the temporary file is removed."""
+    partial = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.partial")
+    created = False
     try:
-        with open(partial, "w", encoding="utf-8") as handle:
-            annotation.write_rttm(handle)
-            handle.flush()
-            os.fsync(handle.fileno())  # on disk before a manifest can say it is done
+        # as open() creates files (the umask's permissions), but never an existing one
+        handle = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        created = True
+        with open(handle, "w", encoding="utf-8") as text:
+            annotation.write_rttm(text)
+            text.flush()
+            os.fsync(text.fileno())  # on disk before a manifest can say it is done
         os.replace(partial, path)
-    except OSError as error:
-        partial.unlink(missing_ok=True)
-        raise FileError(f"cannot write {path}: {error.strerror or error}") from None
+    except BaseException as error:
+        if created:
+            partial.unlink(missing_ok=True)
+        if isinstance(error, OSError):
+            raise FileError(f"cannot write {path}: {error.strerror or error}") from None
+        raise

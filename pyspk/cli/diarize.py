@@ -410,6 +410,12 @@ def _corpus(args: argparse.Namespace) -> int:
     files = _files(lambda: corpus_files(args.audio))
     if not files:
         raise DiarizeError("the inputs name no audio file")
+    twins = rttm_twins(files)
+    if twins is not None:  # before any model loads
+        raise DiarizeError(
+            f"{twins[0]} and {twins[1]} would both write {rttm_uri(twins[1])}.rttm: rename "
+            "one, or run them apart"
+        )
     options = {} if args.num_speakers is None else {"num_speakers": args.num_speakers}
     if args.gpus or args.scheduler:
         run = _corpus_on_dask(args, files, options)

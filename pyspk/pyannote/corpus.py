@@ -31,6 +31,7 @@ import queue
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,7 +153,9 @@ def _plan(
             "run them apart"
         )
     rttm.mkdir(parents=True, exist_ok=True)
-    record = Manifest(manifest if manifest is not None else rttm / MANIFEST_NAME)
+    manifest = Path(manifest) if manifest is not None else rttm / MANIFEST_NAME
+    manifest.parent.mkdir(parents=True, exist_ok=True)  # before any file: none unrecorded
+    record = Manifest(manifest)
     done = record.done()
     todo = [path for path in files if str(path) not in done]
     todo.sort(key=_seconds_or_zero, reverse=True)
@@ -238,7 +241,8 @@ def diarize_corpus(
     gets one line per file."""
     if engines < 1 or decode_ahead < 1:
         raise ValueError(f"engines and decode_ahead must be positive: {engines}, {decode_ahead}")
-    rttm = Path(rttm)
+    # the manifest's RTTM paths hold from any working directory a rerun starts in
+    rttm = Path(rttm).absolute()
     todo, record, run = _plan(inputs, rttm, manifest)
     if not todo:
         return run
@@ -354,7 +358,13 @@ class _Engines:
                 self.offer(None)
 
     def engine(
-        self, own: Any, record: Manifest, run: CorpusRun, progress: Any, started: float
+        self,
+        own: Any,
+        record: Manifest,
+        run: CorpusRun,
+        progress: Any,
+        started: float,
+        finished: threading.Event,
     ) -> None:
         try:
             if self.setup is not None:
@@ -378,23 +388,33 @@ class _Engines:
         except BaseException as error:
             self.raised.append(error)
             self.stop.set()
+        finally:
+            finished.set()
 
     def run(self, record: Manifest, run: CorpusRun, progress: Any, started: float) -> None:
+        # each engine says it has ended with an event, not by its thread's join: a ^C
+        # that lands in `Thread.join` marks that thread ended while it still runs
+        # (CPython 3.11), and the run would then undo the accelerations under it
+        finished = [threading.Event() for _ in self.pipelines]
         threads = [
-            threading.Thread(target=self.engine, args=(own, record, run, progress, started))
-            for own in self.pipelines
+            threading.Thread(
+                target=self.engine,
+                args=(own, record, run, progress, started, ended),
+                name=f"pyspk-engine-{index}",
+            )
+            for index, (own, ended) in enumerate(zip(self.pipelines, finished, strict=True))
         ]
         try:
-            threading.Thread(target=self.decode_all, daemon=True).start()
+            threading.Thread(target=self.decode_all, daemon=True, name="pyspk-decode").start()
             for thread in threads:
                 thread.start()
-            for thread in threads:
-                thread.join()
+            for ended in finished:
+                ended.wait()
         finally:
             self.stop.set()  # ^C here: each engine ends after its current file
-            for thread in threads:
-                if thread.is_alive():
-                    thread.join()
+            for thread, ended in zip(threads, finished, strict=True):
+                if thread.ident is not None:  # started
+                    ended.wait()
         if self.raised:
             raise self.raised[0]
 
@@ -507,18 +527,22 @@ def diarize_corpus_on_dask(
     rttm = Path(rttm).resolve()
     todo, record, run = _plan(inputs, rttm, manifest)
     started = time.perf_counter()
+    # keys of this run's own: another run's tasks on the scheduler never stand for them
+    run_key = uuid.uuid4().hex[:12]
     futures = [
         client.submit(
             _diarize_on_worker,
             make_pipeline,
-            str(path.resolve()),
+            # absolute, links not followed: the worker names the RTTM after the link, as
+            # `_plan` checked the names
+            str(path.absolute()),
             str(rttm),
             math,
             accelerate,
             options,
             engines,
             turns,
-            key=f"pyspk-diarize-{index}-{rttm_uri(path)}",
+            key=f"pyspk-diarize-{run_key}-{index}-{rttm_uri(path)}",
             priority=len(todo) - index,  # longest first
             pure=False,
         )

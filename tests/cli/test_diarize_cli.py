@@ -252,6 +252,24 @@ def test_corpus_inputs_that_name_no_audio_are_an_error(capsys, tmp_path):
     assert not out.exists()  # nothing written for a run that cannot start
 
 
+def test_corpus_inputs_that_would_share_an_rttm_or_a_list_not_utf8_are_an_error(capsys, tmp_path):
+    """Both found before any model loads (a traceback and exit status 1 before)."""
+    for folder in ("x", "y"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "one.wav").write_bytes(b"RIFF")
+    out = tmp_path / "out"
+    status, stdout, err = _run(
+        capsys, "--corpus", str(tmp_path), "--rttm", str(out), "--pipeline", "x"
+    )
+    _one_line_error(status, stdout, err, "would both write one.rttm")
+    listing = tmp_path / "list.txt"
+    listing.write_bytes(b"caf\xe9.wav\n")
+    status, stdout, err = _run(
+        capsys, "--corpus", f"@{listing}", "--rttm", str(out), "--pipeline", "x"
+    )
+    _one_line_error(status, stdout, err, "the list is not UTF-8 text")
+
+
 def test_gpus_and_scheduler_are_exclusive(capsys, tmp_path):
     status, out, err = _run(
         capsys, str(tmp_path), "--rttm", str(tmp_path / "out"), "--pipeline", "x",

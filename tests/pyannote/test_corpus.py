@@ -481,3 +481,161 @@ def test_decoded_audio_is_channels_by_samples_in_c_order(tmp_path):
         assert audio.waveform.shape == (channels, 4000) and audio.waveform.dtype == np.float32
         assert audio.waveform.flags.c_contiguous
         assert np.array_equal(audio.waveform, written.T)
+
+
+class _Quick:
+    """Stands for a pipeline: each call says it began, takes its time (the calls in turn
+    take `seconds`, the last value for the rest) and returns an empty annotation; copies
+    are the same object (its event is shared)."""
+
+    def __init__(self, *seconds: float) -> None:
+        self.seconds = list(seconds or (0.0,))
+        self.began = threading.Event()
+        self.running = 0  # calls begun and not yet returned
+        self.lock = threading.Lock()
+
+    def __deepcopy__(self, memo: dict) -> _Quick:
+        return self
+
+    def __call__(self, file: dict, **options):
+        from pyannote.core import Annotation
+
+        with self.lock:
+            self.running += 1
+            seconds = self.seconds.pop(0) if len(self.seconds) > 1 else self.seconds[0]
+        self.began.set()
+        time.sleep(seconds)
+        with self.lock:
+            self.running -= 1
+        return Annotation(uri=file["uri"])
+
+
+def _quick_pipeline() -> _Quick:
+    return _Quick()
+
+
+def test_a_ctrl_c_lets_the_files_in_flight_finish_and_is_raised(corpus, tmp_path):
+    """A real SIGINT while two engines diarize files of 3 s and 1 s: the run ends only
+    after each engine has recorded its file in flight, raises KeyboardInterrupt, and
+    leaves no engine thread running (a ^C inside `Thread.join` had marked a running
+    engine ended, and the run went on without waiting for it)."""
+    _stack()
+    from pyspk.pyannote.corpus import diarize_corpus
+
+    pipeline = _Quick(3.0, 1.0)
+
+    def interrupt() -> None:
+        assert pipeline.began.wait(30)
+        time.sleep(0.2)
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    out = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt):
+        diarize_corpus(pipeline, [corpus], out, accelerate=False, engines=2, progress=None)
+    assert pipeline.running == 0
+    assert not [t for t in threading.enumerate() if t.name.startswith("pyspk-engine")]
+    entries = _entries(out / "manifest.jsonl")
+    assert 1 <= len(entries) < 5 and all(entry["status"] == "done" for entry in entries)
+    assert sorted(p.name for p in out.glob("*.rttm")) == sorted(
+        f"{rttm_uri(entry['path'])}.rttm" for entry in entries
+    )
+
+
+def test_names_not_utf8_a_relative_rttm_folder_and_a_new_manifest_folder(tmp_path, monkeypatch):
+    """A file whose name is not UTF-8 is decoded and gets an RTTM (U+FFFD for the odd
+    byte); an RTTM folder given relative to the working directory is recorded whole, so
+    a rerun from elsewhere skips what was done; a manifest in a folder not yet there is
+    made before any file runs; a folder's hidden files are left out."""
+    _stack()
+    soundfile = importorskip("soundfile", reason="soundfile is missing (diarize extra)")
+    from pyspk.pyannote.corpus import diarize_corpus
+    from pyspk.testing.synthetic import recording
+
+    audio = tmp_path / "audio"
+    audio.mkdir()
+    try:
+        odd = audio / os.fsdecode(b"caf\xe9.wav")
+        soundfile.write(os.fsencode(odd), recording(11.0, seed=5).waveform, 16000)
+    except (OSError, UnicodeError):
+        pytest.skip("this file system takes only UTF-8 names")
+    soundfile.write(audio / "plain.wav", recording(11.0, seed=6).waveform, 16000)
+    (audio / "._plain.wav").write_bytes(b"\x00\x05\x16\x07 macOS metadata")
+    (audio / ".cache").mkdir()
+    (audio / ".cache" / "x.wav").write_bytes(b"RIFF")
+    assert sorted(p.name for p in corpus_files([audio])) == sorted([odd.name, "plain.wav"])
+    monkeypatch.chdir(tmp_path)
+    manifest = tmp_path / "logs" / "run.jsonl"
+    run = diarize_corpus(
+        _Quick(), [audio], Path("out"), manifest=manifest, accelerate=False, progress=None
+    )
+    assert (run.done, run.failed) == (2, 0)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["caf\ufffd.rttm", "plain.rttm"]
+    monkeypatch.chdir(audio)
+    again = diarize_corpus(
+        _Quick(), [audio], tmp_path / "out", manifest=manifest, accelerate=False, progress=None
+    )
+    assert (again.skipped, again.done) == (2, 0)
+
+
+def test_an_rttm_written_whole_or_not_at_all_whatever_fails():
+    """A writer that raises midway leaves no temporary file, and raises as it did; a
+    folder that cannot be written is a FileError."""
+    import tempfile
+
+    from pyspk.files import write_rttm
+
+    class Failing:
+        def write_rttm(self, handle) -> None:
+            handle.write("SPEAKER half")
+            raise ValueError("midway")
+
+    with tempfile.TemporaryDirectory() as folder:
+        target = Path(folder) / "x.rttm"
+        with pytest.raises(ValueError, match="midway"):
+            write_rttm(Failing(), target)
+        assert os.listdir(folder) == []
+        with pytest.raises(FileError, match="cannot write"):
+            write_rttm(Failing(), Path(folder) / "missing" / "x.rttm")
+
+
+def test_dask_runs_name_rttms_after_links_and_keep_tasks_of_their_own(corpus, tmp_path):
+    """Two links to files of one name in two folders: each RTTM is named after its link,
+    as a single process names it (the worker had been sent the resolved path). Two runs
+    on one scheduler submit tasks of different keys (a run had taken another's result
+    for a task of the same key)."""
+    _stack()
+    importorskip("distributed", reason="dask.distributed is missing (corpus extra)")
+    from distributed import Client, LocalCluster
+
+    from pyspk.pyannote.corpus import diarize_corpus_on_dask
+
+    for name, target in (("a.wav", corpus / "one.wav"), ("b.wav", corpus / "a" / "two.wav")):
+        folder = tmp_path / name[0]
+        folder.mkdir()
+        (folder / "audio.wav").symlink_to(target)
+        (tmp_path / name).symlink_to(folder / "audio.wav")
+    links = [tmp_path / "a.wav", tmp_path / "b.wav"]
+
+    class Recording:
+        def __init__(self, client) -> None:
+            self.client, self.keys = client, []
+
+        def submit(self, *args, key: str, **kwargs):
+            self.keys.append(key)
+            return self.client.submit(*args, key=key, **kwargs)
+
+    keys = []
+    with (
+        LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
+        for out in ("first", "second"):
+            recording = Recording(client)
+            run = diarize_corpus_on_dask(
+                _quick_pipeline, links, tmp_path / out, recording, accelerate=False, progress=None
+            )
+            assert (run.done, run.failed) == (2, 0)
+            assert sorted(p.name for p in (tmp_path / out).glob("*.rttm")) == ["a.rttm", "b.rttm"]
+            keys.append(set(recording.keys))
+    assert len(keys[0]) == 2 and not keys[0] & keys[1]
