@@ -68,7 +68,12 @@ def test_no_module_over_600_lines_and_no_function_over_80() -> None:
 
 @pytest.mark.parametrize(
     "path",
-    ["pyspk/pyannote/_steps.py", "pyspk/pyannote/_clustering.py", "pyspk/candidate/cluster"],
+    [
+        "pyspk/pyannote/_steps.py",
+        "pyspk/pyannote/_annotation.py",
+        "pyspk/pyannote/_clustering.py",
+        "pyspk/candidate/cluster",
+    ],
 )
 def test_the_host_steps_and_the_cluster_area_import_no_torch(path: str) -> None:
     """No import of torch or pyspk.torch at any level, lazy ones included: the cluster

@@ -1,9 +1,10 @@
 """pyannote.audio's diarization steps after the models, without their per-chunk and
-per-frame Python loops: `Inference.aggregate`, `speaker_count`, `reconstruct`,
-`to_diarization` and `Binarize` (`to_annotation`), as pyannote.audio 4.0 defines them.
+per-frame Python loops: `Inference.aggregate`, `speaker_count`, `reconstruct` and
+`to_diarization`, as pyannote.audio 4.0 defines them (the annotations built from their
+results: `pyspk.pyannote._annotation`).
 
 Each function returns what pyannote's own returns, to the bit: the same float32 sums in
-the same order, the same float64 timestamps, the same `Annotation` tracks. Where a
+the same order, the same float64 timestamps. Where a
 shortcut is exact only for some inputs it is taken only for those: overlap-add sums
 are formed in any order only when every term is a whole number (binary segmentations,
 speaker counts), whose float32 sums are exact below 2^24; other scores are added chunk
@@ -16,35 +17,24 @@ Needs numpy and pyannote.core; no torch.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from pyannote.core import Annotation, Segment, SlidingWindow, SlidingWindowFeature
+from pyannote.core import SlidingWindow, SlidingWindowFeature
 from pyannote.core import segment as core_segment
-from pyannote.core.utils.generators import string_generator
-from sortedcontainers import SortedDict
 
 from pyspk.pyannote._clustering import clean_frames
-
-if TYPE_CHECKING:
-    from pyannote.audio.pipelines.speaker_diarization import DiarizeOutput
 
 __all__ = [
     "ActiveRuns",
     "SegmentationFacts",
     "active_runs",
     "aggregate",
-    "binarize",
     "frame_middles",
-    "labels_of",
-    "name_speakers",
     "reconstruct",
     "reconstruct_each",
     "segmentation_facts",
     "speaker_count",
-    "to_annotation",
     "to_diarization",
 ]
 
@@ -189,7 +179,7 @@ def speaker_count(
 
     trimmed = Inference.trim(binarized_segmentations, warm_up=warm_up)
     data = trimmed.data
-    if np.array_equal(data, data != 0):
+    if data.dtype.kind == "f" and np.array_equal(data, data != 0):
         # 0 and 1 only: their sums are exact in any order, and one product with a column
         # of ones is some 30 times quicker than numpy's sum over a 3-long axis
         ones = np.ones((data.shape[-1], 1), dtype=data.dtype)
@@ -271,7 +261,10 @@ def segmentation_facts(
             weights=runs.end - runs.first,
             minlength=num_chunks * num_speakers,
         )
-        frame_sums = lengths.reshape(num_chunks, num_speakers).astype(data.dtype)
+        # in the type numpy's sum gives (int64 for bool and narrow integers, which
+        # these lengths would overflow)
+        summed = np.sum(data[:0], axis=1).dtype
+        frame_sums = lengths.reshape(num_chunks, num_speakers).astype(summed)
     return SegmentationFacts(
         count=speaker_count(segmentations, frames, warm_up=(0.0, 0.0)),
         clean=clean_frames(segmentations),
@@ -305,12 +298,20 @@ def reconstruct_each(
     sums = _binary_cluster_sums(segmentations, hard_clusters, num_clusters, counts[0], runs)
     if sums is not None:
         return _select_each(sums, counts)
+    data = segmentations.data
+    if ((hard_clusters < 0) & (hard_clusters != -2)).any() or np.isinf(data).any():
+        return _select_each(
+            _activations(
+                _by_chunk(data, hard_clusters, num_clusters, segmentations.sliding_window),
+                counts[0],
+            ),
+            counts,
+        )
     # (chunk, cluster) rows of frames; float32 holds the float32 scores exactly, as
     # pyannote's float64 array does, and NaN marks a cluster absent from a chunk
     rows = np.full((num_chunks * num_clusters, num_frames), np.nan, dtype=np.float32)
     filled = np.zeros(num_chunks * num_clusters, dtype=bool)
     chunk_rows = np.arange(num_chunks) * num_clusters
-    data = segmentations.data
     for speaker in range(local_num_speakers):
         cluster = hard_clusters[:, speaker]
         kept = cluster != -2
@@ -325,6 +326,22 @@ def reconstruct_each(
     clustered = SlidingWindowFeature(clustered, segmentations.sliding_window)
     # the counts share their frames: the same sums serve every one
     return _select_each(_activations(clustered, counts[0]), counts)
+
+
+def _by_chunk(
+    data: np.ndarray, hard_clusters: np.ndarray, num_clusters: int, window: SlidingWindow
+) -> SlidingWindowFeature:
+    """pyannote's clustered segmentations chunk by chunk, for the labels and scores the
+    whole-array form does not follow: a negative label other than -2 (pyannote writes
+    it into the chunk's column counted from the end, and a later label of that column
+    overwrites it) and infinite scores (pyannote's float64 array keeps the float64
+    range through `nan_to_num`)."""
+    clustered = np.full((data.shape[0], data.shape[1], num_clusters), np.nan)
+    for chunk, labels in enumerate(hard_clusters):
+        for label in np.unique(labels):
+            if label != -2:
+                clustered[chunk, :, label] = np.max(data[chunk][:, labels == label], axis=1)
+    return SlidingWindowFeature(clustered, window)
 
 
 def _binary_cluster_sums(
@@ -429,164 +446,3 @@ def _select_each(
         )
         selected.append(SlidingWindowFeature(binary, padded.sliding_window))
     return selected
-
-
-def binarize(
-    scores: SlidingWindowFeature,
-    onset: float = 0.5,
-    offset: float | None = None,
-    min_duration_on: float = 0.0,
-    min_duration_off: float = 0.0,
-    pad_onset: float = 0.0,
-    pad_offset: float = 0.0,
-    uri: str | None = None,
-) -> Annotation:
-    """`pyannote.audio.utils.signal.Binarize(...)(scores)`: hysteresis thresholding of
-    (frames, classes) scores into an `Annotation` of active regions, named `uri` (what
-    setting `.uri` afterwards gives, without the timelines that setter builds)."""
-    offset = offset or onset
-    if offset > onset:  # a frame may switch both ways: pyannote's own loop decides
-        from pyannote.audio.utils.signal import Binarize
-
-        active = Binarize(onset, offset, min_duration_on, min_duration_off, pad_onset, pad_offset)(
-            scores
-        )
-        if uri is not None:
-            active.uri = uri
-        return active
-    num_frames, _ = scores.data.shape
-    timestamps = frame_middles(scores.sliding_window, num_frames)
-    tracks = []
-    track_generator = string_generator()
-    for k, k_scores in enumerate(np.ascontiguousarray(scores.data.T)):
-        label = k if scores.labels is None else scores.labels[k]
-        track = next(track_generator)
-        for start, end in _active_regions(k_scores, onset, offset):
-            region = Segment(
-                float(timestamps[start]) - pad_onset, float(timestamps[end]) + pad_offset
-            )
-            tracks.append((region, track, label))
-    active = annotation_of(tracks, uri)
-    if pad_offset > 0.0 or pad_onset > 0.0 or min_duration_off > 0.0:
-        active = active.support(collar=min_duration_off)
-    if min_duration_on > 0:
-        for segment, track in list(active.itertracks()):
-            if segment.duration < min_duration_on:
-                del active[segment, track]
-    return active
-
-
-def annotation_of(tracks: list[tuple[Segment, Any, Any]], uri: str | None = None) -> Annotation:
-    """The `Annotation(uri=uri)` that `annotation[segment, track] = label` for each of
-    `tracks` in turn builds (empty segments left out, a later label of the same track
-    replacing an earlier one), its sorted index of segments made by one sort of them all
-    rather than a search per track: the labels come in runs of sorted segments, which one
-    sort merges. It sets what `__setitem__` sets, as `Annotation.copy` does; where
-    pyannote.core keeps its tracks otherwise, it takes the inserts."""
-    annotation = Annotation(uri=uri)
-    if not (
-        isinstance(getattr(annotation, "_tracks", None), SortedDict)
-        and isinstance(getattr(annotation, "_labelNeedsUpdate", None), dict)
-        and getattr(annotation, "_timelineNeedsUpdate", None) is True
-    ):
-        for segment, track, label in tracks:
-            annotation[segment, track] = label
-        return annotation
-    by_segment: dict[Segment, dict[Any, Any]] = {}
-    needs_update = annotation._labelNeedsUpdate
-    for segment, track, label in tracks:
-        if segment:
-            by_segment.setdefault(segment, {})[track] = label
-            needs_update[label] = True
-    annotation._tracks = SortedDict(by_segment)
-    return annotation
-
-
-def labels_of(annotation: Annotation) -> list[Any]:
-    """`annotation.labels()` read from its tracks, without the per-label timelines that
-    `labels()` builds first (a sort of every segment of every label); they stay for
-    `Annotation` to build when asked."""
-    tracks = getattr(annotation, "_tracks", None)
-    if not isinstance(tracks, SortedDict):
-        return annotation.labels()
-    return sorted({label for labels in tracks.values() for label in labels.values()}, key=str)
-
-
-def _active_regions(scores: np.ndarray, onset: float, offset: float) -> list[tuple[int, int]]:
-    """(start frame, end frame) of each active region, as `Binarize`'s loop finds them
-    (offset <= onset): a frame above `onset` turns on, one below `offset` turns off,
-    others keep the state; the first frame is on when above `onset`. A region that is
-    still on at the end closes on the last frame."""
-    num_frames = len(scores)
-    if num_frames < 2:  # pyannote's loop needs two frames to close a region
-        return []
-    on = scores > onset
-    below = scores < offset
-    if not np.all(on | below):  # some frames keep the state before them (or are NaN)
-        state = np.full(num_frames, -1, dtype=np.int8)  # -1: keeps the state before it
-        state[below] = 0
-        state[on] = 1
-        state[0] = 1 if scores[0] > onset else 0
-        defined = np.where(state >= 0, np.arange(num_frames), 0)
-        np.maximum.accumulate(defined, out=defined)
-        on = state[defined] == 1
-    changes = np.flatnonzero(on[1:] != on[:-1]) + 1
-    starts = list(changes[on[changes]])
-    ends = list(changes[~on[changes]])
-    if on[0]:
-        starts.insert(0, 0)
-    if on[-1]:
-        ends.append(num_frames - 1)
-    return list(zip(starts, ends, strict=True))
-
-
-def to_annotation(
-    discrete_diarization: SlidingWindowFeature,
-    min_duration_on: float = 0.0,
-    min_duration_off: float = 0.0,
-    uri: str | None = None,
-) -> Annotation:
-    """`SpeakerDiarizationMixin.to_annotation` on `binarize`, named `uri`."""
-    return binarize(
-        discrete_diarization,
-        onset=0.5,
-        offset=0.5,
-        min_duration_on=min_duration_on,
-        min_duration_off=min_duration_off,
-        uri=uri,
-    )
-
-
-def name_speakers(
-    pipeline: Any,
-    file: Mapping,
-    diarization: Annotation,
-    exclusive_diarization: Annotation,
-    centroids: np.ndarray | None,
-) -> DiarizeOutput | Annotation:
-    """The stock `SpeakerDiarization.apply`'s last part: speaker names and the centroids
-    in their order. Both annotations are the caller's own: they are renamed in place (a
-    copy, pyannote's default, rebuilds every track), and their labels are read from the
-    tracks (`labels_of`): the label timelines are left for `Annotation` to build when
-    asked, as it builds them."""
-    if file.get("annotation"):
-        _, mapping = pipeline.optimal_mapping(file["annotation"], diarization, return_mapping=True)
-        mapping = {key: mapping.get(key, key) for key in labels_of(diarization)}
-    else:
-        mapping = dict(zip(labels_of(diarization), pipeline.classes(), strict=False))
-    diarization = diarization.rename_labels(mapping=mapping, copy=False)
-    exclusive_diarization = exclusive_diarization.rename_labels(mapping=mapping, copy=False)
-    if centroids is not None:  # None from oracle clustering
-        labels = labels_of(diarization)
-        if len(labels) > centroids.shape[0]:
-            centroids = np.pad(centroids, ((0, len(labels) - centroids.shape[0]), (0, 0)))
-        inverse_mapping = {label: index for index, label in mapping.items()}
-        centroids = centroids[[inverse_mapping[label] for label in labels]]
-    from pyannote.audio.pipelines.speaker_diarization import DiarizeOutput
-
-    output = DiarizeOutput(
-        speaker_diarization=diarization,
-        exclusive_speaker_diarization=exclusive_diarization,
-        speaker_embeddings=centroids,
-    )
-    return output.speaker_diarization if pipeline.legacy else output

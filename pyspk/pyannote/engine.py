@@ -56,7 +56,7 @@ from pyspk.candidate.cluster import DeviceLinkage
 from pyspk.cuda import CudaMath
 from pyspk.cuda.errors import ClosedError, InvalidArgument
 from pyspk.errors import TooLongError, available_host_memory, run_all
-from pyspk.pyannote import _chunks, _clustering, _steps
+from pyspk.pyannote import _annotation, _chunks, _clustering, _steps
 from pyspk.pyannote._graphs import Forward
 from pyspk.pyannote._report import RunReport
 from pyspk.pyannote._turns import DeviceTurns
@@ -551,12 +551,14 @@ class Engine:
         hook("discrete_diarization", discrete_diarization)
         min_duration_off = pipeline.segmentation.min_duration_off
         diarization, exclusive_diarization = (
-            _steps.to_annotation(
+            _annotation.to_annotation(
                 discrete, min_duration_on=0.0, min_duration_off=min_duration_off, uri=file["uri"]
             )
             for discrete in (discrete_diarization, exclusive)
         )
-        output = _steps.name_speakers(pipeline, file, diarization, exclusive_diarization, centroids)
+        output = _annotation.name_speakers(
+            pipeline, file, diarization, exclusive_diarization, centroids
+        )
         report.steps["reconstruction"] = time.perf_counter() - reconstruction
         return output
 

@@ -19,7 +19,7 @@ with warnings.catch_warnings():
     from pyannote.audio.pipelines.speaker_diarization import SpeakerDiarization
     from pyannote.core import Annotation, Segment
 
-from pyspk.pyannote._steps import name_speakers
+from pyspk.pyannote._annotation import name_speakers
 
 
 def _annotation(seed: int) -> Annotation:

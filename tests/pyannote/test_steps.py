@@ -20,7 +20,7 @@ with warnings.catch_warnings():
     from pyannote.audio.utils.signal import Binarize
     from pyannote.core import SlidingWindow, SlidingWindowFeature
 
-from pyspk.pyannote import _steps
+from pyspk.pyannote import _annotation, _steps
 
 CHUNKS = SlidingWindow(start=0.0, duration=10.0, step=1.0)
 FRAMES = SlidingWindow(start=0.0, duration=0.0619375, step=0.016875)  # segmentation-3.0's
@@ -170,10 +170,10 @@ def test_reconstruct_and_annotation_are_pyannotes(seed):
             theirs, min_duration_on=on, min_duration_off=off
         )
         expected.uri = "talk"  # what the stock apply does next: it builds every timeline
-        got = _steps.to_annotation(ours, min_duration_on=on, min_duration_off=off, uri="talk")
+        got = _annotation.to_annotation(ours, min_duration_on=on, min_duration_off=off, uri="talk")
         assert list(got.itertracks(yield_label=True)) == list(expected.itertracks(yield_label=True))
         assert len(got) > 10
-        assert _steps.labels_of(got) == expected.labels()
+        assert _annotation.labels_of(got) == expected.labels()
         assert got.uri == "talk" and got.get_timeline().uri == "talk"
         for label in expected.labels():
             assert got.label_timeline(label) == expected.label_timeline(label)
@@ -253,13 +253,44 @@ def test_random_binary_reconstructions_are_pyannotes():
             assert all(_same(mine, stock) for mine, stock in zip(ours, theirs, strict=True))
         for stock in theirs:
             expected = SpeakerDiarization.to_annotation(stock, 0.0, 0.0)
-            got = _steps.to_annotation(stock, 0.0, 0.0)
+            got = _annotation.to_annotation(stock, 0.0, 0.0)
             assert list(got.itertracks(yield_label=True)) == list(
                 expected.itertracks(yield_label=True)
             )
         facts = _steps.segmentation_facts(SlidingWindowFeature(data, CHUNKS), FRAMES)
         assert np.array_equal(facts.frame_sums, np.sum(data, axis=1))
         assert _same(facts.count, _count(data.copy()))
+
+
+def test_bool_and_integer_segmentations_sum_as_numpy_does():
+    """Segmentations stored as bool or uint8: the speaker count is pyannote's, and the
+    frame sums are numpy's in its widened type (a product with ones would be a logical
+    or for bool, and uint8 lengths would wrap past 255)."""
+    for data in (np.ones((3, 589, 3), dtype=bool), _segmentations(12, chunks=6) > 0):
+        for stored in (data, data.astype(np.uint8)):
+            facts = _steps.segmentation_facts(SlidingWindowFeature(stored, CHUNKS), FRAMES)
+            expected = np.sum(stored, axis=1)
+            assert facts.frame_sums.dtype == expected.dtype
+            assert np.array_equal(facts.frame_sums, expected)
+            assert _same(facts.count, _count(stored.copy()))
+
+
+@pytest.mark.parametrize("odd", ["label -1", "infinite scores"])
+def test_reconstruct_of_labels_and_scores_pyannote_takes_its_own_way(odd):
+    """A label -1 (pyannote writes it into the chunk's last cluster, and that cluster's
+    own label, later in `np.unique`'s order, overwrites it) and infinite scores
+    (pyannote's float64 array keeps the float64 range): pyannote's result."""
+    rng = np.random.default_rng(14)
+    data = _segmentations(14, chunks=40)
+    clusters = rng.integers(0, 3, size=(40, 3))
+    if odd == "label -1":
+        clusters[rng.random(clusters.shape) < 0.3] = -1
+        clusters[rng.random(clusters.shape) < 0.1] = -2
+    else:
+        data = data * rng.random(data.shape, dtype=np.float32)
+        data[rng.random(data.shape) < 0.02] = np.inf
+    ours, theirs, _ = _reconstructions(data, clusters, (data > 0.5).astype(np.float32))
+    assert _same(ours, theirs)
 
 
 @pytest.mark.parametrize("values", ["soft", "whole"])
@@ -293,7 +324,7 @@ def test_binarize_is_pyannotes(onset, offset, nan):
     data[0] = 0.9  # starts active
     scores = SlidingWindowFeature(data, FRAMES)
     expected = Binarize(onset=onset, offset=offset)(scores)
-    got = _steps.binarize(scores, onset=onset, offset=offset)
+    got = _annotation.binarize(scores, onset=onset, offset=offset)
     assert list(got.itertracks(yield_label=True)) == list(expected.itertracks(yield_label=True))
 
 
@@ -318,9 +349,9 @@ def test_annotation_of_is_the_inserts():
     expected = Annotation()
     for segment, track, label in tracks:
         expected[segment, track] = label
-    got = _steps.annotation_of(tracks)
+    got = _annotation.annotation_of(tracks)
     assert list(got.itertracks(yield_label=True)) == list(expected.itertracks(yield_label=True))
-    assert _steps.labels_of(got) == got.labels() == expected.labels()
+    assert _annotation.labels_of(got) == got.labels() == expected.labels()
     assert all(got.label_timeline(x) == expected.label_timeline(x) for x in expected.labels())
     assert got.get_timeline() == expected.get_timeline()
     assert got.support(collar=0.3) == expected.support(collar=0.3)

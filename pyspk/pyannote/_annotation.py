@@ -1,0 +1,185 @@
+"""The annotations the diarization steps end with: pyannote.audio's `Binarize` (and
+`to_annotation` on it) without its per-frame loop, an `Annotation` built from its tracks
+in one sort, its labels read from the tracks, and the stock `apply`'s naming of the
+speakers. Each gives pyannote.audio 4.0's own result: the same float64 timestamps and
+the same tracks, labels and track names. Needs numpy, pyannote.core and sortedcontainers;
+no torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from pyannote.core import Annotation, Segment, SlidingWindowFeature
+from pyannote.core.utils.generators import string_generator
+from sortedcontainers import SortedDict
+
+from pyspk.pyannote._steps import frame_middles
+
+if TYPE_CHECKING:
+    from pyannote.audio.pipelines.speaker_diarization import DiarizeOutput
+
+__all__ = ["annotation_of", "binarize", "labels_of", "name_speakers", "to_annotation"]
+
+
+def binarize(
+    scores: SlidingWindowFeature,
+    onset: float = 0.5,
+    offset: float | None = None,
+    min_duration_on: float = 0.0,
+    min_duration_off: float = 0.0,
+    pad_onset: float = 0.0,
+    pad_offset: float = 0.0,
+    uri: str | None = None,
+) -> Annotation:
+    """`pyannote.audio.utils.signal.Binarize(...)(scores)`: hysteresis thresholding of
+    (frames, classes) scores into an `Annotation` of active regions, named `uri` (what
+    setting `.uri` afterwards gives, without the timelines that setter builds)."""
+    offset = offset or onset
+    if offset > onset:  # a frame may switch both ways: pyannote's own loop decides
+        from pyannote.audio.utils.signal import Binarize
+
+        active = Binarize(onset, offset, min_duration_on, min_duration_off, pad_onset, pad_offset)(
+            scores
+        )
+        if uri is not None:
+            active.uri = uri
+        return active
+    num_frames, _ = scores.data.shape
+    timestamps = frame_middles(scores.sliding_window, num_frames)
+    tracks = []
+    track_generator = string_generator()
+    for k, k_scores in enumerate(np.ascontiguousarray(scores.data.T)):
+        label = k if scores.labels is None else scores.labels[k]
+        track = next(track_generator)
+        for start, end in _active_regions(k_scores, onset, offset):
+            region = Segment(
+                float(timestamps[start]) - pad_onset, float(timestamps[end]) + pad_offset
+            )
+            tracks.append((region, track, label))
+    active = annotation_of(tracks, uri)
+    if pad_offset > 0.0 or pad_onset > 0.0 or min_duration_off > 0.0:
+        active = active.support(collar=min_duration_off)
+    if min_duration_on > 0:
+        for segment, track in list(active.itertracks()):
+            if segment.duration < min_duration_on:
+                del active[segment, track]
+    return active
+
+
+def annotation_of(tracks: list[tuple[Segment, Any, Any]], uri: str | None = None) -> Annotation:
+    """The `Annotation(uri=uri)` that `annotation[segment, track] = label` for each of
+    `tracks` in turn builds (empty segments left out, a later label of the same track
+    replacing an earlier one), its sorted index of segments made by one sort of them all
+    rather than a search per track: the labels come in runs of sorted segments, which one
+    sort merges. It sets what `__setitem__` sets, as `Annotation.copy` does; where
+    pyannote.core keeps its tracks otherwise, it takes the inserts."""
+    annotation = Annotation(uri=uri)
+    if not (
+        isinstance(getattr(annotation, "_tracks", None), SortedDict)
+        and isinstance(getattr(annotation, "_labelNeedsUpdate", None), dict)
+        and getattr(annotation, "_timelineNeedsUpdate", None) is True
+    ):
+        for segment, track, label in tracks:
+            annotation[segment, track] = label
+        return annotation
+    by_segment: dict[Segment, dict[Any, Any]] = {}
+    needs_update = annotation._labelNeedsUpdate
+    for segment, track, label in tracks:
+        if segment:
+            by_segment.setdefault(segment, {})[track] = label
+            needs_update[label] = True
+    annotation._tracks = SortedDict(by_segment)
+    return annotation
+
+
+def labels_of(annotation: Annotation) -> list[Any]:
+    """`annotation.labels()` read from its tracks, without the per-label timelines that
+    `labels()` builds first (a sort of every segment of every label); they stay for
+    `Annotation` to build when asked."""
+    tracks = getattr(annotation, "_tracks", None)
+    if not isinstance(tracks, SortedDict):
+        return annotation.labels()
+    return sorted({label for labels in tracks.values() for label in labels.values()}, key=str)
+
+
+def _active_regions(scores: np.ndarray, onset: float, offset: float) -> list[tuple[int, int]]:
+    """(start frame, end frame) of each active region, as `Binarize`'s loop finds them
+    (offset <= onset): a frame above `onset` turns on, one below `offset` turns off,
+    others keep the state; the first frame is on when above `onset`. A region that is
+    still on at the end closes on the last frame."""
+    num_frames = len(scores)
+    if num_frames < 2:  # pyannote's loop needs two frames to close a region
+        return []
+    on = scores > onset
+    below = scores < offset
+    if not np.all(on | below):  # some frames keep the state before them (or are NaN)
+        state = np.full(num_frames, -1, dtype=np.int8)  # -1: keeps the state before it
+        state[below] = 0
+        state[on] = 1
+        state[0] = 1 if scores[0] > onset else 0
+        defined = np.where(state >= 0, np.arange(num_frames), 0)
+        np.maximum.accumulate(defined, out=defined)
+        on = state[defined] == 1
+    changes = np.flatnonzero(on[1:] != on[:-1]) + 1
+    starts = list(changes[on[changes]])
+    ends = list(changes[~on[changes]])
+    if on[0]:
+        starts.insert(0, 0)
+    if on[-1]:
+        ends.append(num_frames - 1)
+    return list(zip(starts, ends, strict=True))
+
+
+def to_annotation(
+    discrete_diarization: SlidingWindowFeature,
+    min_duration_on: float = 0.0,
+    min_duration_off: float = 0.0,
+    uri: str | None = None,
+) -> Annotation:
+    """`SpeakerDiarizationMixin.to_annotation` on `binarize`, named `uri`."""
+    return binarize(
+        discrete_diarization,
+        onset=0.5,
+        offset=0.5,
+        min_duration_on=min_duration_on,
+        min_duration_off=min_duration_off,
+        uri=uri,
+    )
+
+
+def name_speakers(
+    pipeline: Any,
+    file: Mapping,
+    diarization: Annotation,
+    exclusive_diarization: Annotation,
+    centroids: np.ndarray | None,
+) -> DiarizeOutput | Annotation:
+    """The stock `SpeakerDiarization.apply`'s last part: speaker names and the centroids
+    in their order. Both annotations are the caller's own: they are renamed in place (a
+    copy, pyannote's default, rebuilds every track), and their labels are read from the
+    tracks (`labels_of`): the label timelines are left for `Annotation` to build when
+    asked, as it builds them."""
+    if file.get("annotation"):
+        _, mapping = pipeline.optimal_mapping(file["annotation"], diarization, return_mapping=True)
+        mapping = {key: mapping.get(key, key) for key in labels_of(diarization)}
+    else:
+        mapping = dict(zip(labels_of(diarization), pipeline.classes(), strict=False))
+    diarization = diarization.rename_labels(mapping=mapping, copy=False)
+    exclusive_diarization = exclusive_diarization.rename_labels(mapping=mapping, copy=False)
+    if centroids is not None:  # None from oracle clustering
+        labels = labels_of(diarization)
+        if len(labels) > centroids.shape[0]:
+            centroids = np.pad(centroids, ((0, len(labels) - centroids.shape[0]), (0, 0)))
+        inverse_mapping = {label: index for index, label in mapping.items()}
+        centroids = centroids[[inverse_mapping[label] for label in labels]]
+    from pyannote.audio.pipelines.speaker_diarization import DiarizeOutput
+
+    output = DiarizeOutput(
+        speaker_diarization=diarization,
+        exclusive_speaker_diarization=exclusive_diarization,
+        speaker_embeddings=centroids,
+    )
+    return output.speaker_diarization if pipeline.legacy else output
