@@ -55,7 +55,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--gpus", type=int, nargs="+", default=[1],
                         help="corpus mode's GPUs: 1 in this process, more on a local Dask "
                         "cluster of one worker per GPU; an arm per value")  # fmt: skip
-    parser.add_argument("--turns", nargs="+", choices=["off", "on"], default=["off"],
+    parser.add_argument("--turns", nargs="+", choices=["off", "on"], default=["on"],
                         help="corpus mode's GPU queue: an arm per value")  # fmt: skip
     parser.add_argument("--work", type=Path, default=None,
                         help="where the audio and RTTM files go (default: a new temporary "

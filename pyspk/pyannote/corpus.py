@@ -226,7 +226,7 @@ def diarize_corpus(
     decode_ahead: int = 4,
     accelerate: bool = True,
     segmentation_batch: int | None = None,
-    turns: bool = False,
+    turns: bool = True,
     progress: Callable[[str], None] | None = _to_stderr,
     **options: Any,
 ) -> CorpusRun:
@@ -234,7 +234,8 @@ def diarize_corpus(
     `pyspk.files.corpus_files`) with `pipeline` (a `SpeakerDiarization` on its CUDA
     device) on `engines` accelerated copies of it in `math` (the stock pipeline where
     `accelerate` is false; `segmentation_batch` as `accelerate_pipeline` takes it;
-    `turns`: the engines' files queued on the GPU in turn, `pyspk.pyannote.DeviceTurns`),
+    `turns`: the engines' files queued on the GPU in turn, `pyspk.pyannote.DeviceTurns`;
+    False: side by side, each file's GPU work beside the other engines'),
     writing `rttm/<uri>.rttm` and the manifest (by default `rttm/manifest.jsonl`). Files
     the manifest says are done are skipped, and an RTTM it does not record as done is
     written again. `options` go to each pipeline call (e.g. `num_speakers`); `progress`
@@ -510,7 +511,7 @@ def diarize_corpus_on_dask(
     math: str = "fp32",
     accelerate: bool = True,
     engines: int = 1,
-    turns: bool = False,
+    turns: bool = True,
     progress: Callable[[str], None] | None = _to_stderr,
     **options: Any,
 ) -> CorpusRun:
