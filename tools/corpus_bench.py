@@ -57,6 +57,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         "cluster of one worker per GPU; an arm per value")  # fmt: skip
     parser.add_argument("--turns", nargs="+", choices=["off", "on"], default=["on"],
                         help="corpus mode's GPU queue: an arm per value")  # fmt: skip
+    parser.add_argument("--freeze", nargs="+", choices=["off", "on"], default=["off"],
+                        help="corpus mode's gc.freeze (one GPU): an arm per value")  # fmt: skip
     parser.add_argument("--work", type=Path, default=None,
                         help="where the audio and RTTM files go (default: a new temporary "
                         "folder); audio already there for the same lengths is reused")  # fmt: skip
@@ -225,8 +227,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 entries[-1]["embeddings_clustered"] = counter.count()
         return seconds, entries
 
-    def corpus_arm(math: str, engines: int, turns: bool, gpus: int) -> None:
+    def corpus_arm(math: str, engines: int, turns: bool, gpus: int, freeze: bool = False) -> None:
         out = outputs / f"corpus-{math}-{gpus}x{engines}{'-turns' if turns else ''}"
+        out = out.with_name(out.name + ("-frozen" if freeze else ""))
         if gpus > 1:  # the cluster started and warmed first, outside the time
             with _DaskArm(args.shape, made_in, pipeline, work, gpus, engines) as arm:
                 timed(math, engines, turns, gpus, out, arm.run(folder, out, math, turns))
@@ -234,9 +237,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         timed(
             math, engines, turns, gpus, out,
             lambda: pa.diarize_corpus(
-                pipeline, [folder], out, math=math, engines=engines, turns=turns, progress=None
+                pipeline, [folder], out, math=math, engines=engines, turns=turns,
+                freeze=freeze, progress=None,
             ),
         )  # fmt: skip
+        runs[-1]["freeze"] = freeze
 
     def timed(math: str, engines: int, turns: bool, gpus: int, out: Path, corpus_run: Any) -> None:
         synchronize()
@@ -278,7 +283,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for gpus in args.gpus:
             for engines in args.engines:
                 for turns in args.turns:
-                    corpus_arm(math, engines, turns == "on", gpus)
+                    for freeze in args.freeze if gpus == 1 else ["on"]:
+                        corpus_arm(math, engines, turns == "on", gpus, freeze == "on")
     name = torch.cuda.get_device_name(device) if on_gpu else "cpu"
     slug = device_slug(name)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -421,7 +427,8 @@ def _worker_pipeline(shape: str, place: str) -> Any:
 def _queue(run: dict) -> str:
     if run["path"] != "corpus":
         return ""
-    return "in turns" if run.get("turns") else "side by side"
+    queue = "in turns" if run.get("turns") else "side by side"
+    return f"{queue}, collector frozen" if run.get("freeze") else queue
 
 
 if __name__ == "__main__":

@@ -640,3 +640,36 @@ def test_dask_runs_name_rttms_after_links_and_keep_tasks_of_their_own(corpus, tm
             assert sorted(p.name for p in (tmp_path / out).glob("*.rttm")) == ["a.rttm", "b.rttm"]
             keys.append(set(recording.keys))
     assert len(keys[0]) == 2 and not keys[0] & keys[1]
+
+
+def test_freeze_keeps_the_pipelines_out_of_full_collections_for_the_run(corpus, tmp_path):
+    """`freeze=True`: the objects alive at the start are frozen while the files run and
+    given back after; a process that froze objects itself keeps its own freeze."""
+    _stack()
+    import gc
+
+    from pyspk.pyannote.corpus import diarize_corpus
+
+    class Counting(_Quick):
+        def __call__(self, file: dict, **options):
+            seen.append(gc.get_freeze_count())
+            return super().__call__(file, **options)
+
+    assert gc.get_freeze_count() == 0
+    seen: list[int] = []
+    diarize_corpus(Counting(), [corpus], tmp_path / "a", accelerate=False, progress=None)
+    assert seen and set(seen) == {0}  # not asked
+    seen.clear()
+    diarize_corpus(
+        Counting(), [corpus], tmp_path / "b", accelerate=False, freeze=True, progress=None
+    )
+    assert seen and min(seen) > 1000 and gc.get_freeze_count() == 0
+    gc.freeze()
+    try:
+        own = gc.get_freeze_count()
+        diarize_corpus(
+            Counting(), [corpus], tmp_path / "c", accelerate=False, freeze=True, progress=None
+        )
+        assert gc.get_freeze_count() > own // 2  # not unfrozen (a few freed meanwhile)
+    finally:
+        gc.unfreeze()
