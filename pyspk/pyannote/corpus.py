@@ -256,8 +256,8 @@ def diarize_corpus(
     pipelines = [pipeline, *(copy.deepcopy(pipeline) for _ in range(min(engines, len(todo)) - 1))]
     setup = _Setup(math, segmentation_batch, turns) if accelerate else None
     # a full collection walks every tracked object, the loaded pipelines' some 480,000:
-    # 0.24 s on the H200's host, in whichever file's step it lands (24 us once frozen,
-    # on a development machine; off until a GPU run measures it)
+    # 0.24 s on the H200's host, in whichever file's step it lands (24 us once frozen on
+    # a development machine; on the H200 a frozen run still had one, of 0.388 s)
     frozen = freeze and gc.get_freeze_count() == 0
     if frozen:
         gc.freeze()
