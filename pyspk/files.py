@@ -20,6 +20,7 @@ __all__ = [
     "audio_header",
     "corpus_files",
     "read_audio",
+    "refuse_rttm_twins",
     "rttm_twins",
     "rttm_uri",
     "write_rttm",
@@ -58,6 +59,17 @@ def rttm_twins(paths: Iterable[str | Path]) -> tuple[Path, Path] | None:
             return seen[uri], path
         seen[uri] = path
     return None
+
+
+def refuse_rttm_twins(paths: Iterable[str | Path]) -> None:
+    """FileError naming the first two of `paths` with one RTTM uri, if any."""
+    twins = rttm_twins(paths)
+    if twins is not None:
+        first, second = twins
+        raise FileError(
+            f"{first} and {second} would both write {rttm_uri(second)}.rttm: rename one, or "
+            "run them apart"
+        )
 
 
 def corpus_files(inputs: Iterable[str | Path]) -> list[Path]:

@@ -37,6 +37,7 @@ from pyspk.files import (
     audio_header,
     corpus_files,
     read_audio,
+    refuse_rttm_twins,
     rttm_twins,
     rttm_uri,
     write_rttm,
@@ -410,12 +411,7 @@ def _corpus(args: argparse.Namespace) -> int:
     files = _files(lambda: corpus_files(args.audio))
     if not files:
         raise DiarizeError("the inputs name no audio file")
-    twins = rttm_twins(files)
-    if twins is not None:  # before any model loads
-        raise DiarizeError(
-            f"{twins[0]} and {twins[1]} would both write {rttm_uri(twins[1])}.rttm: rename "
-            "one, or run them apart"
-        )
+    _files(lambda: refuse_rttm_twins(files))  # before any model loads
     options = {} if args.num_speakers is None else {"num_speakers": args.num_speakers}
     if args.gpus or args.scheduler:
         run = _corpus_on_dask(args, files, options)

@@ -44,7 +44,7 @@ from pyspk.files import (
     audio_header,
     corpus_files,
     read_audio,
-    rttm_twins,
+    refuse_rttm_twins,
     rttm_uri,
     write_rttm,
 )
@@ -146,13 +146,7 @@ def _plan(
     """The files to run (longest first, those done before left out), the manifest, and
     the run's counts so far."""
     files = corpus_files(inputs)
-    twins = rttm_twins(files)
-    if twins is not None:
-        first, second = twins
-        raise FileError(
-            f"{first} and {second} would both write {rttm_uri(second)}.rttm: rename one, or "
-            "run them apart"
-        )
+    refuse_rttm_twins(files)
     rttm.mkdir(parents=True, exist_ok=True)
     manifest = Path(manifest) if manifest is not None else rttm / MANIFEST_NAME
     manifest.parent.mkdir(parents=True, exist_ok=True)  # before any file: none unrecorded
