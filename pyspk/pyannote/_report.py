@@ -26,8 +26,8 @@ class RunReport:
     """Seconds of the GPU's work, from its first segmentation to its last embedding."""
     overlapped: tuple[str, ...] = ("speaker_counting",)
     """Steps run while the GPU works on the embeddings (off the critical path); the
-    speaker counting's time includes the clustering filter's frame counts and the
-    reconstruction's inactive speakers."""
+    speaker counting's time includes the rest of the segmentations' facts
+    (`_steps.segmentation_facts`: frame counts, runs of activity, frame sums)."""
     scores: np.ndarray | None = None
     """(chunks, frames, powerset classes) log-probabilities of the segmentation model."""
     embeddings: np.ndarray | None = None
