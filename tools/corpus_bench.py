@@ -283,7 +283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for gpus in args.gpus:
             for engines in args.engines:
                 for turns in args.turns:
-                    for freeze in args.freeze if gpus == 1 else ["on"]:
+                    for freeze in args.freeze if gpus == 1 else ["off"]:  # Dask: never
                         corpus_arm(math, engines, turns == "on", gpus, freeze == "on")
     name = torch.cuda.get_device_name(device) if on_gpu else "cpu"
     slug = device_slug(name)
