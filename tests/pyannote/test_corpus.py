@@ -77,6 +77,19 @@ def _rttms(folder: Path) -> dict[str, str]:
     return {path.name: path.read_text() for path in sorted(folder.glob("*.rttm"))}
 
 
+def _alone(corpus: Path, tmp_path: Path) -> Path:
+    """A folder of each good file's RTTM from one pipeline, one file after another."""
+    from pyspk.pyannote.corpus import diarize_file
+
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    pipeline = cpu_pipeline()
+    for path in corpus_files([corpus]):
+        if path.name != "broken.wav":
+            assert diarize_file(pipeline, path, None, alone)["status"] == "done"
+    return alone
+
+
 def _entries(manifest: Path) -> list[dict]:
     return [json.loads(line) for line in manifest.read_text().splitlines()]
 
@@ -285,14 +298,10 @@ def test_dask_workers_write_what_one_process_writes_when_one_dies(corpus, tmp_pa
     importorskip("distributed", reason="dask.distributed is missing (corpus extra)")
     from distributed import Client, LocalCluster
 
-    from pyspk.pyannote.corpus import diarize_corpus_on_dask, diarize_file
+    from pyspk.pyannote.corpus import diarize_corpus_on_dask
 
-    alone = tmp_path / "alone"
-    alone.mkdir()
-    pipeline = cpu_pipeline()
+    alone = _alone(corpus, tmp_path)
     good = [p for p in corpus_files([corpus]) if p.name != "broken.wav"]
-    for path in good:
-        diarize_file(pipeline, path, None, alone)
     out = tmp_path / "dask"
     with (
         LocalCluster(
@@ -432,13 +441,9 @@ def test_a_dask_worker_of_two_threads_runs_two_engines(corpus, tmp_path):
 
     from distributed import Client, LocalCluster
 
-    from pyspk.pyannote.corpus import diarize_corpus_on_dask, diarize_file
+    from pyspk.pyannote.corpus import diarize_corpus_on_dask
 
-    alone = tmp_path / "alone"
-    alone.mkdir()
-    pipeline = cpu_pipeline()
-    for path in corpus_files([corpus]):
-        diarize_file(pipeline, path, None, alone)
+    alone = _alone(corpus, tmp_path)
     marks = tmp_path / "marks"
     marks.mkdir()
     out = tmp_path / "dask"
