@@ -59,6 +59,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="corpus mode's GPU queue: an arm per value")  # fmt: skip
     parser.add_argument("--freeze", nargs="+", choices=["off", "on"], default=["off"],
                         help="corpus mode's gc.freeze (one GPU): an arm per value")  # fmt: skip
+    parser.add_argument("--segmentation-batch", type=int, nargs="+", default=[None],
+                        help="corpus mode's segmentation chunks a forward (one GPU; default "
+                        "the engine's): an arm per value")  # fmt: skip
     parser.add_argument("--work", type=Path, default=None,
                         help="where the audio and RTTM files go (default: a new temporary "
                         "folder); audio already there for the same lengths is reused")  # fmt: skip
@@ -227,9 +230,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 entries[-1]["embeddings_clustered"] = counter.count()
         return seconds, entries
 
-    def corpus_arm(math: str, engines: int, turns: bool, gpus: int, freeze: bool = False) -> None:
+    def corpus_arm(
+        math: str, engines: int, turns: bool, gpus: int, freeze: bool, batch: int | None
+    ) -> None:
         out = outputs / f"corpus-{math}-{gpus}x{engines}{'-turns' if turns else ''}"
-        out = out.with_name(out.name + ("-frozen" if freeze else ""))
+        out = out.with_name(out.name + ("-frozen" if freeze else "") + f"-{batch or 'default'}")
         if gpus > 1:  # the cluster started and warmed first, outside the time
             with _DaskArm(args.shape, made_in, pipeline, work, gpus, engines) as arm:
                 timed(math, engines, turns, gpus, out, arm.run(folder, out, math, turns))
@@ -238,10 +243,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             math, engines, turns, gpus, out,
             lambda: pa.diarize_corpus(
                 pipeline, [folder], out, math=math, engines=engines, turns=turns,
-                freeze=freeze, progress=None,
+                freeze=freeze, segmentation_batch=batch, progress=None,
             ),
         )  # fmt: skip
-        runs[-1]["freeze"] = freeze
+        runs[-1].update(freeze=freeze, segmentation_batch=batch)
 
     def timed(math: str, engines: int, turns: bool, gpus: int, out: Path, corpus_run: Any) -> None:
         synchronize()
@@ -283,8 +288,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for gpus in args.gpus:
             for engines in args.engines:
                 for turns in args.turns:
-                    for freeze in args.freeze if gpus == 1 else ["off"]:  # Dask: never
-                        corpus_arm(math, engines, turns == "on", gpus, freeze == "on")
+                    for freeze, batch in _one_gpu_arms(args, gpus):
+                        corpus_arm(math, engines, turns == "on", gpus, freeze == "on", batch)
     name = torch.cuda.get_device_name(device) if on_gpu else "cpu"
     slug = device_slug(name)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -333,10 +338,11 @@ def _markdown(meta: dict, runs: list[dict], hours: float) -> str:
     ]
     for clustering, shape in meta["shapes"].items():
         found = ", ".join(f"{n} in {count}" for n, count in shape["speakers_found"].items())
-        lines.append(
-            f"- {clustering}: stock clustered {shape['embeddings_clustered']} embeddings in "
-            f"all; speakers found (speakers in files): {found}."
-        )
+        if shape.get("agreement_with", "stock") == "stock":
+            counted = f"stock clustered {shape['embeddings_clustered']} embeddings in all"
+        else:  # --no-stock: nothing counted, agreement with the accelerated FP32 run
+            counted = f"no stock arm, agreement taken against the {shape['agreement_with']} run"
+        lines.append(f"- {clustering}: {counted}; speakers found (speakers in files): {found}.")
     lines += [
         "",
         "| clustering | path | math | GPUs | engines | GPU queue | seconds | x real time "
@@ -424,11 +430,23 @@ def _worker_pipeline(shape: str, place: str) -> Any:
     return offline.offline_pipeline(segmentation, offline.wespeaker_resnet34(seed=1)).to(cuda)
 
 
+def _one_gpu_arms(args: argparse.Namespace, gpus: int) -> list[tuple[str, int | None]]:
+    """(freeze, segmentation batch) of each corpus arm: every pair on one GPU, the
+    defaults on Dask."""
+    if gpus > 1:
+        return [("off", None)]
+    return [(freeze, batch) for freeze in args.freeze for batch in args.segmentation_batch]
+
+
 def _queue(run: dict) -> str:
     if run["path"] != "corpus":
         return ""
     queue = "in turns" if run.get("turns") else "side by side"
-    return f"{queue}, collector frozen" if run.get("freeze") else queue
+    if run.get("freeze"):
+        queue += ", collector frozen"
+    if run.get("segmentation_batch"):
+        queue += f", segmentation batch {run['segmentation_batch']}"
+    return queue
 
 
 if __name__ == "__main__":

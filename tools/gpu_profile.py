@@ -8,7 +8,8 @@ replays), summed per kernel name and per family.
 The GPU part of a run is the same in both pipeline shapes (they differ after the
 embeddings), so one shape is traced. The trace adds host overhead, so its wall time is
 not a benchmark figure; the kernels' own durations are what it reports. "busy" is the
-union of the kernels' intervals: the two streams overlap, so the per-kernel sums exceed it.
+union of the kernels' intervals: the two streams overlap, so the per-kernel sums exceed it;
+a family's time alone (no other family's kernel running) is what it adds to the busy time.
 """
 
 from __future__ import annotations
@@ -69,7 +70,48 @@ def busy(intervals: list[tuple[str, float, float]]) -> float:
     return total
 
 
-def report(label: str, intervals: list[tuple[str, float, float]], top: int) -> list[str]:
+def alone(intervals: list[tuple[str, float, float]]) -> dict[str, float]:
+    """Per family, the µs in which its kernels ran and no other family's did: what the
+    family adds to the busy time, where the "sum" counts time shared with the other
+    stream's kernels too."""
+    edges: list[tuple[float, int, str]] = []
+    for name, start, end in intervals:
+        edges += [(start, 1, family(name)), (end, -1, family(name))]
+    edges.sort(key=lambda edge: (edge[0], edge[1]))
+    running: dict[str, int] = defaultdict(int)
+    found: dict[str, float] = defaultdict(float)
+    last = 0.0
+    for time_us, change, label in edges:
+        active = [name for name, count in running.items() if count > 0]
+        if len(active) == 1:
+            found[active[0]] += time_us - last
+        running[label] += change
+        last = time_us
+    return found
+
+
+def launch_shapes(prof: object) -> dict[str, str]:
+    """Each kernel's grid and block as the trace records them (the first launch's)."""
+    import json
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(suffix=".json") as trace:
+        prof.export_chrome_trace(trace.name)  # type: ignore[attr-defined]
+        events = json.loads(Path(trace.name).read_text()).get("traceEvents", [])
+    shapes: dict[str, str] = {}
+    for event in events:
+        fields = event.get("args", {})
+        if event.get("cat") == "kernel" and "grid" in fields:
+            shapes.setdefault(event["name"], f"grid {fields['grid']} block {fields.get('block')}")
+    return shapes
+
+
+def report(
+    label: str,
+    intervals: list[tuple[str, float, float]],
+    top: int,
+    shapes: dict[str, str] | None = None,
+) -> list[str]:
     per_name: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
     per_family: dict[str, float] = defaultdict(float)
     for name, start, end in intervals:
@@ -82,13 +124,17 @@ def report(label: str, intervals: list[tuple[str, float, float]], top: int) -> l
         f"kernels {len(intervals)}, their sum {total / 1e3:.1f} ms, "
         f"the GPU busy (union) {busy(intervals) / 1e3:.1f} ms",
         "",
-        "family: ms (share of the sum)",
+        "family: ms (share of the sum), ms with no other family's kernel running",
     ]
+    solo = alone(intervals)
     for name, value in sorted(per_family.items(), key=lambda item: -item[1]):
-        lines.append(f"  {name:18s} {value / 1e3:9.1f}  ({value / total:6.1%})")
-    lines += ["", f"top {top} kernels: ms, launches, name"]
+        lines.append(
+            f"  {name:18s} {value / 1e3:9.1f}  ({value / total:6.1%})  {solo[name] / 1e3:9.1f}"
+        )
+    lines += ["", f"top {top} kernels: ms, launches, name (launch shape)"]
     for name, (value, count) in sorted(per_name.items(), key=lambda item: -item[1][0])[:top]:
-        lines.append(f"  {value / 1e3:9.1f} {int(count):7d}  {name[:140]}")
+        shape = f"  ({shapes[name]})" if shapes and name in shapes else ""
+        lines.append(f"  {value / 1e3:9.1f} {int(count):7d}  {name[:100]}{shape}")
     return [*lines, ""]
 
 
@@ -135,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             + ", ".join(f"{key} {value:.3f}" for key, value in run.steps.items())
             + f"; speakers {len(output.speaker_diarization.labels())}"
         )
-        lines += report(label, kernel_intervals(prof), args.top)
+        lines += report(label, kernel_intervals(prof), args.top, launch_shapes(prof))
         print("\n".join(lines[-args.top - 20 :]), flush=True)
         acceleration.undo()
     text = "\n".join(lines)
