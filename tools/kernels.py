@@ -526,6 +526,7 @@ CUDA_CONSTANTS: dict[str, tuple[str, re.Pattern[str]]] = {
     **{name: ("trunk.cu", _constexpr(name)) for name in POOL_CONSTANTS},
     **{name: ("trunkfbank.cuh", _constexpr(name)) for name in FBANK_CONSTANTS},
     **{name: ("cluster.cu", _constexpr(name)) for name in LINKAGE_CONSTANTS},
+    "LINKAGE_MAX_POINTS": ("cluster.cu", _constexpr("LINKAGE_MAX_POINTS")),
     **{name: ("lstm.cu", _constexpr(name)) for name in LSTM_CONSTANTS},
     **{name: ("sincnet.cu", _constexpr(name)) for name in SINC_CONSTANTS},
 }
@@ -633,6 +634,7 @@ def python_constants() -> dict[str, list[tuple[str, int | float]]]:
         **{name: [(f"trunk.pooling.{name}", getattr(pooling, name))] for name in POOL_CONSTANTS},
         **{name: [(f"trunk.fbank.{name}", getattr(fbank, name))] for name in FBANK_CONSTANTS},
         **{name: [(f"cluster.plan.{name}", getattr(linkage, name))] for name in LINKAGE_CONSTANTS},
+        "LINKAGE_MAX_POINTS": [("cluster.plan.MAX_POINTS", linkage.MAX_POINTS)],
         **{name: [(f"lstm.plan.{name}", getattr(lstm, name))] for name in LSTM_CONSTANTS},
         **{name: [(f"sincnet.plan.{name}", getattr(sincnet, name))] for name in SINC_CONSTANTS},
     }

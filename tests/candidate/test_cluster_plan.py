@@ -145,6 +145,34 @@ def test_device_linkage_grows_in_steps_and_reports_a_refused_launch(
         linkage(rng.standard_normal((30, 4)), "centroid")
 
 
+def test_device_linkage_frees_what_it_planned_for_more_than_it_keeps(
+    fake: FakeApi, runtime: CudaRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Plans for more than KEEP_POINTS points are freed after their call; smaller ones
+    stay for the next."""
+    monkeypatch.setattr(cluster.DeviceLinkage, "KEEP_POINTS", 1024)
+    rng = np.random.default_rng(2)
+    with cluster.DeviceLinkage(runtime) as linkage:
+        for count, held in [(600, 5), (1500, 0), (1000, 5)]:
+            with pytest.raises(CudaError, match="status 2"):  # the fake runs no kernel
+                linkage(rng.standard_normal((count, 2)), "centroid")
+            assert len(fake.memory) == held, count
+
+
+def test_device_linkage_leaves_distances_the_device_cannot_hold_to_scipy(
+    fake: FakeApi, runtime: CudaRuntime
+) -> None:
+    """17,000 points' distances take 1.16 GB, more than the fake allocates (1 GiB): the
+    linkage steps aside with nothing held or launched, and plans again for fewer."""
+    rng = np.random.default_rng(1)
+    with cluster.DeviceLinkage(runtime) as linkage:
+        assert linkage(rng.standard_normal((17000, 2)), "centroid") is None
+        assert not fake.launches and not fake.memory
+        with pytest.raises(CudaError, match="status 2"):  # the fake runs no kernel
+            linkage(rng.standard_normal((600, 2)), "centroid")
+    assert not fake.memory
+
+
 @pytest.mark.parametrize(
     "points", [np.full((20, 3), np.nan), np.full((20, 3), 1e151), np.full((20, 3), -np.inf)]
 )

@@ -159,6 +159,22 @@ def test_a_device_linkage_on_its_own_runtime_grows_and_stays_scipys(scipy) -> No
         assert linkage(points, "centroid") is None
 
 
+def test_more_points_than_the_block_has_flag_words_for_in_one_pass(scipy) -> None:
+    """33,000 points (a 9-hour file's embeddings): the merges' flags of lowered bounds
+    take 33 passes, past the 32 one word a thread holds, and the state and the 4.4 GB of
+    distances stay in global memory. Four clusters, as a few speakers' embeddings."""
+    from pyspk.candidate.cluster import MAX_POINTS, DeviceLinkage
+    from pyspk.cuda import CudaRuntime
+
+    assert MAX_POINTS == 65536
+    rng = np.random.default_rng(33)
+    centres = 5.0 * rng.standard_normal((4, 3))
+    points = centres[rng.integers(0, 4, 33000)] + rng.standard_normal((33000, 3))
+    with CudaRuntime(0) as runtime, DeviceLinkage(runtime) as linkage:
+        got = linkage(points, "centroid")
+    assert got is not None and np.array_equal(got, scipy.linkage(scipy.pdist(points), "centroid"))
+
+
 def test_two_threads_on_one_and_on_two_device_linkages(scipy) -> None:
     """Two engines' linkages on one runtime, and one linkage shared by two threads: every
     call its own matrix, scipy's."""

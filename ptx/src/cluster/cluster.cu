@@ -25,6 +25,11 @@
 // the clusters, this many at a time.
 constexpr u32 LINKAGE_THREADS = 1024;
 constexpr u32 LINKAGE_WARPS = LINKAGE_THREADS / 32;
+// The most points it takes: its flags of lowered bounds hold one bit a cluster, and its
+// distances (8 bytes a pair, 17.2 GB at this count) must fit the device.
+constexpr u32 LINKAGE_MAX_POINTS = 65536;
+constexpr u32 LINKAGE_FLAG_WORDS = LINKAGE_MAX_POINTS / 32;
+static_assert(LINKAGE_MAX_POINTS % LINKAGE_THREADS == 0, "whole passes of flag words");
 // The first scan: one warp per cluster, this many clusters per block.
 constexpr u32 NEIGHBOUR_THREADS = 256;
 constexpr u32 NEIGHBOUR_ROWS = 8;
@@ -267,14 +272,14 @@ spk_linkage_merge(double* d, u64 d_len, u32* work, u64 work_len, double* __restr
                   u32 in_shared) {
     extern __shared__ double dynamic[];
     __shared__ Broadcast b;
-    __shared__ u32 flagged[LINKAGE_THREADS];  // ballots of lowered bounds, by 32 clusters
+    __shared__ u32 flagged[LINKAGE_FLAG_WORDS];  // ballots of lowered bounds, by 32 clusters
     const u64 pairs = static_cast<u64>(n) * (n - 1) / 2;
     const u64 state_words = static_cast<u64>(n) * STATE_BYTES_PER_CLUSTER / 4;
     u32 shared_bytes;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(shared_bytes));
     const u32 wanted = in_shared ? n * STATE_BYTES_PER_CLUSTER : 0;
     if (!spk::launch_is(1, 1, 1, LINKAGE_THREADS) | n < 2 |
-        n > LINKAGE_THREADS * LINKAGE_WARPS | method > METHOD_MEDIAN | in_shared > 1 |
+        n > LINKAGE_MAX_POINTS | method > METHOD_MEDIAN | in_shared > 1 |
         d_len != pairs | work_len != state_words | z_len != 4ull * (n - 1) | status_len != 1 |
         shared_bytes != wanted) {
         return;

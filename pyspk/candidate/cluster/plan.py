@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from pyspk.cuda.buffers import FLOAT64, INT32, DeviceBuffer, device_address
-from pyspk.cuda.errors import ClosedError, CudaError, InvalidArgument
+from pyspk.cuda.errors import ClosedError, CudaError, DriverError, InvalidArgument
 from pyspk.cuda.kernels import buffer_params
 from pyspk.cuda.lifetime import OrderedPlanLifetime, PlanLifetime, free_all
 from pyspk.cuda.manifest import KernelModule
@@ -39,10 +39,10 @@ __all__ = [
 CONTEXT = "cluster plan"
 # the merge kernel's methods, by scipy's name
 METHODS = {"centroid": 0, "median": 1}
-# spk_linkage_merge's block, and the most points it takes (one cluster flag bit a thread
-# per pass, 32 passes of 1024)
+# spk_linkage_merge's block, and the most points it takes (its shared flags of lowered
+# bounds: one bit a cluster, 64 passes of 1024)
 LINKAGE_THREADS = 1024
-MAX_POINTS = 32768
+MAX_POINTS = 65536
 # spk_linkage_neighbours: one warp per point, 8 a block
 NEIGHBOUR_THREADS = 256
 NEIGHBOUR_ROWS = 8
@@ -221,13 +221,19 @@ def plan_linkage(runtime: CudaRuntime, capacity: int) -> LinkagePlan:
 
 class DeviceLinkage:
     """scipy's `linkage(pdist(points), method)` of host points on the runtime's device, or
-    None where scipy must run: points whose distances would not all be finite, or NaN
-    distances the merges made. Its plans and buffers grow to the most points asked for,
-    so a run of files allocates (and synchronizes the device to free) only when one is
-    larger than all before it. One call at a time (a lock); `close()` frees it all."""
+    None where scipy must run: points whose distances would not all be finite, NaN
+    distances the merges made, or distances the device has no memory for (8 bytes a
+    pair: 4.3 GB for 32,768 points, 17.2 GB for MAX_POINTS). Its plans and buffers grow
+    to the most points asked for, so a run of files allocates (and synchronizes the
+    device to free) only when one is larger than all before it. One call at a time (a
+    lock); `close()` frees it all."""
 
     # capacities in steps of this many points: a run of files of similar sizes plans once
     CAPACITY_STEP = 1024
+    # plans and buffers for more points are freed after their call: their distances
+    # (1.07 GB at this count, 17.2 GB at MAX_POINTS) would otherwise stay held between
+    # the rare long files, from the device memory the models' next files need
+    KEEP_POINTS = 16384
 
     def __init__(self, runtime: CudaRuntime) -> None:
         self.runtime = runtime
@@ -251,7 +257,12 @@ class DeviceLinkage:
         with self._lock:
             if self.closed:
                 raise ClosedError(f"{CONTEXT}: this DeviceLinkage was closed; nothing was launched")
-            pdist, linkage, (points_at, d, z, status) = self._fit(n, dims)
+            try:
+                pdist, linkage, (points_at, d, z, status) = self._fit(n, dims)
+            except DriverError as error:
+                if error.result_name != "CUDA_ERROR_OUT_OF_MEMORY":
+                    raise
+                return None
             runtime = self.runtime
             runtime.write(points_at, rows)
             runtime.write(status, np.array([LINKAGE_UNRUN], dtype=np.int32))
@@ -260,6 +271,8 @@ class DeviceLinkage:
             linkage.enqueue(distances, z.prefix(4 * (n - 1)), status, count=n, method=method)
             code = int(runtime.read(status.ptr, 1, None, INT32)[0])
             result = runtime.read(z.ptr, 4 * (n - 1), None, FLOAT64).reshape(n - 1, 4)
+            if self._shape[0] > self.KEEP_POINTS:
+                self._drop()
         if code == LINKAGE_STOPPED:
             return None
         if code != LINKAGE_DONE:
