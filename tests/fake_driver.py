@@ -126,6 +126,7 @@ class FakeApi(types.SimpleNamespace):
         self.param_values: list[tuple[int, ...]] = []
         self.next_address = 0x7F00_0000_0000
         self.shared_optin = 101376  # an sm_89's opt-in shared memory a block (99 KiB)
+        self.free_bytes = 20 << 30  # what cuMemGetInfo reports free
 
     def _new(self) -> int:
         self.next_handle += 0x100
@@ -254,6 +255,10 @@ class FakeApi(types.SimpleNamespace):
         return (SUCCESS,)
 
     # memory
+    def cuMemGetInfo(self):
+        self.calls.append("cuMemGetInfo")
+        return (SUCCESS, self.free_bytes, 24 << 30)
+
     def cuMemAlloc(self, nbytes):
         self.calls.append("cuMemAlloc")
         if nbytes > 1 << 30:

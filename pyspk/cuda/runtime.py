@@ -212,6 +212,13 @@ class CudaRuntime:
                 raise
         return buffer
 
+    def free_bytes(self) -> int:
+        """The device's free memory now (`cuMemGetInfo`): what others' caches hold, such
+        as PyTorch's, counts as taken."""
+        self._make_current()
+        free, _ = driver.call("cuMemGetInfo")
+        return int(free)
+
     def upload(self, array: np.ndarray, dtype: np.dtype = FLOAT32) -> DeviceBuffer:
         """A new buffer holding `array` flattened, C-ordered, as `dtype` (float32 unless
         given)."""

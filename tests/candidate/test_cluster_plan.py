@@ -159,6 +159,36 @@ def test_device_linkage_frees_what_it_planned_for_more_than_it_keeps(
             assert len(fake.memory) == held, count
 
 
+def test_device_linkage_leaves_to_scipy_what_would_take_half_the_free_memory(
+    fake: FakeApi, runtime: CudaRuntime
+) -> None:
+    """1000 points plan for 1024: 4.2 MB of distances and 37 KB of state. With 8 MB free
+    they would take more than half: nothing is allocated or launched; with 9 MB, they
+    are planned."""
+    rng = np.random.default_rng(3)
+    points = rng.standard_normal((1000, 2))
+    with cluster.DeviceLinkage(runtime) as linkage:
+        fake.free_bytes = 8 << 20
+        allocations = fake.calls.count("cuMemAlloc")
+        assert linkage(points, "centroid") is None
+        assert fake.calls.count("cuMemAlloc") == allocations and not fake.launches
+        fake.free_bytes = 9 << 20
+        with pytest.raises(CudaError, match="status 2"):  # planned; the fake runs no kernel
+            linkage(points, "centroid")
+        assert len(fake.memory) == 5
+
+
+def test_device_linkage_frees_what_it_planned_for_more_than_it_keeps_when_a_call_fails(
+    fake: FakeApi, runtime: CudaRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cluster.DeviceLinkage, "KEEP_POINTS", 1024)
+    fake.launch_status = fake.CUresult.CUDA_ERROR_INVALID_VALUE  # the launch fails
+    with cluster.DeviceLinkage(runtime) as linkage:
+        with pytest.raises(CudaError):
+            linkage(np.random.default_rng(4).standard_normal((1500, 2)), "centroid")
+        assert not fake.memory
+
+
 def test_device_linkage_leaves_distances_the_device_cannot_hold_to_scipy(
     fake: FakeApi, runtime: CudaRuntime
 ) -> None:

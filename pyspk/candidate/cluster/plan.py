@@ -222,11 +222,12 @@ def plan_linkage(runtime: CudaRuntime, capacity: int) -> LinkagePlan:
 class DeviceLinkage:
     """scipy's `linkage(pdist(points), method)` of host points on the runtime's device, or
     None where scipy must run: points whose distances would not all be finite, NaN
-    distances the merges made, or distances the device has no memory for (8 bytes a
-    pair: 4.3 GB for 32,768 points, 17.2 GB for MAX_POINTS). Its plans and buffers grow
-    to the most points asked for, so a run of files allocates (and synchronizes the
-    device to free) only when one is larger than all before it. One call at a time (a
-    lock); `close()` frees it all."""
+    distances the merges made, or distances the device has no room for (8 bytes a pair:
+    4.3 GB for 32,768 points, 17.2 GB for MAX_POINTS; planned only within half the free
+    memory). Its plans and buffers grow to the most points asked for, so a run of files
+    allocates (and synchronizes the device to free) only when one is larger than all
+    before it, up to KEEP_POINTS; those for more are freed after their call. One call
+    at a time (a lock); `close()` frees it all."""
 
     # capacities in steps of this many points: a run of files of similar sizes plans once
     CAPACITY_STEP = 1024
@@ -258,47 +259,67 @@ class DeviceLinkage:
             if self.closed:
                 raise ClosedError(f"{CONTEXT}: this DeviceLinkage was closed; nothing was launched")
             try:
-                pdist, linkage, (points_at, d, z, status) = self._fit(n, dims)
+                fitted = self._fit(n, dims)
             except DriverError as error:
                 if error.result_name != "CUDA_ERROR_OUT_OF_MEMORY":
                     raise
                 return None
-            runtime = self.runtime
-            runtime.write(points_at, rows)
-            runtime.write(status, np.array([LINKAGE_UNRUN], dtype=np.int32))
-            distances = d.prefix(pairs_of(n))
-            pdist.enqueue(points_at.prefix(n * dims), distances, count=n)
-            linkage.enqueue(distances, z.prefix(4 * (n - 1)), status, count=n, method=method)
-            code = int(runtime.read(status.ptr, 1, None, INT32)[0])
-            result = runtime.read(z.ptr, 4 * (n - 1), None, FLOAT64).reshape(n - 1, 4)
-            if self._shape[0] > self.KEEP_POINTS:
-                self._drop()
+            if fitted is None:
+                return None
+            try:
+                code, result = self._run(fitted, rows, method)
+            finally:
+                if self._shape[0] > self.KEEP_POINTS:
+                    self._drop()
         if code == LINKAGE_STOPPED:
             return None
         if code != LINKAGE_DONE:
             raise CudaError(
-                f"spk_linkage_merge on device {runtime.ordinal} refused its launch for {n} "
-                f"points (status {code})"
+                f"spk_linkage_merge on device {self.runtime.ordinal} refused its launch for "
+                f"{n} points (status {code})"
             )
         return result
 
+    def _run(
+        self,
+        fitted: tuple[PdistPlan, LinkagePlan, tuple[DeviceBuffer, ...]],
+        rows: np.ndarray,
+        method: str,
+    ) -> tuple[int, np.ndarray]:
+        """The distances and merges of `rows` on the fitted plans: the status and z."""
+        pdist, linkage, (points_at, d, z, status) = fitted
+        (n, dims), runtime = rows.shape, self.runtime
+        runtime.write(points_at, rows)
+        runtime.write(status, np.array([LINKAGE_UNRUN], dtype=np.int32))
+        distances = d.prefix(pairs_of(n))
+        pdist.enqueue(points_at.prefix(n * dims), distances, count=n)
+        linkage.enqueue(distances, z.prefix(4 * (n - 1)), status, count=n, method=method)
+        code = int(runtime.read(status.ptr, 1, None, INT32)[0])
+        return code, runtime.read(z.ptr, 4 * (n - 1), None, FLOAT64).reshape(n - 1, 4)
+
     def _fit(
         self, count: int, dims: int
-    ) -> tuple[PdistPlan, LinkagePlan, tuple[DeviceBuffer, ...]]:
+    ) -> tuple[PdistPlan, LinkagePlan, tuple[DeviceBuffer, ...]] | None:
         """The plans and buffers (points, distances, z, status) for `count` points of
-        `dims` coordinates, planned again when they are too small or of other dims."""
+        `dims` coordinates, planned again when they are too small or of other dims; None
+        where they would take more than half the device's free memory (other engines'
+        files may be on it; scipy runs instead)."""
         capacity, planned_dims = self._shape
         if count > capacity or dims != planned_dims:
             self._drop()
             capacity = min(MAX_POINTS, -(-count // self.CAPACITY_STEP) * self.CAPACITY_STEP)
+            lengths = (
+                (capacity * dims, FLOAT64),
+                (pairs_of(capacity), FLOAT64),
+                (4 * (capacity - 1), FLOAT64),
+                (1, INT32),
+            )
             runtime, made = self.runtime, []
+            need = sum(length * dtype.itemsize for length, dtype in lengths)
+            if need + capacity * STATE_BYTES_PER_CLUSTER > runtime.free_bytes() // 2:
+                return None
             try:
-                for length, dtype in (
-                    (capacity * dims, FLOAT64),
-                    (pairs_of(capacity), FLOAT64),
-                    (4 * (capacity - 1), FLOAT64),
-                    (1, INT32),
-                ):
+                for length, dtype in lengths:
                     made.append(runtime.alloc_zeros(length, dtype))
                 self._plans = [plan_pdist(runtime, dims)]
                 self._plans.append(plan_linkage(runtime, capacity))
