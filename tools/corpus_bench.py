@@ -233,8 +233,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     def corpus_arm(
         math: str, engines: int, turns: bool, gpus: int, freeze: bool, batch: int | None
     ) -> None:
-        out = outputs / f"corpus-{math}-{gpus}x{engines}{'-turns' if turns else ''}"
-        out = out.with_name(out.name + ("-frozen" if freeze else "") + f"-{batch or 'default'}")
+        queue = ("-turns" if turns else "") + ("-frozen" if freeze else "")
+        out = outputs / f"corpus-{math}-{gpus}x{engines}{queue}-{batch or 'default'}"
         if gpus > 1:  # the cluster started and warmed first, outside the time
             with _DaskArm(args.shape, made_in, pipeline, work, gpus, engines) as arm:
                 timed(math, engines, turns, gpus, out, arm.run(folder, out, math, turns))
@@ -342,7 +342,7 @@ def _markdown(meta: dict, runs: list[dict], hours: float) -> str:
         found = ", ".join(f"{n} in {count}" for n, count in shape["speakers_found"].items())
         if shape.get("agreement_with", "stock") == "stock":
             counted = f"stock clustered {shape['embeddings_clustered']} embeddings in all"
-        else:  # --no-stock: nothing counted, agreement with the accelerated FP32 run
+        else:  # --no-stock: nothing counted, agreement with the first math's run
             counted = f"no stock arm, agreement taken against the {shape['agreement_with']} run"
         lines.append(f"- {clustering}: {counted}; speakers found (speakers in files): {found}.")
     lines += [

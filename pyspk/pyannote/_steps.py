@@ -290,7 +290,6 @@ def reconstruct_each(
     """`reconstruct` for each of `counts` (the pipeline's count and its exclusive
     count), merging the clusters and summing their activations once for all. `runs`:
     `active_runs` of the segmentations when already found."""
-    num_chunks, num_frames, local_num_speakers = segmentations.data.shape
     # the clusterings return int8 or int64 labels: sizes and row numbers are reckoned in
     # int64 whatever the labels' type (int8 arithmetic overflows past 127 chunks)
     hard_clusters = np.asarray(hard_clusters, dtype=np.int64)
@@ -298,15 +297,21 @@ def reconstruct_each(
     sums = _binary_cluster_sums(segmentations, hard_clusters, num_clusters, counts[0], runs)
     if sums is not None:
         return _select_each(sums, counts)
-    data = segmentations.data
+    data, window = segmentations.data, segmentations.sliding_window
     if ((hard_clusters < 0) & (hard_clusters != -2)).any() or np.isinf(data).any():
-        return _select_each(
-            _activations(
-                _by_chunk(data, hard_clusters, num_clusters, segmentations.sliding_window),
-                counts[0],
-            ),
-            counts,
-        )
+        clustered = _by_chunk(data, hard_clusters, num_clusters, window)
+    else:
+        clustered = _whole_array(data, hard_clusters, num_clusters, window)
+    # the counts share their frames: the same sums serve every one
+    return _select_each(_activations(clustered, counts[0]), counts)
+
+
+def _whole_array(
+    data: np.ndarray, hard_clusters: np.ndarray, num_clusters: int, window: SlidingWindow
+) -> SlidingWindowFeature:
+    """pyannote's clustered segmentations, a local speaker at a time over every chunk,
+    for labels of -2 (left out) or 0 and up and finite scores."""
+    num_chunks, num_frames, local_num_speakers = data.shape
     # (chunk, cluster) rows of frames; float32 holds the float32 scores exactly, as
     # pyannote's float64 array does, and NaN marks a cluster absent from a chunk
     rows = np.full((num_chunks * num_clusters, num_frames), np.nan, dtype=np.float32)
@@ -323,9 +328,7 @@ def reconstruct_each(
         rows[row] = np.where(first[:, None], values, np.maximum(rows[row], values))
         filled[row] = True
     clustered = rows.reshape(num_chunks, num_clusters, num_frames).transpose(0, 2, 1)
-    clustered = SlidingWindowFeature(clustered, segmentations.sliding_window)
-    # the counts share their frames: the same sums serve every one
-    return _select_each(_activations(clustered, counts[0]), counts)
+    return SlidingWindowFeature(clustered, window)
 
 
 def _by_chunk(
