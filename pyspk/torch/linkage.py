@@ -15,11 +15,13 @@ from pyspk.candidate.cluster.plan import (
     MAX_POINTS,
     METHODS,
     STATE_BYTES_PER_CLUSTER,
+    out_of_memory,
     pairs_of,
     plan_linkage,
     plan_pdist,
     points_of,
 )
+from pyspk.cuda.errors import DriverError
 from pyspk.errors import CudaError, InvalidArgument
 
 if TYPE_CHECKING:
@@ -67,10 +69,12 @@ def device_linkage(
 ) -> np.ndarray | None:
     """scipy's `linkage(distances, method)` computed on a CUDA device: the (n - 1, 4)
     float64 linkage matrix, equal to scipy's bit for bit, or None where scipy must run:
-    distances that are not all finite (scipy refuses them with its own error), or NaN
-    distances the merges made, where the kernel stopped. `distances` is a condensed
-    distance matrix of 2 to MAX_POINTS points, on the host or on `device`; the work is
-    ordered on PyTorch's current stream there and waited for."""
+    distances that are not all finite (scipy refuses them with its own error), NaN
+    distances the merges made, where the kernel stopped, or a device without room for
+    the distances' copy or the merge state (PyTorch's or the driver's out-of-memory
+    error). `distances` is a condensed distance matrix of 2 to MAX_POINTS points, on the
+    host or on `device`; the work is ordered on PyTorch's current stream there and
+    waited for."""
     if method not in METHODS:
         raise InvalidArgument(f"device_linkage runs the methods {sorted(METHODS)}, not {method!r}")
     n = points_of(distances)
@@ -78,9 +82,38 @@ def device_linkage(
         raise InvalidArgument(f"device_linkage takes 2 to {MAX_POINTS} points, not {n}")
     import torch
 
-    from pyspk.torch import _ordinal, shared_runtime
+    from pyspk.torch import _ordinal
 
     device = torch.device("cuda", _ordinal(device))
+    try:
+        merged = _merge(distances, n, method, device)
+    except torch.OutOfMemoryError:
+        return None
+    except DriverError as error:
+        if not out_of_memory(error):
+            raise
+        return None
+    if merged is None:
+        return None
+    code, result = merged
+    if code == LINKAGE_STOPPED:
+        return None
+    if code != LINKAGE_DONE:
+        raise CudaError(
+            f"spk_linkage_merge on {device} refused its launch for {n} points (status {code})"
+        )
+    return result
+
+
+def _merge(
+    distances: np.ndarray | torch.Tensor, n: int, method: str, device: torch.device
+) -> tuple[int, np.ndarray] | None:
+    """`device_linkage`'s device work: the merge's status and z, or None for distances
+    that are not all finite."""
+    import torch
+
+    from pyspk.torch import shared_runtime
+
     with torch.cuda.device(device):
         # the kernel overwrites its matrix: always a copy, whatever the input
         d = torch.empty(len(distances), dtype=torch.float64, device=device)
@@ -93,12 +126,4 @@ def device_linkage(
         with plan_linkage(shared_runtime(device), n) as plan:
             plan.enqueue(d, z, status, count=n, method=method, stream=stream)
             # read before the plan frees its merge state
-            result = z.cpu().numpy()
-            code = int(status.item())
-    if code == LINKAGE_STOPPED:
-        return None
-    if code != LINKAGE_DONE:
-        raise CudaError(
-            f"spk_linkage_merge on {device} refused its launch for {n} points (status {code})"
-        )
-    return result
+            return int(status.item()), z.cpu().numpy()

@@ -86,6 +86,21 @@ def test_distances_already_on_the_device(torch, scipy) -> None:
     assert np.array_equal(got, scipy.linkage(distances, "centroid"))
 
 
+def test_a_device_without_room_for_the_distances_leaves_the_work_to_scipy(torch, scipy) -> None:
+    """PyTorch's allocator held below the distances' copy (36 MB): None, where PyTorch's
+    out-of-memory error had reached the caller; with room again, scipy's matrix."""
+    distances = scipy.pdist(unit_rows(3000, 16, seed=9))
+    torch.cuda.empty_cache()
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.set_per_process_memory_fraction((torch.cuda.memory_reserved() + 2**23) / total)
+    try:
+        assert device_linkage(distances, "centroid") is None
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+    got = device_linkage(distances, "centroid")
+    assert np.array_equal(got, scipy.linkage(distances, "centroid"))
+
+
 def test_nan_distances_leave_the_work_to_scipy(scipy) -> None:
     """Distances that no points have (uniform noise) send the centroid formula below
     zero, and its square root to NaN: the kernel either follows scipy to the same matrix

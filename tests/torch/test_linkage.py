@@ -8,6 +8,7 @@ import re
 import numpy as np
 import pytest
 
+from pyspk.cuda.errors import DriverError
 from pyspk.errors import InvalidArgument
 from pyspk.torch import linkage
 
@@ -30,3 +31,29 @@ def test_device_linkage_refuses_before_touching_a_device(
 def test_device_pdist_refuses_before_touching_a_device(shape: tuple) -> None:
     with pytest.raises(InvalidArgument, match=re.escape(f"not {shape}")):
         linkage.device_pdist(np.zeros(shape))
+
+
+def driver_error(result_name: str) -> DriverError:
+    return DriverError("cuMemAlloc", result_name, "", 2)
+
+
+@pytest.mark.parametrize("raised_by", ["torch", "driver"])
+def test_a_device_without_room_leaves_the_work_to_scipy(monkeypatch, raised_by: str) -> None:
+    import torch
+
+    def no_room(*args: object) -> None:
+        if raised_by == "torch":
+            raise torch.OutOfMemoryError("no room")
+        raise driver_error("CUDA_ERROR_OUT_OF_MEMORY")
+
+    monkeypatch.setattr(linkage, "_merge", no_room)
+    assert linkage.device_linkage(np.ones(6), "centroid", device=0) is None
+
+
+def test_other_driver_errors_reach_the_caller(monkeypatch) -> None:
+    def fails(*args: object) -> None:
+        raise driver_error("CUDA_ERROR_ILLEGAL_ADDRESS")
+
+    monkeypatch.setattr(linkage, "_merge", fails)
+    with pytest.raises(DriverError, match="CUDA_ERROR_ILLEGAL_ADDRESS"):
+        linkage.device_linkage(np.ones(6), "centroid", device=0)

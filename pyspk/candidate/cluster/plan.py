@@ -209,6 +209,12 @@ class LinkagePlan(OrderedPlanLifetime):
             self._release()
 
 
+def out_of_memory(error: DriverError) -> bool:
+    """Whether a driver call failed for want of device memory: the linkage's callers then
+    return None, and scipy runs on the host."""
+    return error.result_name == "CUDA_ERROR_OUT_OF_MEMORY"
+
+
 def plan_pdist(runtime: CudaRuntime, dims: int) -> PdistPlan:
     """A plan of scipy's Euclidean `pdist` of float64 points of `dims` coordinates."""
     return PdistPlan(runtime, dims)
@@ -261,7 +267,7 @@ class DeviceLinkage:
             try:
                 fitted = self._fit(n, dims)
             except DriverError as error:
-                if error.result_name != "CUDA_ERROR_OUT_OF_MEMORY":
+                if not out_of_memory(error):
                     raise
                 return None
             if fitted is None:
