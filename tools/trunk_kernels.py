@@ -25,7 +25,11 @@ from pathlib import Path
 
 
 def forward(tier_name: str, math_name: str) -> None:
-    """One trunk forward in `math_name` on a runtime of `tier_name`, under the profiler."""
+    """One trunk forward in `math_name` on a runtime of `tier_name`, under the profiler;
+    prints the output's SHA-256 (the same weights and fbank every run: builds whose
+    outputs are the same bits print the same digest)."""
+    import hashlib
+
     import numpy as np
 
     from pyspk.candidate.trunk import TRUNK_BATCH, TRUNK_BINS, TRUNK_FRAMES, TrunkWeights
@@ -34,12 +38,37 @@ def forward(tier_name: str, math_name: str) -> None:
 
     rng = np.random.default_rng(0)
     fbank = rng.normal(0, 2, (TRUNK_BATCH, TRUNK_FRAMES, TRUNK_BINS)).astype(np.float32)
+    length = TRUNK_BATCH * 256 * 10 * 125
     with CudaRuntime(0, ptx_tier=PtxTier.parse(tier_name)) as runtime:
         x = runtime.upload(fbank)
         with plan_trunk(runtime, math_name, TrunkWeights.random(3)) as plan:
-            y = runtime.alloc_zeros(TRUNK_BATCH * 256 * 10 * 125)
+            y = runtime.alloc_zeros(length)
             plan.enqueue(x, y)
             runtime.synchronize()
+            output = runtime.read(y.ptr, length, None)
+    print(f"output sha256 {hashlib.sha256(output.tobytes()).hexdigest()}")
+
+
+def kernel_times(
+    tier: str, math: str, script: Path = Path(__file__), env: dict[str, str] | None = None
+) -> tuple[dict[str, list[float]], str]:
+    """Each spk_trunk kernel's launch durations (us) in one forward under ncu
+    (`--clock-control none`), run as `script --forward tier math` in `env`, and the
+    forward's output digest line."""
+    ncu = shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
+    command = [
+        ncu, "--clock-control", "none", "--csv", "--metrics", "gpu__time_duration.sum",
+        "-k", "regex:spk_trunk", sys.executable, str(script), "--forward", tier, math,
+    ]  # fmt: skip
+    result = subprocess.run(
+        command, capture_output=True, text=True, check=True, env=env or dict(os.environ)
+    )
+    digest = next(line for line in result.stdout.splitlines() if "output sha256" in line)
+    table = result.stdout[result.stdout.index('"ID"') :]
+    times: dict[str, list[float]] = collections.defaultdict(list)
+    for row in csv.DictReader(io.StringIO(table)):
+        times[row["Kernel Name"]].append(float(row["Metric Value"].replace(",", "")) / 1e3)
+    return dict(times), digest.split()[-1]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,7 +86,6 @@ def main(argv: list[str] | None = None) -> int:
     capability = DeviceAttributes.query(0).capability
     own = PtxTier.highest_for(capability, module_tiers("trunk"))
     tiers = sorted({PtxTier.SM80} | ({own} if own is not None else set()))
-    ncu = shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
     lines = [
         "# Per-kernel durations of one trunk forward at batch 32 (TrunkWeights.random(3)),",
         "# ncu --clock-control none, gpu__time_duration.sum; a kernel's launches summed.",
@@ -67,18 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     for tier in tiers:
         for math in ("fp32", "tf32"):
-            command = [
-                ncu, "--clock-control", "none", "--csv", "--metrics",
-                "gpu__time_duration.sum", "-k", "regex:spk_trunk",
-                sys.executable, __file__, "--forward", str(tier), math,
-            ]  # fmt: skip
-            result = subprocess.run(
-                command, capture_output=True, text=True, check=True, env=dict(os.environ)
-            )
-            table = result.stdout[result.stdout.index('"ID"') :]
-            totals: dict[str, list[float]] = collections.defaultdict(list)
-            for row in csv.DictReader(io.StringIO(table)):
-                totals[row["Kernel Name"]].append(float(row["Metric Value"].replace(",", "")) / 1e3)
+            totals, _ = kernel_times(str(tier), math)
             grand = 0.0
             for kernel, times in totals.items():
                 grand += sum(times)

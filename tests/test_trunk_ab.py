@@ -1,0 +1,43 @@
+"""`tools/trunk_ab.py` without a GPU: a build's shadow of the checkout loads that build's
+artifacts, and the report sums a forward's kernels per chunk and compares digests."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.repo import REPO, load_tool
+
+ab = load_tool("trunk_ab")
+
+
+def test_a_shadow_loads_its_builds_artifacts(tmp_path: Path) -> None:
+    build = tmp_path / "variant" / "ptx"
+    build.mkdir(parents=True)
+    root = ab.shadow(build, tmp_path / "shadow")
+    code = "from pyspk.cuda.manifest import artifact_dir; print(artifact_dir())"
+    found = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True, text=True, check=True, env={"PYTHONPATH": str(root)}, cwd=tmp_path,
+    ).stdout.strip()  # fmt: skip
+    assert Path(found).resolve() == build.resolve()
+    assert (root / "tools" / "trunk_kernels.py").resolve() == REPO / "tools" / "trunk_kernels.py"
+
+
+def test_the_report_sums_per_chunk_and_compares_the_outputs() -> None:
+    times = {
+        ("fp32", "spk_trunk_stem", "tree"): [64.0, 70.0, 66.0],
+        ("fp32", "spk_trunk_stem", "new"): [32.0, 32.0, 40.0],
+        ("fp32", "spk_trunk_layer1_tiles_f16x3", "tree"): [320.0, 330.0, 310.0],
+        ("fp32", "spk_trunk_layer1_tiles_f16x3", "new"): [288.0, 300.0, 290.0],
+    }
+    args = argparse.Namespace(tier="sm90", rounds=3, math=["fp32"])
+    same = {("fp32", "tree"): {"a"}, ("fp32", "new"): {"a"}}
+    lines = ab.report(times, same, ["tree", "new"], args)
+    per_chunk = next(line for line in lines if "all, per chunk" in line).split()[-2:]
+    assert per_chunk == [f"{(66 + 320) / 32:.1f}", f"{(32 + 290) / 32:.1f}"]
+    assert lines[-1].endswith("True")
+    differ = {("fp32", "tree"): {"a"}, ("fp32", "new"): {"a", "b"}}
+    assert ab.report(times, differ, ["tree", "new"], args)[-1].endswith("False")
