@@ -41,3 +41,17 @@ def test_the_report_sums_per_chunk_and_compares_the_outputs() -> None:
     assert lines[-1].endswith("True")
     differ = {("fp32", "tree"): {"a"}, ("fp32", "new"): {"a", "b"}}
     assert ab.report(times, differ, ["tree", "new"], args)[-1].endswith("False")
+
+
+def test_the_forward_names_its_artifacts_and_output(fake, capsys) -> None:
+    """On the fake driver (compute capability 8.9, so the sm80 tier): the lines
+    `kernel_times` reads from the profiled run, the same digest on a second forward."""
+    kernels = load_tool("trunk_kernels")
+    digests = []
+    for _ in range(2):
+        kernels.forward("sm80", "fp32")
+        artifacts, output = capsys.readouterr().out.splitlines()
+        assert artifacts.startswith(f"artifacts {REPO / 'ptx'}: trunk.sm80")
+        assert output.startswith("output sha256 ")
+        digests.append(output.split()[-1])
+    assert len(set(digests)) == 1 and len(digests[0]) == 64

@@ -59,24 +59,35 @@ def main(argv: list[str] | None = None) -> int:
         roots = {"tree": ROOT}
         for spec in args.builds:
             name, _, folder = spec.partition("=")
+            if name in roots:
+                parser.error(f"{spec}: the build name {name!r} is taken")
             if not (Path(folder) / "manifest.json").is_file():
                 parser.error(f"{spec}: no manifest.json in {folder}; build it first")
             roots[name] = shadow(Path(folder), Path(scratch) / name)
         times: dict[tuple[str, str, str], list[float]] = {}
         digests: dict[tuple[str, str], set[str]] = {}
-        for _ in range(args.rounds):
+        for round_ in range(args.rounds):
+            # the builds in turn, the order reversed every other round: a drift of the
+            # device's clocks falls on every build
+            order = list(roots.items())[:: -1 if round_ % 2 else 1]
             for math in args.math:
-                for name, root in roots.items():
+                for name, root in order:
                     env = {**os.environ, "PYTHONPATH": str(root)}
                     script = root / "tools" / "trunk_kernels.py"
-                    launches, digest = kernel_times(args.tier, math, script, env)
+                    launches, digest, loaded = kernel_times(args.tier, math, script, env)
                     digests.setdefault((math, name), set()).add(digest)
                     for kernel, each in launches.items():
                         times.setdefault((math, kernel, name), []).append(sum(each))
-                    print(f"{math} {name}: done", flush=True)
+                    per_chunk = sum(map(sum, launches.values())) / BATCH
+                    print(
+                        f"round {round_} {math} {name}: {per_chunk:.1f} us a chunk, output "
+                        f"{digest[:16]}, {loaded}",
+                        flush=True,
+                    )
     lines = report(times, digests, list(roots), args)
     print("\n".join(lines))
     if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text("\n".join(lines) + "\n")
     return 0
 

@@ -26,20 +26,24 @@ from pathlib import Path
 
 def forward(tier_name: str, math_name: str) -> None:
     """One trunk forward in `math_name` on a runtime of `tier_name`, under the profiler;
-    prints the output's SHA-256 (the same weights and fbank every run: builds whose
-    outputs are the same bits print the same digest)."""
+    prints the artifacts it loaded (folder and file) and the output's SHA-256 (the same
+    weights and fbank every run: builds whose outputs are the same bits print the same
+    digest)."""
     import hashlib
 
     import numpy as np
 
     from pyspk.candidate.trunk import TRUNK_BATCH, TRUNK_BINS, TRUNK_FRAMES, TrunkWeights
     from pyspk.candidate.trunk.plan import plan_trunk
-    from pyspk.cuda import CudaRuntime, PtxTier
+    from pyspk.cuda import CudaRuntime, KernelModule, PtxTier
+    from pyspk.cuda.manifest import artifact_dir
 
     rng = np.random.default_rng(0)
     fbank = rng.normal(0, 2, (TRUNK_BATCH, TRUNK_FRAMES, TRUNK_BINS)).astype(np.float32)
     length = TRUNK_BATCH * 256 * 10 * 125
     with CudaRuntime(0, ptx_tier=PtxTier.parse(tier_name)) as runtime:
+        loaded = runtime.load_kernels(KernelModule.TRUNK).artifact
+        print(f"artifacts {artifact_dir().resolve()}: {loaded}")
         x = runtime.upload(fbank)
         with plan_trunk(runtime, math_name, TrunkWeights.random(3)) as plan:
             y = runtime.alloc_zeros(length)
@@ -51,24 +55,30 @@ def forward(tier_name: str, math_name: str) -> None:
 
 def kernel_times(
     tier: str, math: str, script: Path = Path(__file__), env: dict[str, str] | None = None
-) -> tuple[dict[str, list[float]], str]:
+) -> tuple[dict[str, list[float]], str, str]:
     """Each spk_trunk kernel's launch durations (us) in one forward under ncu
-    (`--clock-control none`), run as `script --forward tier math` in `env`, and the
-    forward's output digest line."""
+    (`--clock-control none`), run as `script --forward tier math` in `env`; the forward's
+    output digest and the artifacts it loaded. A run without them raises with the tail
+    of its output."""
     ncu = shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
     command = [
         ncu, "--clock-control", "none", "--csv", "--metrics", "gpu__time_duration.sum",
         "-k", "regex:spk_trunk", sys.executable, str(script), "--forward", tier, math,
     ]  # fmt: skip
-    result = subprocess.run(
-        command, capture_output=True, text=True, check=True, env=env or dict(os.environ)
-    )
-    digest = next(line for line in result.stdout.splitlines() if "output sha256" in line)
+    result = subprocess.run(command, capture_output=True, text=True, env=env or dict(os.environ))
+    lines = result.stdout.splitlines()
+    digest = [line.split()[-1] for line in lines if line.startswith("output sha256")]
+    loaded = [line.removeprefix("artifacts ") for line in lines if line.startswith("artifacts")]
+    if result.returncode != 0 or not digest or '"ID"' not in result.stdout:
+        raise RuntimeError(
+            f"{' '.join(command)} exited {result.returncode}:\n"
+            f"{result.stdout[-2000:]}\n{result.stderr[-2000:]}"
+        )
     table = result.stdout[result.stdout.index('"ID"') :]
     times: dict[str, list[float]] = collections.defaultdict(list)
     for row in csv.DictReader(io.StringIO(table)):
         times[row["Kernel Name"]].append(float(row["Metric Value"].replace(",", "")) / 1e3)
-    return dict(times), digest.split()[-1]
+    return dict(times), digest[0], loaded[0] if loaded else "?"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     for tier in tiers:
         for math in ("fp32", "tf32"):
-            totals, _ = kernel_times(str(tier), math)
+            totals, _, _ = kernel_times(str(tier), math)
             grand = 0.0
             for kernel, times in totals.items():
                 grand += sum(times)
