@@ -26,6 +26,22 @@ def test_a_shadow_loads_its_builds_artifacts(tmp_path: Path) -> None:
     assert (root / "tools" / "trunk_kernels.py").resolve() == REPO / "tools" / "trunk_kernels.py"
 
 
+def test_a_whole_checkout_runs_from_itself(tmp_path: Path, monkeypatch) -> None:
+    """A build folder with `pyspk/` is its own root: its script runs, not the tree's."""
+    other = tmp_path / "other"
+    (other / "pyspk").mkdir(parents=True)
+    scripts = []
+
+    def fake_times(tier, math, script, env):
+        scripts.append((Path(script), env["PYTHONPATH"]))
+        return {"spk_trunk_stem": [3.2]}, "d" * 64, "artifacts"
+
+    monkeypatch.setattr(ab, "kernel_times", fake_times)
+    assert ab.main([f"other={other}", "--math", "tf32", "--rounds", "1"]) == 0
+    assert (other.resolve() / "tools" / "trunk_kernels.py", str(other.resolve())) in scripts
+    assert (REPO / "tools" / "trunk_kernels.py", str(REPO)) in scripts
+
+
 def test_the_report_sums_per_chunk_and_compares_the_outputs() -> None:
     times = {
         ("fp32", "spk_trunk_stem", "tree"): [64.0, 70.0, 66.0],

@@ -9,7 +9,9 @@ round, and whether their outputs are the same bits.
 
 The checkout's own `ptx/` is the build "tree". Each other build runs from a shadow of
 the checkout (`pyspk` copied, `ptx` the build's folder, the rest linked), so pyspk loads
-that build's artifacts; a run is `tools/trunk_kernels.py --forward` under ncu, one
+that build's artifacts; a build that is a whole checkout (a folder with `pyspk/`, such
+as another branch's worktree) runs from itself, its own code with its own artifacts. A
+run is `tools/trunk_kernels.py --forward` under ncu, one
 process per build, math and round. Reported: the median microseconds of each kernel's
 launches in a forward per build, their sum per chunk, and whether the outputs agree.
 """
@@ -61,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
             name, _, folder = spec.partition("=")
             if name in roots:
                 parser.error(f"{spec}: the build name {name!r} is taken")
+            if (Path(folder) / "pyspk").is_dir():  # a whole checkout: its own code and ptx/
+                roots[name] = Path(folder).resolve()
+                continue
             if not (Path(folder) / "manifest.json").is_file():
                 parser.error(f"{spec}: no manifest.json in {folder}; build it first")
             roots[name] = shadow(Path(folder), Path(scratch) / name)
