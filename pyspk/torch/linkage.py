@@ -9,12 +9,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pyspk.candidate.cluster.plan import (
-    LINKAGE_DONE,
-    LINKAGE_STOPPED,
     LINKAGE_UNRUN,
     MAX_POINTS,
     METHODS,
     STATE_BYTES_PER_CLUSTER,
+    merged_matrix,
     out_of_memory,
     pairs_of,
     plan_linkage,
@@ -22,7 +21,7 @@ from pyspk.candidate.cluster.plan import (
     points_of,
 )
 from pyspk.cuda.errors import DriverError
-from pyspk.errors import CudaError, InvalidArgument
+from pyspk.errors import InvalidArgument
 
 if TYPE_CHECKING:
     import torch
@@ -93,16 +92,7 @@ def device_linkage(
         if not out_of_memory(error):
             raise
         return None
-    if merged is None:
-        return None
-    code, result = merged
-    if code == LINKAGE_STOPPED:
-        return None
-    if code != LINKAGE_DONE:
-        raise CudaError(
-            f"spk_linkage_merge on {device} refused its launch for {n} points (status {code})"
-        )
-    return result
+    return None if merged is None else merged_matrix(*merged, str(device), n)
 
 
 def _merge(

@@ -209,6 +209,19 @@ class LinkagePlan(OrderedPlanLifetime):
             self._release()
 
 
+def merged_matrix(code: int, z: np.ndarray, where: str, n: int) -> np.ndarray | None:
+    """The linkage matrix `z` of a merge that ended with status `code`: None where the
+    kernel stopped at NaN distances (scipy runs), an error naming `where` if the kernel
+    refused its launch."""
+    if code == LINKAGE_STOPPED:
+        return None
+    if code != LINKAGE_DONE:
+        raise CudaError(
+            f"spk_linkage_merge on {where} refused its launch for {n} points (status {code})"
+        )
+    return z
+
+
 def out_of_memory(error: DriverError) -> bool:
     """Whether a driver call failed for want of device memory: the linkage's callers then
     return None, and scipy runs on the host."""
@@ -277,14 +290,7 @@ class DeviceLinkage:
             finally:
                 if self._shape[0] > self.KEEP_POINTS:
                     self._drop()
-        if code == LINKAGE_STOPPED:
-            return None
-        if code != LINKAGE_DONE:
-            raise CudaError(
-                f"spk_linkage_merge on device {self.runtime.ordinal} refused its launch for "
-                f"{n} points (status {code})"
-            )
-        return result
+        return merged_matrix(code, result, f"device {self.runtime.ordinal}", n)
 
     def _run(
         self,
