@@ -11,9 +11,9 @@ The checkout's own `ptx/` is the build "tree". Each other build runs from a shad
 the checkout (`pyspk` copied, `ptx` the build's folder, the rest linked), so pyspk loads
 that build's artifacts; a build that is a whole checkout (a folder with `pyspk/`, such
 as another branch's worktree) runs from itself, its own code with its own artifacts. A
-run is `tools/trunk_kernels.py --forward` under ncu, one
-process per build, math and round. Reported: the median microseconds of each kernel's
-launches in a forward per build, their sum per chunk, and whether the outputs agree.
+run is `tools/trunk_kernels.py --forward` under ncu, one process per build, math and
+round. Reported: the median microseconds of each kernel's launches in a forward per
+build, their sum per chunk, and whether the outputs agree.
 """
 
 from __future__ import annotations

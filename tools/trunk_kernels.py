@@ -34,22 +34,21 @@ def forward(tier_name: str, math_name: str) -> None:
     import numpy as np
 
     from pyspk.candidate.trunk import TRUNK_BATCH, TRUNK_BINS, TRUNK_FRAMES, TrunkWeights
-    from pyspk.candidate.trunk.plan import plan_trunk
+    from pyspk.candidate.trunk.plan import OUTPUT_ITEM, plan_trunk
     from pyspk.cuda import CudaRuntime, KernelModule, PtxTier
     from pyspk.cuda.manifest import artifact_dir
 
     rng = np.random.default_rng(0)
     fbank = rng.normal(0, 2, (TRUNK_BATCH, TRUNK_FRAMES, TRUNK_BINS)).astype(np.float32)
-    length = TRUNK_BATCH * 256 * 10 * 125
     with CudaRuntime(0, ptx_tier=PtxTier.parse(tier_name)) as runtime:
         loaded = runtime.load_kernels(KernelModule.TRUNK).artifact
         print(f"artifacts {artifact_dir().resolve()}: {loaded}")
         x = runtime.upload(fbank)
         with plan_trunk(runtime, math_name, TrunkWeights.random(3)) as plan:
-            y = runtime.alloc_zeros(length)
+            y = runtime.alloc_zeros(TRUNK_BATCH * OUTPUT_ITEM)
             plan.enqueue(x, y)
             runtime.synchronize()
-            output = runtime.read(y.ptr, length, None)
+            output = runtime.download(y)
     print(f"output sha256 {hashlib.sha256(output.tobytes()).hexdigest()}")
 
 
