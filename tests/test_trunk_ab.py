@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.repo import REPO, load_tool
 
 ab = load_tool("trunk_ab")
@@ -32,7 +34,7 @@ def test_a_whole_checkout_runs_from_itself(tmp_path: Path, monkeypatch) -> None:
     (other / "pyspk").mkdir(parents=True)
     scripts = []
 
-    def fake_times(tier, math, script, env):
+    def fake_times(tier, math, script, env, save=None):
         scripts.append((Path(script), env["PYTHONPATH"]))
         return {"spk_trunk_stem": [3.2]}, "d" * 64, "artifacts"
 
@@ -71,3 +73,47 @@ def test_the_forward_names_its_artifacts_and_output(fake, capsys) -> None:
         assert output.startswith("output sha256 ")
         digests.append(output.split()[-1])
     assert len(set(digests)) == 1 and len(digests[0]) == 64
+
+
+def test_the_report_gives_each_builds_error_where_measured() -> None:
+    times = {("fp32", "spk_trunk_stem", name): [64.0] for name in ("tree", "new")}
+    args = argparse.Namespace(tier="sm90", rounds=1, math=["fp32"])
+    digests = {("fp32", "tree"): {"a"}, ("fp32", "new"): {"b"}}
+    lines = ab.report(times, digests, ["tree", "new"], args, {("fp32", "new"): (3e-7, 2e-7)})
+    assert lines[-2].endswith("False")
+    assert lines[-1] == (
+        "fp32 new: error against float64 (2 chunks) 3.000e-07 of the largest, 2.000e-07 norm-wise"
+    )
+
+
+def test_errors_compare_each_saved_output_with_one_float64_truth(tmp_path, monkeypatch) -> None:
+    import numpy as np
+
+    from pyspk import reference
+
+    kernels = load_tool("trunk_kernels")
+    truth = np.arange(1.0, 9.0).reshape(2, 4)
+    calls = []
+
+    def fake_trunk(fbank, weights):
+        calls.append(fbank.shape)
+        return truth
+
+    monkeypatch.setattr(reference, "trunk", fake_trunk)
+    exact, off = tmp_path / "exact.npy", tmp_path / "off.npy"
+    np.save(exact, truth.astype(np.float32))
+    np.save(off, (truth + np.array([0.0] * 7 + [0.8]).reshape(2, 4)).astype(np.float32))
+    found = kernels.errors({"exact": exact, "off": off})
+    assert calls == [(2, 998, 80)]  # one truth, of the forward's first two chunks
+    assert found["exact"] == (0.0, 0.0)
+    assert found["off"][0] == pytest.approx(0.1)
+    assert found["off"][1] == pytest.approx(0.8 / np.linalg.norm(truth))
+
+
+def test_the_forward_saves_its_first_chunks(fake, tmp_path, capsys) -> None:
+    import numpy as np
+
+    kernels = load_tool("trunk_kernels")
+    kernels.forward("sm80", "fp32", save=tmp_path / "out.npy")
+    capsys.readouterr()
+    assert np.load(tmp_path / "out.npy").shape == (2, 256, 10, 125)

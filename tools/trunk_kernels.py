@@ -22,24 +22,26 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+ERROR_CHUNKS = 2  # the chunks `forward` saves, and whose float64 truth `errors` takes
 
 
-def forward(tier_name: str, math_name: str) -> None:
+def forward(tier_name: str, math_name: str, save: Path | None = None) -> None:
     """One trunk forward in `math_name` on a runtime of `tier_name`, under the profiler;
     prints the artifacts it loaded (folder and file) and the output's SHA-256 (the same
     weights and fbank every run: builds whose outputs are the same bits print the same
-    digest)."""
+    digest). With `save`, writes the first ERROR_CHUNKS chunks' output there (.npy)."""
     import hashlib
 
     import numpy as np
 
-    from pyspk.candidate.trunk import TRUNK_BATCH, TRUNK_BINS, TRUNK_FRAMES, TrunkWeights
-    from pyspk.candidate.trunk.plan import OUTPUT_ITEM, plan_trunk
+    from pyspk.candidate.trunk import TRUNK_BATCH, TrunkWeights
+    from pyspk.candidate.trunk.plan import OUTPUT_ITEM, OUTPUT_SHAPE, plan_trunk
     from pyspk.cuda import CudaRuntime, KernelModule, PtxTier
     from pyspk.cuda.manifest import artifact_dir
 
-    rng = np.random.default_rng(0)
-    fbank = rng.normal(0, 2, (TRUNK_BATCH, TRUNK_FRAMES, TRUNK_BINS)).astype(np.float32)
+    fbank = forward_fbank()
     with CudaRuntime(0, ptx_tier=PtxTier.parse(tier_name)) as runtime:
         loaded = runtime.load_kernels(KernelModule.TRUNK).artifact
         print(f"artifacts {artifact_dir().resolve()}: {loaded}")
@@ -50,20 +52,58 @@ def forward(tier_name: str, math_name: str) -> None:
             runtime.synchronize()
             output = runtime.download(y)
     print(f"output sha256 {hashlib.sha256(output.tobytes()).hexdigest()}")
+    if save is not None:
+        np.save(save, output[: ERROR_CHUNKS * OUTPUT_ITEM].reshape(ERROR_CHUNKS, *OUTPUT_SHAPE))
+
+
+def forward_fbank() -> Any:
+    """The fbank every `forward` runs: N(0, 2), seeded, one batch."""
+    import numpy as np
+
+    from pyspk.candidate.trunk import TRUNK_BATCH, TRUNK_BINS, TRUNK_FRAMES
+
+    rng = np.random.default_rng(0)
+    return rng.normal(0, 2, (TRUNK_BATCH, TRUNK_FRAMES, TRUNK_BINS)).astype(np.float32)
+
+
+def errors(outputs: dict[Any, Path]) -> dict[Any, tuple[float, float]]:
+    """For each saved `forward` output, its error against float64 (`pyspk.reference.trunk`
+    of the same weights and the first ERROR_CHUNKS chunks of the same fbank), as
+    max |error| / max |truth| and the norm-wise relative error; the truth made once."""
+    import numpy as np
+
+    from pyspk import reference
+    from pyspk.candidate.trunk import TrunkWeights
+
+    truth = reference.trunk(forward_fbank()[:ERROR_CHUNKS], TrunkWeights.random(3))
+    found = {}
+    for key, path in outputs.items():
+        diff = np.load(path).astype(np.float64) - truth
+        found[key] = (
+            float(np.abs(diff).max() / np.abs(truth).max()),
+            float(np.linalg.norm(diff) / np.linalg.norm(truth)),
+        )
+    return found
 
 
 def kernel_times(
-    tier: str, math: str, script: Path = Path(__file__), env: dict[str, str] | None = None
+    tier: str,
+    math: str,
+    script: Path = Path(__file__),
+    env: dict[str, str] | None = None,
+    save: Path | None = None,
 ) -> tuple[dict[str, list[float]], str, str]:
     """Each spk_trunk kernel's launch durations (us) in one forward under ncu
-    (`--clock-control none`), run as `script --forward tier math` in `env`; the forward's
-    output digest and the artifacts it loaded. A run without them raises with the tail
-    of its output."""
+    (`--clock-control none`), run as `script --forward tier math` in `env` (with `save`,
+    the forward saves its first chunks there); the forward's output digest and the
+    artifacts it loaded. A run without them raises with the tail of its output."""
     ncu = shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
     command = [
         ncu, "--clock-control", "none", "--csv", "--metrics", "gpu__time_duration.sum",
         "-k", "regex:spk_trunk", sys.executable, str(script), "--forward", tier, math,
     ]  # fmt: skip
+    if save is not None:
+        command += ["--save", str(save)]
     result = subprocess.run(command, capture_output=True, text=True, env=env or dict(os.environ))
     lines = result.stdout.splitlines()
     digest = [line.split()[-1] for line in lines if line.startswith("output sha256")]
@@ -83,10 +123,11 @@ def kernel_times(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--forward", nargs=2, metavar=("TIER", "MATH"), help=argparse.SUPPRESS)
+    parser.add_argument("--save", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.forward:
-        forward(*args.forward)
+        forward(*args.forward, save=args.save)
         return 0
 
     from pyspk.cuda import DeviceAttributes, PtxTier
