@@ -78,19 +78,26 @@ namespace spk {
 // clocks of tensor work at m64n32k16, so a fresh sum is added only FRESH_SETS - 1
 // rounds after its products were issued.
 constexpr u32 FRESH_SETS = 2;
+// Taps a fresh sum of the SPLIT form takes (1, 3 or 9): a round is one output row's
+// FRESH_TAPS consecutive taps, their 3 x FRESH_TAPS products in one fresh sum, added to
+// the running sums once. At 3 a fresh sum spans 48 k, as a strip stage's does, with a
+// third of the adds (16 a round) and three times the tensor work a wait covers.
+constexpr u32 FRESH_TAPS = 1;
 
 // One stage's products of a warpgroup: for each of its TILE_ROWS output rows and each
 // tap, a_desc the slab rows the tap reads, b the tap's weights. One product: straight
 // into the running sums, committed as one group that runs on while the block converts
-// the next stage. SPLIT: each row and tap's three products in a fresh sum (the first
-// product starts it), added to the running sums once complete, in the order of the
-// rounds, as the strip form does per 16 k; FRESH_SETS fresh sums take turns, so the
-// sums are added while later rounds' products run.
+// the next stage. SPLIT: a round's taps' three products each in one fresh sum (the
+// first product starts it), added to the running sums once complete, in the order of
+// the rounds, as the strip form does per stage; FRESH_SETS fresh sums take turns, so
+// the sums are added while later rounds' products run.
 template <class S, class P, bool SPLIT>
 __device__ __forceinline__ void tile_products(float (&acc)[TILE_ROWS][S::BN / 8][4], saddr slab,
                                               saddr weights, u32 cb) {
     constexpr u32 NJ = S::BN / 8, LOW_PLANE = S::COUT * 32;  // bytes from high to low weights
-    constexpr u32 ROUNDS = TILE_ROWS * 9, LAG = FRESH_SETS - 1;
+    constexpr u32 TAPS = SPLIT ? FRESH_TAPS : 1, ROW_ROUNDS = 9 / TAPS;
+    constexpr u32 ROUNDS = TILE_ROWS * ROW_ROUNDS, LAG = FRESH_SETS - 1;
+    static_assert(9 % FRESH_TAPS == 0, "whole rounds of taps");
     float fresh[FRESH_SETS][NJ][4];
     // round r's fresh sum into the running sums of its output row
     auto add_fresh = [&](u32 r) {
@@ -99,33 +106,39 @@ __device__ __forceinline__ void tile_products(float (&acc)[TILE_ROWS][S::BN / 8]
         for (u32 nj = 0; nj < NJ; ++nj) {
 #pragma unroll
             for (u32 e = 0; e < 4; ++e) {
-                acc[r / 9][nj][e] += fresh[r % FRESH_SETS][nj][e];
+                acc[r / ROW_ROUNDS][nj][e] += fresh[r % FRESH_SETS][nj][e];
             }
         }
     };
     wgmma_fence();
 #pragma unroll
     for (u32 n = 0; n < ROUNDS; ++n) {
-        const u32 mi = n / 9, tap = n % 9, dy = tap / 3, dx = tap % 3;
-        const saddr rows = slab + ((mi + dy) * P::SLAB_PIXELS + dx) * 16;
-        const u64 a = wgmma_desc(rows, P::PLANE, 128);
-        const saddr b_at = weights + (tap * S::CBLOCKS + cb) * S::COUT * (SPLIT ? 64 : 32);
-        const u64 b = wgmma_b_desc(b_at);
-        if constexpr (SPLIT) {
-            float (&sum)[NJ][4] = fresh[n % FRESH_SETS];
-            if (n > 0) {
-                wgmma_fence();  // after the reads of this fresh sum FRESH_SETS rounds back
+        const u32 mi = n / ROW_ROUNDS;
+#pragma unroll
+        for (u32 i = 0; i < TAPS; ++i) {
+            const u32 tap = n % ROW_ROUNDS * TAPS + i, dy = tap / 3, dx = tap % 3;
+            const saddr rows = slab + ((mi + dy) * P::SLAB_PIXELS + dx) * 16;
+            const u64 a = wgmma_desc(rows, P::PLANE, 128);
+            const saddr b_at = weights + (tap * S::CBLOCKS + cb) * S::COUT * (SPLIT ? 64 : 32);
+            const u64 b = wgmma_b_desc(b_at);
+            if constexpr (SPLIT) {
+                float (&sum)[NJ][4] = fresh[n % FRESH_SETS];
+                if (n > 0 && i == 0) {
+                    wgmma_fence();  // after the reads of this fresh sum FRESH_SETS rounds back
+                }
+                wgmma_f16_shared(sum, wgmma_desc(rows + P::HALF_BYTES, P::PLANE, 128), b, i > 0);
+                wgmma_f16_shared(sum, a, wgmma_b_desc(b_at + LOW_PLANE), 1);
+                wgmma_f16_shared(sum, a, b, 1);
+            } else {
+                wgmma_f16_shared(acc[mi], a, b, 1);
             }
-            wgmma_f16_shared(sum, wgmma_desc(rows + P::HALF_BYTES, P::PLANE, 128), b, 0);
-            wgmma_f16_shared(sum, a, wgmma_b_desc(b_at + LOW_PLANE), 1);
-            wgmma_f16_shared(sum, a, b, 1);
+        }
+        if constexpr (SPLIT) {
             wgmma_commit();
             if (n >= LAG) {
                 wgmma_wait<LAG>();  // the fresh sum of round n - LAG is complete
                 add_fresh(n - LAG);
             }
-        } else {
-            wgmma_f16_shared(acc[mi], a, b, 1);
         }
     }
     if constexpr (SPLIT) {
