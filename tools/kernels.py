@@ -455,6 +455,7 @@ TRUNK_CONSTANTS = {
     **dict.fromkeys(
         ("TILE_GROUPS", "TILE_ROWS", "TILE_FRAMES", "TILE_TILES", "TILE_AHEAD"), "trunktiles.cuh"
     ),
+    "HALVES_PAD_ROWS": "trunkhalves.cuh",
     "STEM_THREADS": "trunk.cu",
     "STEM_TILE_BINS": "trunk.cu",
     "STEM_TILE_FRAMES": "trunk.cu",

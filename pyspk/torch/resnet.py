@@ -121,8 +121,8 @@ def trunk_weights(resnet: nn.Module) -> TrunkWeights:
 
 class PlannedTrunk:
     """`forward_frames` of `resnet` on `streams` (1 or 2) trunk plans, on `runtime`
-    (default: the device's shared one; another one to pick a PTX tier); `close()` frees
-    them."""
+    (default: the device's shared one; another one to pick a PTX tier); `halves` as
+    `plan_trunk` takes it; `close()` frees them."""
 
     def __init__(
         self,
@@ -130,6 +130,7 @@ class PlannedTrunk:
         math: CudaMath | str = CudaMath.FP32,
         streams: int = 2,
         runtime: CudaRuntime | None = None,
+        halves: bool | None = None,
     ) -> None:
         if streams not in (1, 2):
             raise InvalidArgument(f"{CONTEXT}: streams must be 1 or 2, not {streams!r}")
@@ -155,7 +156,7 @@ class PlannedTrunk:
         self._side: torch.cuda.Stream | None = None
         try:
             for _ in range(streams):
-                self.plans.append(plan_trunk(runtime, self.math, weights))
+                self.plans.append(plan_trunk(runtime, self.math, weights, halves=halves))
             # a private stream: one of PyTorch's pooled streams can be another thread's,
             # and its work would join a capture that forks to it (`_streams.private_stream`)
             if streams > 1:

@@ -50,8 +50,8 @@ def params(launch: tuple, names: tuple) -> dict[str, int]:
     return values
 
 
-def trunk_launches(fake, runtime, math, weights, items=TRUNK_BATCH):
-    plan = plan_trunk(runtime, math, weights)
+def trunk_launches(fake, runtime, math, weights, items=TRUNK_BATCH, halves=None):
+    plan = plan_trunk(runtime, math, weights, halves=halves)
     x = runtime.alloc_zeros(items * FBANK)
     y = runtime.alloc_zeros(items * OUTPUT)
     before = len(fake.launches)
@@ -246,11 +246,8 @@ def test_layer1_runs_its_tile_form_on_the_sm90_tier() -> None:
                 assert site.launch(math, tier) == site.launch()
 
 
-def test_a_trunk_plan_on_the_sm90_tier_launches_the_tile_form(fake, monkeypatch, weights) -> None:
-    """On compute capability 9.0 the plan loads the sm90 tier and launches layer1's six
-    convolutions on the tile form with its geometry, in both maths."""
-    from pyspk.cuda import CudaRuntime
-
+def as_hopper(fake, monkeypatch) -> None:
+    """The fake device as compute capability 9.0, with an sm_90's shared memory."""
     attribute = fake.cuDeviceGetAttribute
 
     def hopper(which, device):
@@ -263,6 +260,14 @@ def test_a_trunk_plan_on_the_sm90_tier_launches_the_tile_form(fake, monkeypatch,
 
     monkeypatch.setattr(fake, "cuDeviceGetAttribute", hopper)
     monkeypatch.setattr(fake, "shared_optin", 232448)  # an sm_90's 227 KiB a block
+
+
+def test_a_trunk_plan_on_the_sm90_tier_launches_the_tile_form(fake, monkeypatch, weights) -> None:
+    """On compute capability 9.0 the plan loads the sm90 tier and launches layer1's six
+    convolutions on the tile form with its geometry, in both maths."""
+    from pyspk.cuda import CudaRuntime
+
+    as_hopper(fake, monkeypatch)
     layer1 = TrunkSite.LAYER1_CONV
     with CudaRuntime(0) as runtime:
         for math in CudaMath:
@@ -272,3 +277,76 @@ def test_a_trunk_plan_on_the_sm90_tier_launches_the_tile_form(fake, monkeypatch,
             assert len(ours) == 6
             assert all(launch[0] == f"fn:{layer1.kernel(math, PtxTier.SM90)}" for launch in ours)
             assert all(launch[1:4] == (grid, (threads, 1, 1), shared) for launch in ours)
+
+
+def test_layer3_and_layer4_have_a_halves_form_in_fp32_math_on_the_sm90_tier() -> None:
+    """Asked for, the halves form serves layer3's and layer4's strips in FP32 math on sm90
+    alone, with the strip form's grid and blocks and one block's shared memory of an
+    H200; every other site, math and tier keeps its kernel and launch."""
+    sites = {TrunkSite.LAYER3_CONV: "layer3", TrunkSite.LAYER4_CONV: "layer4"}
+    for site, layer in sites.items():
+        assert site.in_halves(CudaMath.FP32, PtxTier.SM90, True)
+        assert site.kernel(CudaMath.FP32, PtxTier.SM90, True) == f"spk_trunk_{layer}_halves_f16x3"
+        grid, threads, shared = site.launch(CudaMath.FP32, PtxTier.SM90, True)
+        assert (grid, threads) == (site.shape.grid, site.shape.threads) == (grid, 512)
+        # two slots of the strip (258 rows), the weights (3 x 128 columns) and the taps'
+        # operands (3 taps x high, low x 2 planes x 260 rows of 16 bytes)
+        assert shared == 2 * (258 * 64 + 3 * 128 * 64 + 12 * 260 * 16) == 182016
+        assert shared + 1024 <= 228 * 1024  # one block an SM on the H200
+    for site in TrunkSite:
+        for math in CudaMath:
+            for tier in (None, PtxTier.SM80, PtxTier.SM90):
+                if site in sites and math is CudaMath.FP32 and tier is PtxTier.SM90:
+                    continue
+                assert not site.in_halves(math, tier, True)
+                assert site.kernel(math, tier, True) == site.kernel(math, tier)
+                assert site.launch(math, tier, True) == site.launch(math, tier)
+
+
+@pytest.mark.parametrize("halves", [None, False, True], ids=str)
+def test_a_trunk_plan_launches_the_halves_form_where_asked(
+    fake, monkeypatch, weights, halves
+) -> None:
+    """On compute capability 9.0, a plan with `halves` launches layer3's 11 and layer4's 5
+    stride-1 convolutions on the halves form in FP32 math, and nothing else changes; by
+    default (None) and in TF32 math, the strip form."""
+    from pyspk.candidate.trunk.plan import HALVES_DEFAULT
+    from pyspk.cuda import CudaRuntime
+
+    as_hopper(fake, monkeypatch)
+    asked = HALVES_DEFAULT if halves is None else halves
+    with CudaRuntime(0) as runtime:
+        for math in CudaMath:
+            plan, _, _, launches = trunk_launches(fake, runtime, math, weights, halves=halves)
+            assert plan.halves is asked
+            expected = [conv.site for conv in weights.convs()]
+            kernels = [launch[0].removeprefix("fn:") for launch in launches[1:]]
+            assert kernels == [site.kernel(math, PtxTier.SM90, asked) for site in expected]
+            on = [name for name in kernels if "_halves_" in name]
+            assert len(on) == (16 if asked and math is CudaMath.FP32 else 0)
+            for launch, site in zip(launches[1:], expected, strict=True):
+                grid, threads, shared = site.launch(math, PtxTier.SM90, asked)
+                assert launch[1:4] == (grid, (threads, 1, 1), shared)
+            plan.close()
+
+
+def test_a_convolution_plan_runs_the_halves_form_where_asked(fake, monkeypatch) -> None:
+    from pyspk.cuda import CudaRuntime
+
+    as_hopper(fake, monkeypatch)
+    site = TrunkSite.LAYER4_CONV
+    shape = site.shape
+    conv = FoldedConv.of(site, np.ones(shape.weight_shape), np.zeros(shape.cout))
+    with CudaRuntime(0) as runtime:
+        x = runtime.alloc_zeros(2 * shape.x_item)
+        y = runtime.alloc_zeros(2 * shape.y_item)
+        for halves, kernel in (
+            (True, "spk_trunk_layer4_halves_f16x3"),
+            (False, site.kernel(CudaMath.FP32)),
+        ):
+            with plan_conv(runtime, CudaMath.FP32, conv, halves=halves) as plan:
+                before = len(fake.launches)
+                plan.enqueue(x, y, items=2)
+                _, launch = fake.launches[before:]
+            assert launch[0] == f"fn:{kernel}"
+            assert launch[3] == site.launch(CudaMath.FP32, PtxTier.SM90, halves)[2]

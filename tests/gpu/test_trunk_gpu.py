@@ -212,6 +212,28 @@ def test_reruns_partial_batches_and_replays_give_the_same_bits(
     assert torch.equal(full, replayed)
 
 
+def test_the_halves_form_has_the_bits_of_the_strip_form(runtime, torch, weights) -> None:
+    """On the sm90 tier layer3's and layer4's FP32 strips have a halves form (the block
+    converts each strip once; its tiles span two chunks, the last batch's run past the
+    chunks): the same FP16 operands, products and sums as the strip form, so the whole
+    trunk's output must be the same bits, at a full batch and partial ones."""
+    fbank = torch.randn(TRUNK_BATCH, 998, 80, device="cuda")
+    stream = torch.cuda.current_stream().cuda_stream
+    with (
+        plan_trunk(runtime, CudaMath.FP32, weights, halves=True) as halves,
+        plan_trunk(runtime, CudaMath.FP32, weights, halves=False) as strips,
+    ):
+        if halves.tier is not PtxTier.SM90:
+            pytest.skip("the halves form exists on the sm90 tier only")
+        for items in (TRUNK_BATCH, 11, 1):
+            got = {}
+            for plan in (halves, strips):
+                got[plan] = torch.empty((items, 256, 10, 125), device="cuda")
+                plan.enqueue(fbank[:items], got[plan], items=items, stream=stream)
+            torch.cuda.synchronize()
+            assert torch.equal(got[halves], got[strips])
+
+
 @pytest.mark.parametrize("math", list(CudaMath), ids=str)
 def test_one_plan_on_two_streams_and_two_threads_gives_the_serial_bits(
     runtime, torch, weights, math
@@ -253,14 +275,16 @@ def test_one_plan_on_two_streams_and_two_threads_gives_the_serial_bits(
         assert torch.equal(threaded[index], expected), f"batch {index} on two threads"
 
 
+@pytest.mark.parametrize("halves", [False, True], ids=["strips", "halves"])
 @pytest.mark.parametrize("math", list(CudaMath), ids=str)
 def test_a_chunk_that_is_not_finite_leaves_its_neighbours_alone(
-    runtime, torch, weights, math
+    runtime, torch, weights, math, halves
 ) -> None:
     """An infinite fbank value at a chunk's first (last) position changes no bit of the
     chunk before (after) it. The stem passes it on (ReLU keeps +inf); a 3x3's taps
     outside an image, which at a chunk's first and last positions lie on the
-    neighbouring chunk's pixels, must read zeros there, not those pixels times zero."""
+    neighbouring chunk's pixels, must read zeros there, not those pixels times zero (in
+    either form of layer3's and layer4's FP32 strips on the sm90 tier)."""
     fbank = torch.randn(4, 998, 80, device="cuda")
     poisoned = fbank.clone()
     poisoned[1, 0, 0] = float("inf")  # frame 0, bin 0: chunk 1's first position
@@ -268,7 +292,7 @@ def test_a_chunk_that_is_not_finite_leaves_its_neighbours_alone(
     clean = torch.empty((4, 256, 10, 125), device="cuda")
     dirty = torch.empty_like(clean)
     stream = torch.cuda.current_stream().cuda_stream
-    with plan_trunk(runtime, math, weights) as plan:
+    with plan_trunk(runtime, math, weights, halves=halves) as plan:
         plan.enqueue(fbank, clean, items=4, stream=stream)
         plan.enqueue(poisoned, dirty, items=4, stream=stream)
         torch.cuda.synchronize()
@@ -353,8 +377,8 @@ weights = TrunkWeights.random(5)
 with CudaRuntime(0) as runtime:
     fbank = runtime.upload(np.random.default_rng(0).normal(size=2 * 998 * 80).astype(np.float32))
     out = runtime.alloc_zeros(2 * 256 * 10 * 125)
-    for math in CudaMath:
-        with plan_trunk(runtime, math, weights) as plan:
+    for math, halves in ((CudaMath.FP32, False), (CudaMath.TF32, False), (CudaMath.FP32, True)):
+        with plan_trunk(runtime, math, weights, halves=halves) as plan:
             plan.enqueue(fbank, out, items=2)
             runtime.synchronize()
         print(math, "done", flush=True)
@@ -370,7 +394,7 @@ import numpy as np
 from pyspk.candidate.trunk import TrunkSite, TrunkWeights, plan_conv
 from pyspk.candidate.trunk.plan import FBANK_ITEM
 from pyspk.candidate.trunk.shapes import CONV_RELU
-from pyspk.cuda import CudaMath
+from pyspk.cuda import CudaMath, KernelModule
 from pyspk.cuda.runtime import CudaRuntime
 
 site, items = TrunkSite(sys.argv[1]), int(sys.argv[2])
@@ -383,8 +407,10 @@ with CudaRuntime(0) as runtime:
     y = runtime.alloc_zeros(y_len)
     residual = None if stem else runtime.alloc_zeros(y_len)
     out_max = runtime.alloc_zeros(32)
-    for math in {site.kernel(m): m for m in CudaMath}.values():
-        with plan_conv(runtime, math, conv) as plan:
+    tier = runtime.load_kernels(KernelModule.TRUNK).tier
+    forms = [(m, h) for m in CudaMath for h in (False, True)]
+    for math, halves in {site.kernel(m, tier, h): (m, h) for m, h in forms}.values():
+        with plan_conv(runtime, math, conv, halves=halves) as plan:
             plan.enqueue(x, y, residual, items=items)
             own = {"out_max": (out_max.ptr, 32), "items": items}
             if not stem:
@@ -392,7 +418,7 @@ with CudaRuntime(0) as runtime:
                            flags=CONV_RELU)
             plan._conv.launch((x.ptr, x_len), (y.ptr, y_len), **own).enqueue(runtime.stream)
             runtime.synchronize()
-        print(site.kernel(math), "done", flush=True)
+        print(site.kernel(math, tier, halves), "done", flush=True)
 """
 
 
@@ -427,20 +453,37 @@ def _all_clean(tool: str, runs: list[tuple[subprocess.Popen[str], int]]) -> None
                 run.communicate()
 
 
-def _site_kernels(site: TrunkSite) -> int:
-    return len({site.kernel(math) for math in CudaMath})
+def _site_kernels(site: TrunkSite, tier: PtxTier) -> int:
+    """The kernels `_SANITIZED_SITE` runs for `site` on `tier`: each math's, and the
+    halves form's where the site has one."""
+    return len({site.kernel(math, tier, halves) for math in CudaMath for halves in (False, True)})
+
+
+def _trunk_tier() -> PtxTier:
+    from pyspk.cuda import KernelModule
+
+    with CudaRuntime(0) as runtime:
+        return runtime.load_kernels(KernelModule.TRUNK).tier
 
 
 def test_memcheck_finds_nothing_in_the_trunk() -> None:
-    """Every entry a trunk plan launches: the whole trunk in both maths on 2 chunks; and
-    layer1's convolution on 11 chunks, where (strip form) the last block has three tiles
-    of its four and two tiles that span two chunks come before their block's last, and
-    (the tile form, on sm90) every row's last run overlaps the one before."""
+    """Every entry a trunk plan launches: the whole trunk in both maths on 2 chunks (and in
+    FP32 math with the halves form, on the sm90 tier); layer1's convolution on 11
+    chunks, where (strip form) the last block has three tiles of its four and two tiles
+    that span two chunks come before their block's last, and (the tile form, on sm90)
+    every row's last run overlaps the one before; and layer4's on 11 chunks, in each of
+    its forms (tiles that span two chunks, the last one past the chunks)."""
+    tier = _trunk_tier()
+    layer4 = TrunkSite.LAYER4_CONV
     _all_clean(
         "memcheck",
         [
-            (_sanitized("memcheck", _SANITIZED_TRUNK), 2),
+            (_sanitized("memcheck", _SANITIZED_TRUNK), 3),
             (_sanitized("memcheck", _SANITIZED_SITE, "layer1_conv", "11"), 2),
+            (
+                _sanitized("memcheck", _SANITIZED_SITE, layer4.value, "11"),
+                _site_kernels(layer4, tier),
+            ),
         ],
     )
 
@@ -449,8 +492,9 @@ def test_racecheck_finds_nothing_in_any_trunk_entry() -> None:
     """Every trunk entry on one chunk (spk_trunk_chunk_max, then each kernel with and
     without its output's chunk maxima), one process per site, side by side: each process
     stays small (racecheck slows a kernel by the number of its shared accesses)."""
+    tier = _trunk_tier()
     runs = [
-        (_sanitized("racecheck", _SANITIZED_SITE, site.value, "1"), _site_kernels(site))
+        (_sanitized("racecheck", _SANITIZED_SITE, site.value, "1"), _site_kernels(site, tier))
         for site in TrunkSite
     ]
     _all_clean("racecheck", runs)

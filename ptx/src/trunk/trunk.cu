@@ -13,6 +13,7 @@
 #include "common.cuh"
 #include "trunkconv.cuh"
 #include "trunktiles.cuh"
+#include "trunkhalves.cuh"
 #include "trunkfbank.cuh"
 
 // The 1 -> 32 stem: fbank [item][frame][bin] (the model's (B, T, F) input, read as the
@@ -160,6 +161,12 @@ spk_trunk_chunk_max(const float* __restrict__ x, u64 x_len, u32 item_len,
 #else
 #define SPK_TILES_BODY(SHAPE, SPLIT) SPK_TIER_STUB()
 #endif
+// the halves form (layer3's and layer4's FP32 strips) likewise
+#if defined(SPK_WGMMA)
+#define SPK_HALVES_BODY(SHAPE) spk::trunk_conv_halves<SHAPE>(SPK_CONV_ARGUMENTS)
+#else
+#define SPK_HALVES_BODY(SHAPE) SPK_TIER_STUB()
+#endif
 #define SPK_TRUNK_ENTRY(NAME, LAUNCH, BODY)                                                     \
     extern "C" __global__ void __launch_bounds__(LAUNCH::THREADS, LAUNCH::MIN_BLOCKS) NAME(     \
         const float* __restrict__ x, u64 x_len, const float* __restrict__ w, u64 w_len,      \
@@ -207,6 +214,9 @@ SPK_TRUNK_SHAPE(layer3_conv, Layer3Conv)
 SPK_TRUNK_SHAPE(layer4_down, Layer4Down)
 SPK_TRUNK_SPLIT(layer4_shortcut, Layer4Shortcut)
 SPK_TRUNK_SHAPE(layer4_conv, Layer4Conv)
+// layer3's and layer4's FP32 strips converted once per block (the sm90 tier's; trunkhalves.cuh)
+SPK_TRUNK_ENTRY(spk_trunk_layer3_halves_f16x3, Layer3Conv, SPK_HALVES_BODY(Layer3Conv))
+SPK_TRUNK_ENTRY(spk_trunk_layer4_halves_f16x3, Layer4Conv, SPK_HALVES_BODY(Layer4Conv))
 
 // Statistics pooling of the trunk's output (pyannote's StatsPool with (batch, speakers,
 // frames) weights, after TSTP's reshape): for chunk i, speaker s and feature row r of

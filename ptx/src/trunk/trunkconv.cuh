@@ -372,6 +372,77 @@ template <class S>
 using TierTiles = WarpTiles<S>;
 #endif
 
+// This thread's copies of a strip (STRIP): strip row r (r = tid / 4 + i THREADS / 4)
+// is the flat input pixel first + r, 16 channels from cb * CONV_BK, or zeros past either
+// end of the items' pixels (as many as their output positions).
+template <class S>
+__device__ __forceinline__ void copy_strip(saddr a_base, const float* __restrict__ x, int first,
+                                           u32 rows, u32 cb, u32 tid) {
+    const u32 chunk = tid & 3;
+#pragma unroll
+    for (u32 i = 0; i < S::A_COPIES; ++i) {
+        const u32 r = tid / 4 + i * (S::THREADS / 4);
+        if (r < S::A_ROWS) {
+            const int q = first + int(r);
+            const bool in = (q >= 0) & (q < int(rows));
+            const float* source = in ? x + (q * int(S::CIN) + int(cb * CONV_BK + chunk * 4)) : x;
+            cp_async16_fill(a_base + (r * S::A_STRIDE + chunk * 4) * 4, source, in ? 16 : 0);
+        }
+    }
+}
+
+// This thread's copies of ring stage ks's weights: each step's k block (tap, cb), one
+// 16-byte run per thread (SPLIT) or per thread of the first half. GroupTiles' weights hold
+// a step's high plane, then its low one, each [COUT / 8][2][8][8] FP16 (wgmma_b_desc):
+// the block's columns are one run of BN * 8 words per plane.
+template <class S, class L, bool SPLIT>
+__device__ __forceinline__ void copy_weights(saddr b_base, const float* __restrict__ w, u32 ks,
+                                             u32 n0, u32 tid) {
+    constexpr u32 B_WORDS = SPLIT ? CONV_BK : CONV_BK / 2;
+    const u32 cb = ks % S::CBLOCKS;
+#pragma unroll
+    for (u32 step = 0; step < S::STEPS; ++step) {
+        const u32 tap = S::STRIP ? ks / S::CBLOCKS * S::KS + step : ks / S::CBLOCKS;
+        if (SPLIT || tid < S::THREADS / 2) {
+            const u64 k_block = tap * S::CBLOCKS + cb;
+            const float* source =
+                L::WGMMA ? w + (k_block * S::COUT * B_WORDS + tid / (2 * S::BN) * S::COUT * 8 +
+                                n0 * 8 + tid % (2 * S::BN) * 4)
+                         : w + (k_block * S::COUT + n0) * B_WORDS + tid * 4;
+            cp_async16_fill(b_base + (step * S::BN * CONV_BK + tid * 4) * 4, source, 16);
+        }
+    }
+}
+
+// The scales of this thread's fragment rows of the tile from m0 (row0 + mi ROW_STEP + 8
+// half + g): the power of two that puts the row's chunk's largest input in [2^14, 2^15),
+// 0 past the items; returns (STRIP) `edges`: bit mi * 2 + half of byte 0 (1, 2, 3) set
+// where the row is in the image's top (bottom) row, (first, last column), whose taps dy
+// = 0 (2) (dx = 0, 2) fall outside.
+template <class S, class L>
+__device__ __forceinline__ u32 tile_rows(u32 m0, u32 rows, const u32* __restrict__ in_max, u32 row0,
+                                         u32 g, float (&row_scale)[L::MI][2]) {
+    u32 edges = 0;
+#pragma unroll
+    for (u32 mi = 0; mi < L::MI; ++mi) {
+#pragma unroll
+        for (u32 half = 0; half < 2; ++half) {
+            const u32 m = m0 + row0 + mi * L::ROW_STEP + half * 8 + g;
+            const float largest = m < rows ? __uint_as_float(__ldg(in_max + m / S::POS)) : 0.0f;
+            float inverse;
+            half_scale_of(largest, row_scale[mi][half], inverse);
+            if constexpr (S::STRIP) {
+                row_scale[mi][half] = m < rows ? row_scale[mi][half] : 0.0f;
+                const u32 p = m % S::POS, h = p / S::WOUT, v = p % S::WOUT;
+                const u32 bit = 1u << (mi * 2 + half);
+                edges |= (h == 0 ? bit : 0) | (h == S::HOUT - 1 ? bit << 8 : 0) |
+                         (v == 0 ? bit << 16 : 0) | (v == S::WOUT - 1 ? bit << 24 : 0);
+            }
+        }
+    }
+    return edges;
+}
+
 template <class S, class L, bool SPLIT>
 __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_len,
                                            const float* __restrict__ w, u64 w_len,
@@ -438,20 +509,10 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
         const saddr b_base = a_base + S::A_SLOT_ROWS * S::A_STRIDE * 4;
         const u32 ks = j % S::KSTAGES, cb = ks % S::CBLOCKS;
         if constexpr (S::STRIP) {
-            // strip row r: the flat input pixel m0 + r + (dy - 1) WIN - 1, or zeros past
-            // either end of the items' pixels (as many as their output positions)
+            // strip row r: the flat input pixel m0 + r + (dy - 1) WIN - 1
             const int first = int((tile0 + j / S::KSTAGES) * CONV_BM) +
                               (int(ks / S::CBLOCKS) - 1) * int(S::WIN) - 1;
-#pragma unroll
-            for (u32 i = 0; i < S::A_COPIES; ++i) {
-                const u32 r = tid / 4 + i * (S::THREADS / 4);
-                if (r < S::A_ROWS) {
-                    const int q = first + int(r);
-                    const bool in = (q >= 0) & (q < int(rows));
-                    const float* source = in ? x + (q * int(S::CIN) + int(cb * CONV_BK + chunk * 4)) : x;
-                    cp_async16_fill(a_base + (r * S::A_STRIDE + chunk * 4) * 4, source, in ? 16 : 0);
-                }
-            }
+            copy_strip<S>(a_base, x, first, rows, cb, tid);
         } else {
             const u32 tap = ks / S::CBLOCKS;
             const int dy = int(tap / S::KS), dx = int(tap % S::KS);
@@ -464,51 +525,15 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
                 cp_async16_fill(a_base + (r * S::A_STRIDE + chunk * 4) * 4, source, in ? 16 : 0);
             }
         }
-        // B: each step's k block (tap, cb), one 16-byte run per thread (SPLIT) or per
-        // thread of the first half. GroupTiles' weights hold a step's high plane, then
-        // its low one, each [COUT / 8][2][8][8] FP16 (wgmma_b_desc): the block's
-        // columns are one run of BN * 8 words per plane.
-#pragma unroll
-        for (u32 step = 0; step < S::STEPS; ++step) {
-            const u32 tap = S::STRIP ? ks / S::CBLOCKS * S::KS + step : ks / S::CBLOCKS;
-            if (SPLIT || tid < S::THREADS / 2) {
-                const u64 k_block = tap * S::CBLOCKS + cb;
-                const float* source =
-                    L::WGMMA ? w + (k_block * S::COUT * B_WORDS + tid / (2 * S::BN) * S::COUT * 8 +
-                                    n0 * 8 + tid % (2 * S::BN) * 4)
-                             : w + (k_block * S::COUT + n0) * B_WORDS + tid * 4;
-                cp_async16_fill(b_base + (step * S::BN * CONV_BK + tid * 4) * 4, source, 16);
-            }
-        }
+        copy_weights<S, L, SPLIT>(b_base, w, ks, n0, tid);
     };
 
-    // The tile in the sums: its first row m0, and the scales of this thread's fragment
-    // rows (row0 + mi * 16 + 8 * half + g): the power of two that puts the row's chunk's
-    // largest input in [2^14, 2^15), 0 past the items. STRIP: bit mi * 2 + half of
-    // `edges` byte 0 (1, 2, 3) is set where the row is in the image's top (bottom) row,
-    // (first, last column), whose taps dy = 0 (2) (dx = 0, 2) fall outside.
+    // The tile in the sums: its first row m0, its rows' scales and edges (tile_rows).
     u32 m0 = 0, edges = 0;
     float row_scale[MI][2];
     auto enter_tile = [&](u32 tile) {
         m0 = tile * CONV_BM;
-        edges = 0;
-#pragma unroll
-        for (u32 mi = 0; mi < MI; ++mi) {
-#pragma unroll
-            for (u32 half = 0; half < 2; ++half) {
-                const u32 m = m0 + row0 + mi * L::ROW_STEP + half * 8 + g;
-                const float largest = m < rows ? __uint_as_float(__ldg(in_max + m / S::POS)) : 0.0f;
-                float inverse;
-                half_scale_of(largest, row_scale[mi][half], inverse);
-                if constexpr (S::STRIP) {
-                    row_scale[mi][half] = m < rows ? row_scale[mi][half] : 0.0f;
-                    const u32 p = m % S::POS, h = p / S::WOUT, v = p % S::WOUT;
-                    const u32 bit = 1u << (mi * 2 + half);
-                    edges |= (h == 0 ? bit : 0) | (h == S::HOUT - 1 ? bit << 8 : 0) |
-                             (v == 0 ? bit << 16 : 0) | (v == S::WOUT - 1 ? bit << 24 : 0);
-                }
-            }
-        }
+        edges = tile_rows<S, L>(m0, rows, in_max, row0, g, row_scale);
     };
     enter_tile(tile0);
 

@@ -78,6 +78,12 @@ FBANK_ITEM = TRUNK_FRAMES * TRUNK_BINS  # floats of one chunk's fbank
 OUTPUT_ITEM = OUTPUT_SHAPE[0] * OUTPUT_SHAPE[1] * OUTPUT_SHAPE[2]
 
 
+# Whether plans run layer3's and layer4's FP32 strips in their halves form on the sm90
+# tier by default: not until the form is measured against the strip form on the device
+# (docs/performance.md, "The strips' halves form").
+HALVES_DEFAULT = False
+
+
 def _check_items(items: int) -> int:
     if isinstance(items, bool) or not isinstance(items, int) or not 1 <= items <= TRUNK_BATCH:
         raise InvalidArgument(f"{CONTEXT}: items must be an int from 1 to 32, not {items!r}")
@@ -86,15 +92,17 @@ def _check_items(items: int) -> int:
 
 class _Uploaded:
     """One convolution's packed weight and bias (`FoldedConv.packed`, `packed_bias`) on
-    the device, and its kernel."""
+    the device, and its kernel (its halves form where `halves` asks and it has one)."""
 
-    def __init__(self, runtime: CudaRuntime, math: CudaMath, conv: FoldedConv) -> None:
+    def __init__(
+        self, runtime: CudaRuntime, math: CudaMath, conv: FoldedConv, halves: bool = False
+    ) -> None:
         self.site = conv.site
         loaded = runtime.load_kernels(KernelModule.TRUNK)
-        self.math, self.tier = math, loaded.tier
-        _, _, shared = conv.site.launch(math, loaded.tier)
+        self.math, self.tier, self.halves = math, loaded.tier, halves
+        _, _, shared = conv.site.launch(math, loaded.tier, halves)
         (self.kernel,) = launchable_kernels(
-            runtime.device, loaded, [conv.site.kernel(math, loaded.tier)], shared
+            runtime.device, loaded, [conv.site.kernel(math, loaded.tier, halves)], shared
         )
         warpgroups = conv.site.on_warpgroups(loaded.tier)
         self.weight = runtime.upload(conv.packed(conv.site.splits(math), warpgroups))
@@ -120,7 +128,7 @@ class _Uploaded:
     ) -> Launch:
         """A launch on (address, length) buffers, prepared now; the stem takes no
         in_max, residual or flags."""
-        grid, block, shared = self.site.launch(self.math, self.tier)
+        grid, block, shared = self.site.launch(self.math, self.tier, self.halves)
         weights = [self.weight.ptr, len(self.weight), self.bias.ptr, len(self.bias)]
         if self.site is TrunkSite.STEM:
             values = [*x, *weights, *y, *out_max, items]
@@ -156,11 +164,14 @@ class ConvPlan(OrderedPlanLifetime):
     at a time, whatever the streams: each enqueue waits for the last one on the GPU
     (`StreamOrder`)."""
 
-    def __init__(self, runtime: CudaRuntime, math: CudaMath, conv: FoldedConv) -> None:
+    def __init__(
+        self, runtime: CudaRuntime, math: CudaMath, conv: FoldedConv, halves: bool | None = None
+    ) -> None:
         self.tier = _check_tier(runtime)  # sm90: the strips on wgmma
         self.math = math
         self.site = conv.site
-        self._conv = _Uploaded(runtime, math, conv)
+        self.halves = HALVES_DEFAULT if halves is None else halves
+        self._conv = _Uploaded(runtime, math, conv, self.halves)
         try:
             self._chunk_max = _maxima_kernel(runtime, CHUNK_MAX_KERNEL)
             self._maxima = runtime.alloc_zeros(TRUNK_BATCH)  # the input's, per chunk
@@ -233,16 +244,23 @@ class TrunkPlan(OrderedPlanLifetime):
     on the GPU, whatever the streams (`StreamOrder`). Graphs that hold the plan are
     ordered by the streams they replay on: replay them in turn."""
 
-    def __init__(self, runtime: CudaRuntime, math: CudaMath, weights: TrunkWeights) -> None:
+    def __init__(
+        self,
+        runtime: CudaRuntime,
+        math: CudaMath,
+        weights: TrunkWeights,
+        halves: bool | None = None,
+    ) -> None:
         self.tier = _check_tier(runtime)  # sm90: the strips on wgmma
         self.math = math
+        self.halves = HALVES_DEFAULT if halves is None else halves
         if not isinstance(weights, TrunkWeights):
             raise GeometryInvalid(CONTEXT, f"weights must be TrunkWeights, not {weights!r}")
         owned: list[DeviceBuffer] = []
         try:
             uploaded = []
             for conv in weights.convs():
-                uploaded.append(_Uploaded(runtime, math, conv))
+                uploaded.append(_Uploaded(runtime, math, conv, self.halves))
                 owned += uploaded[-1].buffers()
             widest = TRUNK_BATCH * TrunkSite.LAYER1_CONV.shape.y_item
             ping = [runtime.alloc_zeros(widest) for _ in range(3)]
@@ -356,13 +374,22 @@ class TrunkPlan(OrderedPlanLifetime):
             self._release()
 
 
-def plan_conv(runtime: CudaRuntime, math: CudaMath | str, conv: FoldedConv) -> ConvPlan:
+def plan_conv(
+    runtime: CudaRuntime, math: CudaMath | str, conv: FoldedConv, *, halves: bool | None = None
+) -> ConvPlan:
     """A plan of one trunk convolution (folded); `DeviceUnsupported` below the sm80
-    tier."""
-    return ConvPlan(runtime, CudaMath.parse(math), conv)
+    tier. `halves`: run layer3's and layer4's FP32 strips in their halves form on the
+    sm90 tier (`TrunkSite.in_halves`; None: `HALVES_DEFAULT`)."""
+    return ConvPlan(runtime, CudaMath.parse(math), conv, halves)
 
 
-def plan_trunk(runtime: CudaRuntime, math: CudaMath | str, weights: TrunkWeights) -> TrunkPlan:
+def plan_trunk(
+    runtime: CudaRuntime,
+    math: CudaMath | str,
+    weights: TrunkWeights,
+    *,
+    halves: bool | None = None,
+) -> TrunkPlan:
     """A plan of the whole trunk at batch 32 chunks; `DeviceUnsupported` below the sm80
-    tier."""
-    return TrunkPlan(runtime, CudaMath.parse(math), weights)
+    tier. `halves` as `plan_conv` takes it."""
+    return TrunkPlan(runtime, CudaMath.parse(math), weights, halves)

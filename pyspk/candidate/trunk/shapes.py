@@ -32,6 +32,9 @@ TILE_ROWS = 4
 TILE_FRAMES = 64
 TILE_TILES = 8
 TILE_AHEAD = 1
+# the halves form of layer3's and layer4's FP32 strips (the sm90 tier:
+# `TrunkSite.in_halves`): pad rows either side of an FP16 operand's 256
+HALVES_PAD_ROWS = 2
 STEM_THREADS = 256
 STEM_TILE_BINS = 8  # a stem block's tile of positions
 STEM_TILE_FRAMES = 32
@@ -41,6 +44,7 @@ CLEAR_KERNEL = KERNEL_PREFIX + "clear"
 CHUNK_MAX_KERNEL = KERNEL_PREFIX + "chunk_max"
 CONTEXT = "trunk plan"
 TILES_KERNEL = KERNEL_PREFIX + "layer1_tiles"  # + "_f16x3" or "_f16", as the site's
+HALVES_SITES = ("layer3_conv", "layer4_conv")  # the sites with a halves form
 
 
 @attrs.frozen
@@ -149,6 +153,18 @@ class ConvShape:
         weights = self.k * self.cout * (4 if split else 2)
         return (-(-count // tiles), 1, 1), 128 * groups, weights + slabs
 
+    def halves_launch(self) -> tuple[tuple[int, int, int], int, int]:
+        """(grid, block threads, dynamic shared bytes) of the halves form
+        (`ptx/src/trunk/trunkhalves.cuh`): the strip form's grid and blocks; two slots
+        each of a stage's FP32 strip (CONV_BM + 2 rows of CONV_BK floats), of its three
+        steps' weights (FP16 high and low: CONV_BK words a column) and of its three taps'
+        FP16 operands (high and low, two k planes of CONV_BM + 2 HALVES_PAD_ROWS rows of
+        16 bytes)."""
+        strip = (CONV_BM + 2) * CONV_BK * 4
+        weights = 3 * self.block_channels * CONV_BK * 4
+        operands = 3 * 2 * 2 * (CONV_BM + 2 * HALVES_PAD_ROWS) * 16
+        return self.grid, self.threads, 2 * (strip + weights + operands)
+
     def macs(self) -> int:
         """Multiply-adds per chunk."""
         return self.positions * self.cout * self.k
@@ -177,16 +193,19 @@ class TrunkSite(enum.Enum):
     def shape(self) -> ConvShape:
         return _SHAPES[self]
 
-    def kernel(self, math: CudaMath, tier: PtxTier | None = None) -> str:
+    def kernel(self, math: CudaMath, tier: PtxTier | None = None, halves: bool = False) -> str:
         """The exported kernel that runs the site in `math` on `tier` (None: the form
         every tensor-core tier has): the stem's one SIMT FP32 entry serves both maths;
         the others are `_f16x3` (three scaled FP16 products, FP32 math) or `_f16` (one,
         TF32 math), but the 1x1 shortcuts run `_f16x3` in both: a small share of the
         work, and the library keeps at least one of them in FP32 under TF32 math.
-        Layer1's convolutions on the sm90 tier: `TILES_KERNEL`'s."""
+        Layer1's convolutions on the sm90 tier: `TILES_KERNEL`'s; with `halves`, layer3's
+        and layer4's FP32 strips there: their halves form's (`in_halves`)."""
         if self is TrunkSite.STEM:
             return KERNEL_PREFIX + self.value
         name = TILES_KERNEL if self.in_tiles(math, tier) else KERNEL_PREFIX + self.value
+        if self.in_halves(math, tier, halves):
+            name = KERNEL_PREFIX + self.value.replace("_conv", "_halves")
         return f"{name}_{'f16x3' if self.splits(math) else 'f16'}"
 
     def in_tiles(self, math: CudaMath | None, tier: PtxTier | None) -> bool:
@@ -194,6 +213,15 @@ class TrunkSite(enum.Enum):
         wgmma operands in shared memory): layer1's convolutions on the sm90 tier, where
         the strip form converts each activation once per tap and warp."""
         return self is TrunkSite.LAYER1_CONV and math is not None and tier is PtxTier.SM90
+
+    def in_halves(self, math: CudaMath | None, tier: PtxTier | None, halves: bool) -> bool:
+        """Whether the site runs its halves form (`ptx/src/trunk/trunkhalves.cuh`: the
+        block converts each stage's strip to FP16 once, both wgmma operands in shared
+        memory), where `halves` asks for it: layer3's and layer4's strips in FP32 math on
+        the sm90 tier. The outputs are the strip form's bits."""
+        return (
+            halves and self.value in HALVES_SITES and math is CudaMath.FP32 and tier is PtxTier.SM90
+        )
 
     def splits(self, math: CudaMath) -> bool:
         """Whether the site's kernel takes three products of split operands (and reads
@@ -210,11 +238,13 @@ class TrunkSite(enum.Enum):
         return tier is PtxTier.SM90 and self is not TrunkSite.STEM and self.shape.ks == 3
 
     def launch(
-        self, math: CudaMath | None = None, tier: PtxTier | None = None
+        self, math: CudaMath | None = None, tier: PtxTier | None = None, halves: bool = False
     ) -> tuple[tuple[int, int, int], int, int]:
-        """(grid, block threads, dynamic shared bytes) of `kernel(math, tier)`."""
+        """(grid, block threads, dynamic shared bytes) of `kernel(math, tier, halves)`."""
         if math is not None and self.in_tiles(math, tier):
             return self.shape.tile_launch(self.splits(math))
+        if self.in_halves(math, tier, halves):
+            return self.shape.halves_launch()
         if self is TrunkSite.STEM:
             tiles = TRUNK_BINS // STEM_TILE_BINS * -(-TRUNK_FRAMES // STEM_TILE_FRAMES)
             return (tiles, TRUNK_BATCH, 1), STEM_THREADS, 0

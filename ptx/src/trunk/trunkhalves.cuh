@@ -1,0 +1,235 @@
+// Layer3's and layer4's stride-1 3x3s in FP32 math on the sm90 tier, the strip converted
+// once per block ("halves"): both wgmma operands in shared memory.
+//
+// In the strip form (trunkconv.cuh, group_stage_split) every warp converts its own a
+// fragments of every step, and again for each of its two column tiles: 192 of a warp's
+// 569 instructions a stage of layer3 convert (docs/performance.md). Here the block
+// converts a stage's strip once, into the FP16 high and low parts of the three taps'
+// operands, each 256 rows (row r: strip row r + dx, or zero where tap (dy, dx) of output
+// row r leaves the image), K-major without swizzling as the 2D-tile form lays out its
+// slab: plane k / 8 of the step's 16 k, [row][8 k], the k in the weights' FRAGMENT_ORDER.
+// A strip pixel takes its own chunk's scale: a tap that reads a pixel of another chunk
+// leaves the image, and is zero.
+//
+// The products, their order and their fresh sums are the strip form's (a stage's three
+// taps' a_lo b_hi, a_hi b_lo, a_hi b_hi per column tile in one fresh sum, added once), on
+// the same FP16 operands: the outputs are the same bits.
+//
+// One barrier a stage. Stage j's products read halves set j % 2 and weights slot j % 2;
+// while a warpgroup's first column tile's products run, the block converts stage j + 1's
+// strip (landed a stage earlier) into the other set. Past the barrier, the strip two
+// stages on and the next stage's weights are copied into the slots the barrier freed.
+
+#pragma once
+
+#include "trunkconv.cuh"
+
+namespace spk {
+
+// an operand's pad rows either side of the tile's 256: they take a converted strip
+// row's writes for rows r = s - dx outside the tile, so that no write needs a test
+constexpr u32 HALVES_PAD_ROWS = 2;
+
+template <class S>
+struct HalvesShape : S {
+    static constexpr u32 A_BYTES = S::A_ROWS * CONV_BK * 4;  // a stage's FP32 strip
+    static constexpr u32 B_BYTES = S::STEPS * S::BN * CONV_BK * 4;  // its weights, high and low
+    static constexpr u32 PAD_ROWS = HALVES_PAD_ROWS, OPERAND_ROWS = CONV_BM + 2 * PAD_ROWS;
+    static constexpr u32 PLANE = OPERAND_ROWS * 16;  // bytes between an operand's two k planes
+    static constexpr u32 OPERAND = 2 * PLANE;        // one tap's high (or low) part
+    static constexpr u32 SET = S::STEPS * 2 * OPERAND;  // a stage's three taps, high and low
+    static constexpr u32 SHARED = 2 * (A_BYTES + B_BYTES + SET);
+    // strip rows a thread converts: rows tid / 4 + i THREADS / 4, four channels each (the
+    // last round's rows past the strip's are none)
+    static constexpr u32 ROUNDS = (S::A_ROWS * 4 + S::THREADS - 1) / S::THREADS;
+    static_assert((ROUNDS - 1) * S::THREADS / 4 <= CONV_BM, "only the last round passes the tile");
+    static_assert(S::STRIP && S::BN == 128 && S::THREADS == 512 && S::TILES == 1,
+                  "one 256 x 128 tile a block, four warpgroups of one row tile each");
+    static_assert(ROUNDS * S::KS * S::KS <= 32, "the blocked taps in one word");
+};
+
+}  // namespace spk
+
+#if defined(SPK_WGMMA)
+
+namespace spk {
+
+template <class S>
+__device__ __forceinline__ void trunk_conv_halves(const float* __restrict__ x, u64 x_len,
+                                                  const float* __restrict__ w, u64 w_len,
+                                                  const float* __restrict__ bias, u64 bias_len,
+                                                  const float* __restrict__ residual,
+                                                  u64 residual_len, float* __restrict__ y,
+                                                  u64 y_len, const u32* __restrict__ in_max,
+                                                  u64 in_max_len, u32* __restrict__ out_max,
+                                                  u64 out_max_len, u32 items, u32 flags) {
+    using P = HalvesShape<S>;
+    using L = GroupTiles<S>;
+    constexpr u32 NJ = L::NJ, STAGES = S::KSTAGES;
+    constexpr u64 TILE_STEP = L::FRESH * 256 / 16, LOW_PLANE = S::BN * 32 / 16;
+    const bool valid = launch_is(S::GRID_X, S::GRID_Y, 1, S::THREADS) & (items >= 1) &
+                       (items <= TRUNK_BATCH) & (x_len >= items * S::X_ITEM) &
+                       (w_len == u64(S::K) * S::COUT) & (bias_len == 2 * S::COUT) &
+                       ((residual_len == 0) | (residual_len >= items * S::Y_ITEM)) &
+                       (y_len >= items * S::Y_ITEM) & (in_max_len >= items) &
+                       ((out_max_len == 0) | (out_max_len >= items)) & (flags < 4) &
+                       aligned16(x) & aligned16(w) & aligned16(residual) & aligned16(y) &
+                       (dynamic_shared_bytes() >= P::SHARED);
+    const u32 rows = items * S::POS, m0 = blockIdx.x * CONV_BM;
+    if (!valid | (m0 >= rows)) {
+        return;  // uniform over the block: no barrier is split
+    }
+    extern __shared__ __align__(16) float shared[];
+    const saddr strips = shared_address(shared), weights = strips + 2 * P::A_BYTES;
+    const saddr halves = weights + 2 * P::B_BYTES;
+    const u32 tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const u32 g = lane >> 2, t = lane & 3, chunk = tid & 3;
+    const u32 row0 = L::row0(warp), n0 = blockIdx.y * S::BN;
+
+    // The strip rows this thread converts: their pixels' scales (a tile's rows span at
+    // most two chunks: pixels from `second` on take the next chunk's) and, per kernel
+    // row dy, bit dy * 9 + i * 3 + dx of `blocked` where tap (dy, dx) of output row r =
+    // strip row - dx leaves the image (for r outside the tile the bit zeroes a pad row;
+    // none for rows past the strip).
+    const u32 first_item = m0 / S::POS;
+    const int second = int((first_item + 1) * S::POS);
+    float scales[2], inverse;
+    half_scale_of(__uint_as_float(__ldg(in_max + first_item)), scales[0], inverse);
+    half_scale_of(first_item + 1 < items ? __uint_as_float(__ldg(in_max + first_item + 1)) : 0.0f,
+                  scales[1], inverse);
+    u32 blocked = 0;
+#pragma unroll
+    for (u32 i = 0; i < P::ROUNDS; ++i) {
+#pragma unroll
+        for (u32 dx = 0; dx < S::KS; ++dx) {
+            const u32 s = tid / 4 + i * (S::THREADS / 4);
+            const u32 p = (m0 + s - dx) % S::POS;
+            const u32 h = p / S::WOUT, v = p % S::WOUT;
+            const bool side = (dx == 0 && v == 0) || (dx == 2 && v == S::WOUT - 1);
+            const u32 bit = s < S::A_ROWS ? 1u << (i * 3 + dx) : 0u;
+            blocked |= (side || h == 0 ? bit : 0) | (side ? bit << 9 : 0) |
+                       (side || h == S::HOUT - 1 ? bit << 18 : 0);
+        }
+    }
+
+    auto copy_stage_strip = [&](u32 j) {  // stage j's FP32 strip into slot j % 2
+        const int first = int(m0) + (int(j / S::CBLOCKS) - 1) * int(S::WIN) - 1;
+        copy_strip<S>(strips + j % 2 * P::A_BYTES, x, first, rows, j % S::CBLOCKS, tid);
+    };
+    // this thread's four words of operand row r = s - dx (a pad row outside the tile)
+    auto operand_row = [&](saddr set, u32 s, u32 dx) {
+        return set + dx * 2 * P::OPERAND + (P::PAD_ROWS + s - dx) * 16 + chunk * 4;
+    };
+    // stage j's strip as the three taps' FP16 operands, high and low, in set j % 2: every
+    // strip row into each tap's operand, then zeros over the rows whose tap leaves the
+    // image (few: the image's edges), the same thread's writes in program order
+    auto convert = [&](u32 j) {
+        const u32 dy = j / S::CBLOCKS;
+        const int first = int(m0) + (int(dy) - 1) * int(S::WIN) - 1;
+        const saddr strip = strips + j % 2 * P::A_BYTES, set = halves + j % 2 * P::SET;
+#pragma unroll
+        for (u32 i = 0; i < P::ROUNDS; ++i) {
+            const u32 s = tid / 4 + i * (S::THREADS / 4);
+            if (i + 1 < P::ROUNDS || s < S::A_ROWS) {
+                const float4 v = lds4(strip + (s * S::A_STRIDE + chunk * 4) * 4);
+                const float scale = first + int(s) < second ? scales[0] : scales[1];
+                u32 high[2], low[2];
+                f16_split(v.x * scale, v.y * scale, high[0], low[0]);
+                f16_split(v.z * scale, v.w * scale, high[1], low[1]);
+#pragma unroll
+                for (u32 dx = 0; dx < S::KS; ++dx) {
+                    const saddr at = operand_row(set, s, dx);
+                    sts1(at, high[0]);
+                    sts1(at + P::PLANE, high[1]);
+                    sts1(at + P::OPERAND, low[0]);
+                    sts1(at + P::OPERAND + P::PLANE, low[1]);
+                }
+            }
+        }
+        const u32 taps = blocked >> (dy * 9) & 0x1ff;
+        if (taps != 0) {
+#pragma unroll
+            for (u32 i = 0; i < P::ROUNDS; ++i) {
+#pragma unroll
+                for (u32 dx = 0; dx < S::KS; ++dx) {
+                    if ((taps >> (i * 3 + dx)) & 1) {
+                        const saddr at = operand_row(set, tid / 4 + i * (S::THREADS / 4), dx);
+                        sts1(at, 0u);
+                        sts1(at + P::PLANE, 0u);
+                        sts1(at + P::OPERAND, 0u);
+                        sts1(at + P::OPERAND + P::PLANE, 0u);
+                    }
+                }
+            }
+        }
+    };
+
+    copy_stage_strip(0);
+    cp_async_commit();
+    if (STAGES > 1) {
+        copy_stage_strip(1);
+    }
+    copy_weights<S, L, true>(weights, w, 0, n0, tid);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();  // strip 0 landed for all
+    convert(0);
+
+    float acc[1][NJ][4];
+    float fresh[L::FRESH][4];
+    zero(acc);
+    const u32 group_rows = warp / 4 * L::GROUP_ROWS * 16;  // the warpgroup's first row, bytes
+#pragma unroll 1
+    for (u32 j = 0; j < STAGES; ++j) {
+        cp_async_wait<0>();   // strip j + 1 and weights j
+        fence_proxy_async();  // this thread's halves and weight copies, to wgmma's proxy
+        __syncthreads();  // ...for all; stage j - 1's products are complete in every group
+        if (j + 2 < STAGES) {
+            copy_stage_strip(j + 2);  // into strip j's slot, converted before the barrier
+        }
+        if (j + 1 < STAGES) {
+            copy_weights<S, L, true>(weights + (j + 1) % 2 * P::B_BYTES, w, j + 1, n0, tid);
+        }
+        cp_async_commit();
+        if ((residual_len != 0) & (j == STAGES - 1)) {
+            // the tile's shortcut rows into L2 a stage before its epilogue reads them
+            prefetch_rows<S, S::THREADS>(residual, m0, rows, n0, tid);
+        }
+        const saddr set = halves + j % 2 * P::SET + (P::PAD_ROWS * 16 + group_rows);
+        const saddr b_stage = weights + j % 2 * P::B_BYTES;
+#pragma unroll
+        for (u32 nt = 0; nt < L::NT; ++nt) {
+            wgmma_fence();  // after the last adds of fresh
+#pragma unroll
+            for (u32 dx = 0; dx < S::KS; ++dx) {
+                const u64 b = wgmma_b_desc(b_stage + dx * S::BN * CONV_BK * 4) + nt * TILE_STEP;
+                const saddr high = set + dx * 2 * P::OPERAND;
+                const u64 a_high = wgmma_desc(high, P::PLANE, 128);
+                wgmma_f16_shared(fresh, wgmma_desc(high + P::OPERAND, P::PLANE, 128), b, dx > 0);
+                wgmma_f16_shared(fresh, a_high, b + LOW_PLANE, 1);
+                wgmma_f16_shared(fresh, a_high, b, 1);
+            }
+            wgmma_commit();
+            if (nt == 0 && j + 1 < STAGES) {
+                convert(j + 1);  // while the products run
+            }
+            wgmma_wait<0>();
+            register_fence(fresh);
+#pragma unroll
+            for (u32 f = 0; f < L::FRESH; ++f) {
+#pragma unroll
+                for (u32 e = 0; e < 4; ++e) {
+                    acc[0][nt * L::FRESH + f][e] += fresh[f][e];
+                }
+            }
+        }
+    }
+    float row_scale[1][2];
+    tile_rows<S, L>(m0, rows, in_max, row0, g, row_scale);
+    store_tile<S, L>(acc, row_scale, m0, rows, items, row0, n0, g, t, bias, residual,
+                     residual_len, y, out_max, out_max_len, flags);
+}
+
+}  // namespace spk
+
+#endif
