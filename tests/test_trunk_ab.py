@@ -117,3 +117,21 @@ def test_the_forward_saves_its_first_chunks(fake, tmp_path, capsys) -> None:
     kernels.forward("sm80", "fp32", save=tmp_path / "out.npy")
     capsys.readouterr()
     assert np.load(tmp_path / "out.npy").shape == (2, 256, 10, 125)
+
+
+def test_kernel_times_asks_the_forward_for_the_halves_form(monkeypatch) -> None:
+    kernels = load_tool("trunk_kernels")
+    commands = []
+
+    def fake_run(command, **kwargs):
+        commands.append(command)
+        csv = '"ID","Kernel Name","Metric Value"\n"0","spk_trunk_stem","2,000"\n'
+        out = f"artifacts here: trunk.sm90\noutput sha256 {'e' * 64}\n{csv}"
+        return subprocess.CompletedProcess(command, 0, stdout=out, stderr="")
+
+    monkeypatch.setattr(kernels.subprocess, "run", fake_run)
+    times, digest, _ = kernels.kernel_times("sm90", "fp32", halves=True)
+    assert commands[0][-4:] == ["--forward", "sm90", "fp32", "--halves"]
+    assert times == {"spk_trunk_stem": [2.0]} and digest == "e" * 64
+    kernels.kernel_times("sm90", "fp32")
+    assert "--halves" not in commands[1]

@@ -7,8 +7,9 @@ Runs ncu (`--clock-control none`, `gpu__time_duration.sum`, the spk_trunk kernel
 this script's `forward` mode: one TrunkPlan forward of TrunkWeights.random(3) on a random
 fbank at batch 32 per math and tier (sm80, and the device's own where that is higher).
 Prints, and writes to FILE, each kernel's launches, total and per-launch microseconds per
-tier and math: the breakdown of where a forward's time goes, not the trunk's time
-(`tools/trunk_bench.py` measures that).
+tier and math (on sm90, FP32 math with the halves form too, and whether its output has
+the strip form's bits): the breakdown of where a forward's time goes, not the trunk's
+time (`tools/trunk_bench.py` measures that).
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ from typing import Any
 ERROR_CHUNKS = 2  # the chunks `forward` saves, and whose float64 truth `errors` takes
 
 
-def forward(tier_name: str, math_name: str, save: Path | None = None) -> None:
+def forward(tier_name: str, math_name: str, save: Path | None = None, halves: bool = False) -> None:
     """One trunk forward in `math_name` on a runtime of `tier_name`, under the profiler;
     prints the artifacts it loaded (folder and file) and the output's SHA-256 (the same
     weights and fbank every run: builds whose outputs are the same bits print the same
-    digest). With `save`, writes the first ERROR_CHUNKS chunks' output there (.npy)."""
+    digest). With `save`, writes the first ERROR_CHUNKS chunks' output there (.npy);
+    `halves` plans layer3's and layer4's FP32 strips in their halves form (sm90)."""
     import hashlib
 
     import numpy as np
@@ -46,7 +48,7 @@ def forward(tier_name: str, math_name: str, save: Path | None = None) -> None:
         loaded = runtime.load_kernels(KernelModule.TRUNK).artifact
         print(f"artifacts {artifact_dir().resolve()}: {loaded}")
         x = runtime.upload(fbank)
-        with plan_trunk(runtime, math_name, TrunkWeights.random(3)) as plan:
+        with plan_trunk(runtime, math_name, TrunkWeights.random(3), halves=halves) as plan:
             y = runtime.alloc_zeros(TRUNK_BATCH * OUTPUT_ITEM)
             plan.enqueue(x, y)
             runtime.synchronize()
@@ -92,11 +94,13 @@ def kernel_times(
     script: Path = Path(__file__),
     env: dict[str, str] | None = None,
     save: Path | None = None,
+    halves: bool = False,
 ) -> tuple[dict[str, list[float]], str, str]:
     """Each spk_trunk kernel's launch durations (us) in one forward under ncu
     (`--clock-control none`), run as `script --forward tier math` in `env` (with `save`,
-    the forward saves its first chunks there); the forward's output digest and the
-    artifacts it loaded. A run without them raises with the tail of its output."""
+    the forward saves its first chunks there; with `halves`, in the halves form); the
+    forward's output digest and the artifacts it loaded. A run without them raises with
+    the tail of its output."""
     ncu = shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
     command = [
         ncu, "--clock-control", "none", "--csv", "--metrics", "gpu__time_duration.sum",
@@ -104,6 +108,8 @@ def kernel_times(
     ]  # fmt: skip
     if save is not None:
         command += ["--save", str(save)]
+    if halves:
+        command.append("--halves")
     result = subprocess.run(command, capture_output=True, text=True, env=env or dict(os.environ))
     lines = result.stdout.splitlines()
     digest = [line.split()[-1] for line in lines if line.startswith("output sha256")]
@@ -124,10 +130,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--forward", nargs=2, metavar=("TIER", "MATH"), help=argparse.SUPPRESS)
     parser.add_argument("--save", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--halves", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.forward:
-        forward(*args.forward, save=args.save)
+        forward(*args.forward, save=args.save, halves=args.halves)
         return 0
 
     from pyspk.cuda import DeviceAttributes, PtxTier
@@ -143,17 +150,24 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"{'tier math kernel':<48} {'launches':>8} {'total us':>10} {'us each':>9}",
     ]
-    for tier in tiers:
-        for math in ("fp32", "tf32"):
-            totals, _, _ = kernel_times(str(tier), math)
-            grand = 0.0
-            for kernel, times in totals.items():
-                grand += sum(times)
-                lines.append(
-                    f"{f'{tier} {math} {kernel}':<48} {len(times):>8} "
-                    f"{sum(times):>10.1f} {sum(times) / len(times):>9.1f}"
-                )
-            lines.append(f"{f'{tier} {math} all, per chunk':<48} {'':>8} {grand / 32:>10.1f}")
+    # each tier's forms: both maths, and on sm90 FP32 math with the halves form too
+    forms = [(tier, math, False) for tier in tiers for math in ("fp32", "tf32")]
+    forms += [(PtxTier.SM90, "fp32", True)] if PtxTier.SM90 in tiers else []
+    digests: dict[tuple[PtxTier, str, bool], str] = {}
+    for tier, math, halves in forms:
+        totals, digests[(tier, math, halves)], _ = kernel_times(str(tier), math, halves=halves)
+        name = f"{tier} {math}{' halves' if halves else ''}"
+        grand = 0.0
+        for kernel, times in totals.items():
+            grand += sum(times)
+            lines.append(
+                f"{f'{name} {kernel}':<48} {len(times):>8} "
+                f"{sum(times):>10.1f} {sum(times) / len(times):>9.1f}"
+            )
+        lines.append(f"{f'{name} all, per chunk':<48} {'':>8} {grand / 32:>10.1f}")
+    if PtxTier.SM90 in tiers:
+        same = digests[(PtxTier.SM90, "fp32", True)] == digests[(PtxTier.SM90, "fp32", False)]
+        lines.append(f"sm90 fp32: the halves form's output the strip form's bits: {same}")
     report = "\n".join(lines) + "\n"
     print(report)
     if args.out is not None:
