@@ -178,6 +178,7 @@ __device__ __forceinline__ void trunk_conv_halves(const float* __restrict__ x, u
     float acc[1][NJ][4];
     float fresh[L::FRESH][4];
     zero(acc);
+    zero(fresh);  // (the first product of each tile starts it anew; defined all the same)
     const u32 group_rows = warp / 4 * L::GROUP_ROWS * 16;  // the warpgroup's first row, bytes
 #pragma unroll 1
     for (u32 j = 0; j < STAGES; ++j) {
