@@ -33,7 +33,7 @@ def forward(tier_name: str, math_name: str, save: Path | None = None, halves: bo
     prints the artifacts it loaded (folder and file) and the output's SHA-256 (the same
     weights and fbank every run: builds whose outputs are the same bits print the same
     digest). With `save`, writes the first ERROR_CHUNKS chunks' output there (.npy);
-    `halves` plans layer3's and layer4's FP32 strips in their halves form (sm90)."""
+    `halves` plans the FP32 strips of layers 2 to 4 in their halves form (sm90)."""
     import hashlib
 
     import numpy as np

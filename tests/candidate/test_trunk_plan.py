@@ -279,20 +279,26 @@ def test_a_trunk_plan_on_the_sm90_tier_launches_the_tile_form(fake, monkeypatch,
             assert all(launch[1:4] == (grid, (threads, 1, 1), shared) for launch in ours)
 
 
-def test_layer3_and_layer4_have_a_halves_form_in_fp32_math_on_the_sm90_tier() -> None:
-    """Asked for, the halves form serves layer3's and layer4's strips in FP32 math on sm90
-    alone, with the strip form's grid and blocks and one block's shared memory of an
-    H200; every other site, math and tier keeps its kernel and launch."""
-    sites = {TrunkSite.LAYER3_CONV: "layer3", TrunkSite.LAYER4_CONV: "layer4"}
+def test_the_strips_of_layers_2_to_4_have_a_halves_form_in_fp32_math_on_sm90() -> None:
+    """Asked for, the halves form serves the strips of layers 2 to 4 in FP32 math on sm90
+    alone, with the strip form's grid and blocks, and as many blocks an SM of an H200 as
+    the strip form has (one for layers 3 and 4, two for layer2); every other site, math
+    and tier keeps its kernel and launch."""
+    sites = {TrunkSite.LAYER2_CONV: 2, TrunkSite.LAYER3_CONV: 3, TrunkSite.LAYER4_CONV: 4}
     for site, layer in sites.items():
         assert site.in_halves(CudaMath.FP32, PtxTier.SM90, True)
-        assert site.kernel(CudaMath.FP32, PtxTier.SM90, True) == f"spk_trunk_{layer}_halves_f16x3"
+        assert (
+            site.kernel(CudaMath.FP32, PtxTier.SM90, True) == f"spk_trunk_layer{layer}_halves_f16x3"
+        )
         grid, threads, shared = site.launch(CudaMath.FP32, PtxTier.SM90, True)
-        assert (grid, threads) == (site.shape.grid, site.shape.threads) == (grid, 512)
-        # two slots of the strip (258 rows), the weights (3 x 128 columns) and the taps'
-        # operands (3 taps x high, low x 2 planes x 260 rows of 16 bytes)
-        assert shared == 2 * (258 * 64 + 3 * 128 * 64 + 12 * 260 * 16) == 182016
-        assert shared + 1024 <= 228 * 1024  # one block an SM on the H200
+        assert (grid, threads) == (site.shape.grid, site.shape.threads)
+        # two slots of the strip (258 rows of 64 bytes) and of the weights (3 steps of 64
+        # bytes a column), and one set of the taps' operands (3 taps x high, low x 2
+        # planes x 260 rows of 16 bytes) a block of an SM's 16 warps
+        columns, blocks = (64, 2) if layer == 2 else (128, 1)
+        operands = 12 * 260 * 16
+        assert shared == 2 * (258 * 64 + 3 * columns * 64) + operands * (3 - blocks)
+        assert blocks * (shared + 1024) <= 228 * 1024 and threads * blocks == 512
     for site in TrunkSite:
         for math in CudaMath:
             for tier in (None, PtxTier.SM80, PtxTier.SM90):
@@ -307,9 +313,9 @@ def test_layer3_and_layer4_have_a_halves_form_in_fp32_math_on_the_sm90_tier() ->
 def test_a_trunk_plan_launches_the_halves_form_where_asked(
     fake, monkeypatch, weights, halves
 ) -> None:
-    """On compute capability 9.0, a plan with `halves` launches layer3's 11 and layer4's 5
-    stride-1 convolutions on the halves form in FP32 math, and nothing else changes; by
-    default (None) and in TF32 math, the strip form."""
+    """On compute capability 9.0, a plan with `halves` launches the stride-1 convolutions
+    of layers 2 to 4 (7, 11 and 5) on the halves form in FP32 math, and nothing else
+    changes; by default (None) and in TF32 math, the strip form."""
     from pyspk.candidate.trunk.plan import HALVES_DEFAULT
     from pyspk.cuda import CudaRuntime
 
@@ -323,7 +329,7 @@ def test_a_trunk_plan_launches_the_halves_form_where_asked(
             kernels = [launch[0].removeprefix("fn:") for launch in launches[1:]]
             assert kernels == [site.kernel(math, PtxTier.SM90, asked) for site in expected]
             on = [name for name in kernels if "_halves_" in name]
-            assert len(on) == (16 if asked and math is CudaMath.FP32 else 0)
+            assert len(on) == (7 + 11 + 5 if asked and math is CudaMath.FP32 else 0)
             for launch, site in zip(launches[1:], expected, strict=True):
                 grid, threads, shared = site.launch(math, PtxTier.SM90, asked)
                 assert launch[1:4] == (grid, (threads, 1, 1), shared)

@@ -213,7 +213,7 @@ def test_reruns_partial_batches_and_replays_give_the_same_bits(
 
 
 def test_the_halves_form_has_the_bits_of_the_strip_form(runtime, torch, weights) -> None:
-    """On the sm90 tier layer3's and layer4's FP32 strips have a halves form (the block
+    """On the sm90 tier the FP32 strips of layers 2 to 4 have a halves form (the block
     converts each strip once; its tiles span two chunks, the last batch's run past the
     chunks): the same FP16 operands, products and sums as the strip form, so the whole
     trunk's output must be the same bits, at a full batch and partial ones."""
@@ -284,7 +284,7 @@ def test_a_chunk_that_is_not_finite_leaves_its_neighbours_alone(
     chunk before (after) it. The stem passes it on (ReLU keeps +inf); a 3x3's taps
     outside an image, which at a chunk's first and last positions lie on the
     neighbouring chunk's pixels, must read zeros there, not those pixels times zero (in
-    either form of layer3's and layer4's FP32 strips on the sm90 tier)."""
+    either form of the FP32 strips of layers 2 to 4 on the sm90 tier)."""
     fbank = torch.randn(4, 998, 80, device="cuda")
     poisoned = fbank.clone()
     poisoned[1, 0, 0] = float("inf")  # frame 0, bin 0: chunk 1's first position

@@ -161,7 +161,7 @@ spk_trunk_chunk_max(const float* __restrict__ x, u64 x_len, u32 item_len,
 #else
 #define SPK_TILES_BODY(SHAPE, SPLIT) SPK_TIER_STUB()
 #endif
-// the halves form (layer3's and layer4's FP32 strips) likewise
+// the halves form (the FP32 strips of layers 2 to 4) likewise
 #if defined(SPK_WGMMA)
 #define SPK_HALVES_BODY(SHAPE) spk::trunk_conv_halves<SHAPE>(SPK_CONV_ARGUMENTS)
 #else
@@ -214,7 +214,8 @@ SPK_TRUNK_SHAPE(layer3_conv, Layer3Conv)
 SPK_TRUNK_SHAPE(layer4_down, Layer4Down)
 SPK_TRUNK_SPLIT(layer4_shortcut, Layer4Shortcut)
 SPK_TRUNK_SHAPE(layer4_conv, Layer4Conv)
-// layer3's and layer4's FP32 strips converted once per block (the sm90 tier's; trunkhalves.cuh)
+// the FP32 strips of layers 2 to 4 converted once per block (the sm90 tier's; trunkhalves.cuh)
+SPK_TRUNK_ENTRY(spk_trunk_layer2_halves_f16x3, Layer2Conv, SPK_HALVES_BODY(Layer2Conv))
 SPK_TRUNK_ENTRY(spk_trunk_layer3_halves_f16x3, Layer3Conv, SPK_HALVES_BODY(Layer3Conv))
 SPK_TRUNK_ENTRY(spk_trunk_layer4_halves_f16x3, Layer4Conv, SPK_HALVES_BODY(Layer4Conv))
 

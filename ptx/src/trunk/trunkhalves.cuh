@@ -1,24 +1,27 @@
-// Layer3's and layer4's stride-1 3x3s in FP32 math on the sm90 tier, the strip converted
+// The stride-1 3x3s of layers 2 to 4 in FP32 math on the sm90 tier, the strip converted
 // once per block ("halves"): both wgmma operands in shared memory.
 //
 // In the strip form (trunkconv.cuh, group_stage_split) every warp converts its own a
-// fragments of every step, and again for each of its two column tiles: 192 of a warp's
-// 569 instructions a stage of layer3 convert (docs/performance.md). Here the block
-// converts a stage's strip once, into the FP16 high and low parts of the three taps'
-// operands, each 256 rows (row r: strip row r + dx, or zero where tap (dy, dx) of output
-// row r leaves the image), K-major without swizzling as the 2D-tile form lays out its
-// slab: plane k / 8 of the step's 16 k, [row][8 k], the k in the weights' FRAGMENT_ORDER.
-// A strip pixel takes its own chunk's scale: a tap that reads a pixel of another chunk
-// leaves the image, and is zero.
+// fragments of every step (in layer3 and layer4 again for each of two column tiles: 192
+// of a warp's 569 instructions a stage of layer3 convert, docs/performance.md). Here the
+// block converts a stage's strip once, into the FP16 high and low parts of the three
+// taps' operands, each 256 rows (row r: strip row r + dx, or zero where tap (dy, dx) of
+// output row r leaves the image), K-major without swizzling as the 2D-tile form lays out
+// its slab: plane k / 8 of the step's 16 k, [row][8 k], the k in the weights'
+// FRAGMENT_ORDER. A strip pixel takes its own chunk's scale: a tap that reads a pixel of
+// another chunk leaves the image, and is zero.
 //
-// The products, their order and their fresh sums are the strip form's (a stage's three
-// taps' a_lo b_hi, a_hi b_lo, a_hi b_hi per column tile in one fresh sum, added once), on
-// the same FP16 operands: the outputs are the same bits.
+// The products, their order and their fresh sums are the strip form's (per row tile and
+// column tile, a stage's three taps' a_lo b_hi, a_hi b_lo, a_hi b_hi in one fresh sum,
+// added once), on the same FP16 operands: the outputs are the same bits.
 //
-// One barrier a stage. Stage j's products read halves set j % 2 and weights slot j % 2;
-// while a warpgroup's first column tile's products run, the block converts stage j + 1's
-// strip (landed a stage earlier) into the other set. Past the barrier, the strip two
-// stages on and the next stage's weights are copied into the slots the barrier freed.
+// One barrier a stage where a block has the SM to itself (128 columns: layers 3 and 4).
+// Stage j's products read halves set j % 2 and weights slot j % 2; while a warpgroup's
+// first tile's products run, the block converts stage j + 1's strip (landed a stage
+// earlier) into the other set. Past the barrier, the strip two stages on and the next
+// stage's weights are copied into the slots the barrier freed. Layer2's two blocks an SM
+// keep one set each: a block converts after its products, behind a second barrier, while
+// the other block's products run.
 
 #pragma once
 
@@ -30,6 +33,16 @@ namespace spk {
 // row's writes for rows r = s - dx outside the tile, so that no write needs a test
 constexpr u32 HALVES_PAD_ROWS = 2;
 
+// the unsigned type of a mask: u64 where WIDE, else u32
+template <bool WIDE>
+struct Unsigned {
+    using type = u32;
+};
+template <>
+struct Unsigned<true> {
+    using type = u64;
+};
+
 template <class S>
 struct HalvesShape : S {
     static constexpr u32 A_BYTES = S::A_ROWS * CONV_BK * 4;  // a stage's FP32 strip
@@ -38,14 +51,20 @@ struct HalvesShape : S {
     static constexpr u32 PLANE = OPERAND_ROWS * 16;  // bytes between an operand's two k planes
     static constexpr u32 OPERAND = 2 * PLANE;        // one tap's high (or low) part
     static constexpr u32 SET = S::STEPS * 2 * OPERAND;  // a stage's three taps, high and low
-    static constexpr u32 SHARED = 2 * (A_BYTES + B_BYTES + SET);
+    // sets of converted operands: two where a block has the SM to itself (128 columns),
+    // so the next stage converts while this one's products run; one where two blocks
+    // share an SM (64 columns), each converting while the other's products run
+    static constexpr u32 SETS = S::BN == 128 ? 2 : 1;
+    static constexpr u32 SHARED = 2 * (A_BYTES + B_BYTES) + SETS * SET;
     // strip rows a thread converts: rows tid / 4 + i THREADS / 4, four channels each (the
     // last round's rows past the strip's are none)
     static constexpr u32 ROUNDS = (S::A_ROWS * 4 + S::THREADS - 1) / S::THREADS;
     static_assert((ROUNDS - 1) * S::THREADS / 4 <= CONV_BM, "only the last round passes the tile");
-    static_assert(S::STRIP && S::BN == 128 && S::THREADS == 512 && S::TILES == 1,
-                  "one 256 x 128 tile a block, four warpgroups of one row tile each");
-    static_assert(ROUNDS * S::KS * S::KS <= 32, "the blocked taps in one word");
+    static_assert(S::STRIP && S::BN >= 64 && S::THREADS == 4 * S::BN && S::TILES == 1,
+                  "one tile of 256 rows a block, warpgroups of whole 64-row tiles");
+    // a kernel row's bits of `blocked` (a thread's rounds x the taps dx)
+    static constexpr u32 ROW_BITS = ROUNDS * S::KS;
+    using Mask = typename Unsigned<(ROW_BITS * S::KS > 32)>::type;
 };
 
 }  // namespace spk
@@ -53,6 +72,40 @@ struct HalvesShape : S {
 #if defined(SPK_WGMMA)
 
 namespace spk {
+
+// A tile's products (row tile mi, column tile nt) into `fresh`: per tap dx, a_lo b_hi
+// (the first starts the sum), a_hi b_lo, a_hi b_hi, both operands in shared memory (set:
+// the stage's operands from the warpgroup's first row; b_stage: its weights); committed.
+template <class S, class L, class P>
+__device__ __forceinline__ void halves_products(float (&fresh)[L::FRESH][4], saddr set,
+                                                saddr b_stage, u32 mi, u32 nt) {
+    constexpr u64 TILE_STEP = L::FRESH * 256 / 16, LOW_PLANE = S::BN * 32 / 16;
+    wgmma_fence();  // after the last adds of fresh
+#pragma unroll
+    for (u32 dx = 0; dx < S::KS; ++dx) {
+        const u64 b = wgmma_b_desc(b_stage + dx * S::BN * CONV_BK * 4) + nt * TILE_STEP;
+        const saddr high = set + dx * 2 * P::OPERAND + mi * L::ROW_STEP * 16;
+        const u64 a_high = wgmma_desc(high, P::PLANE, 128);
+        wgmma_f16_shared(fresh, wgmma_desc(high + P::OPERAND, P::PLANE, 128), b, dx > 0);
+        wgmma_f16_shared(fresh, a_high, b + LOW_PLANE, 1);
+        wgmma_f16_shared(fresh, a_high, b, 1);
+    }
+    wgmma_commit();
+}
+// Once the tile's products are complete, its fresh sum into the running sums.
+template <class L>
+__device__ __forceinline__ void halves_add(float (&acc)[L::MI][L::NJ][4],
+                                           float (&fresh)[L::FRESH][4], u32 mi, u32 nt) {
+    wgmma_wait<0>();
+    register_fence(fresh);
+#pragma unroll
+    for (u32 f = 0; f < L::FRESH; ++f) {
+#pragma unroll
+        for (u32 e = 0; e < 4; ++e) {
+            acc[mi][nt * L::FRESH + f][e] += fresh[f][e];
+        }
+    }
+}
 
 template <class S>
 __device__ __forceinline__ void trunk_conv_halves(const float* __restrict__ x, u64 x_len,
@@ -66,7 +119,6 @@ __device__ __forceinline__ void trunk_conv_halves(const float* __restrict__ x, u
     using P = HalvesShape<S>;
     using L = GroupTiles<S>;
     constexpr u32 NJ = L::NJ, STAGES = S::KSTAGES;
-    constexpr u64 TILE_STEP = L::FRESH * 256 / 16, LOW_PLANE = S::BN * 32 / 16;
     const bool valid = launch_is(S::GRID_X, S::GRID_Y, 1, S::THREADS) & (items >= 1) &
                        (items <= TRUNK_BATCH) & (x_len >= items * S::X_ITEM) &
                        (w_len == u64(S::K) * S::COUT) & (bias_len == 2 * S::COUT) &
@@ -88,7 +140,7 @@ __device__ __forceinline__ void trunk_conv_halves(const float* __restrict__ x, u
 
     // The strip rows this thread converts: their pixels' scales (a tile's rows span at
     // most two chunks: pixels from `second` on take the next chunk's) and, per kernel
-    // row dy, bit dy * 9 + i * 3 + dx of `blocked` where tap (dy, dx) of output row r =
+    // row dy, bit dy * ROW_BITS + i * 3 + dx of `blocked` where tap (dy, dx) of output row r =
     // strip row - dx leaves the image (for r outside the tile the bit zeroes a pad row;
     // none for rows past the strip).
     const u32 first_item = m0 / S::POS;
@@ -97,7 +149,7 @@ __device__ __forceinline__ void trunk_conv_halves(const float* __restrict__ x, u
     half_scale_of(__uint_as_float(__ldg(in_max + first_item)), scales[0], inverse);
     half_scale_of(first_item + 1 < items ? __uint_as_float(__ldg(in_max + first_item + 1)) : 0.0f,
                   scales[1], inverse);
-    u32 blocked = 0;
+    typename P::Mask blocked = 0;
 #pragma unroll
     for (u32 i = 0; i < P::ROUNDS; ++i) {
 #pragma unroll
@@ -106,9 +158,9 @@ __device__ __forceinline__ void trunk_conv_halves(const float* __restrict__ x, u
             const u32 p = (m0 + s - dx) % S::POS;
             const u32 h = p / S::WOUT, v = p % S::WOUT;
             const bool side = (dx == 0 && v == 0) || (dx == 2 && v == S::WOUT - 1);
-            const u32 bit = s < S::A_ROWS ? 1u << (i * 3 + dx) : 0u;
-            blocked |= (side || h == 0 ? bit : 0) | (side ? bit << 9 : 0) |
-                       (side || h == S::HOUT - 1 ? bit << 18 : 0);
+            const typename P::Mask bit = s < S::A_ROWS ? typename P::Mask(1) << (i * 3 + dx) : 0;
+            blocked |= (side || h == 0 ? bit : 0) | (side ? bit << P::ROW_BITS : 0) |
+                       (side || h == S::HOUT - 1 ? bit << 2 * P::ROW_BITS : 0);
         }
     }
 
@@ -126,7 +178,7 @@ __device__ __forceinline__ void trunk_conv_halves(const float* __restrict__ x, u
     auto convert = [&](u32 j) {
         const u32 dy = j / S::CBLOCKS;
         const int first = int(m0) + (int(dy) - 1) * int(S::WIN) - 1;
-        const saddr strip = strips + j % 2 * P::A_BYTES, set = halves + j % 2 * P::SET;
+        const saddr strip = strips + j % 2 * P::A_BYTES, set = halves + j % P::SETS * P::SET;
 #pragma unroll
         for (u32 i = 0; i < P::ROUNDS; ++i) {
             const u32 s = tid / 4 + i * (S::THREADS / 4);
@@ -146,7 +198,7 @@ __device__ __forceinline__ void trunk_conv_halves(const float* __restrict__ x, u
                 }
             }
         }
-        const u32 taps = blocked >> (dy * 9) & 0x1ff;
+        const u32 taps = u32(blocked >> (dy * P::ROW_BITS)) & ((1u << P::ROW_BITS) - 1);
         if (taps != 0) {
 #pragma unroll
             for (u32 i = 0; i < P::ROUNDS; ++i) {
@@ -175,7 +227,7 @@ __device__ __forceinline__ void trunk_conv_halves(const float* __restrict__ x, u
     __syncthreads();  // strip 0 landed for all
     convert(0);
 
-    float acc[1][NJ][4];
+    float acc[L::MI][NJ][4];
     float fresh[L::FRESH][4];
     zero(acc);
     zero(fresh);  // (the first product of each tile starts it anew; defined all the same)
@@ -196,36 +248,30 @@ __device__ __forceinline__ void trunk_conv_halves(const float* __restrict__ x, u
             // the tile's shortcut rows into L2 a stage before its epilogue reads them
             prefetch_rows<S, S::THREADS>(residual, m0, rows, n0, tid);
         }
-        const saddr set = halves + j % 2 * P::SET + (P::PAD_ROWS * 16 + group_rows);
+        const saddr set = halves + j % P::SETS * P::SET + (P::PAD_ROWS * 16 + group_rows);
         const saddr b_stage = weights + j % 2 * P::B_BYTES;
-#pragma unroll
-        for (u32 nt = 0; nt < L::NT; ++nt) {
-            wgmma_fence();  // after the last adds of fresh
-#pragma unroll
-            for (u32 dx = 0; dx < S::KS; ++dx) {
-                const u64 b = wgmma_b_desc(b_stage + dx * S::BN * CONV_BK * 4) + nt * TILE_STEP;
-                const saddr high = set + dx * 2 * P::OPERAND;
-                const u64 a_high = wgmma_desc(high, P::PLANE, 128);
-                wgmma_f16_shared(fresh, wgmma_desc(high + P::OPERAND, P::PLANE, 128), b, dx > 0);
-                wgmma_f16_shared(fresh, a_high, b + LOW_PLANE, 1);
-                wgmma_f16_shared(fresh, a_high, b, 1);
+        // per row tile and column tile, the strip form's order (group_stage_split); the
+        // first tile's products run while the block converts the next stage (two sets)
+        halves_products<S, L, P>(fresh, set, b_stage, 0, 0);
+        if constexpr (P::SETS == 2) {
+            if (j + 1 < STAGES) {
+                convert(j + 1);
             }
-            wgmma_commit();
-            if (nt == 0 && j + 1 < STAGES) {
-                convert(j + 1);  // while the products run
-            }
-            wgmma_wait<0>();
-            register_fence(fresh);
+        }
+        halves_add<L>(acc, fresh, 0, 0);
 #pragma unroll
-            for (u32 f = 0; f < L::FRESH; ++f) {
-#pragma unroll
-                for (u32 e = 0; e < 4; ++e) {
-                    acc[0][nt * L::FRESH + f][e] += fresh[f][e];
-                }
+        for (u32 tile = 1; tile < L::MI * L::NT; ++tile) {
+            halves_products<S, L, P>(fresh, set, b_stage, tile / L::NT, tile % L::NT);
+            halves_add<L>(acc, fresh, tile / L::NT, tile % L::NT);
+        }
+        if constexpr (P::SETS == 1) {
+            if (j + 1 < STAGES) {
+                __syncthreads();  // every group's products of the one set are complete
+                convert(j + 1);
             }
         }
     }
-    float row_scale[1][2];
+    float row_scale[L::MI][2];
     tile_rows<S, L>(m0, rows, in_max, row0, g, row_scale);
     store_tile<S, L>(acc, row_scale, m0, rows, items, row0, n0, g, t, bias, residual,
                      residual_len, y, out_max, out_max_len, flags);

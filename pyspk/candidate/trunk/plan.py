@@ -78,7 +78,7 @@ FBANK_ITEM = TRUNK_FRAMES * TRUNK_BINS  # floats of one chunk's fbank
 OUTPUT_ITEM = OUTPUT_SHAPE[0] * OUTPUT_SHAPE[1] * OUTPUT_SHAPE[2]
 
 
-# Whether plans run layer3's and layer4's FP32 strips in their halves form on the sm90
+# Whether plans run the FP32 strips of layers 2 to 4 in their halves form on the sm90
 # tier by default: not until the form is measured against the strip form on the device
 # (docs/performance.md, "The strips' halves form").
 HALVES_DEFAULT = False
@@ -378,7 +378,7 @@ def plan_conv(
     runtime: CudaRuntime, math: CudaMath | str, conv: FoldedConv, *, halves: bool | None = None
 ) -> ConvPlan:
     """A plan of one trunk convolution (folded); `DeviceUnsupported` below the sm80
-    tier. `halves`: run layer3's and layer4's FP32 strips in their halves form on the
+    tier. `halves`: run the FP32 strips of layers 2 to 4 in their halves form on the
     sm90 tier (`TrunkSite.in_halves`; None: `HALVES_DEFAULT`)."""
     return ConvPlan(runtime, CudaMath.parse(math), conv, halves)
 

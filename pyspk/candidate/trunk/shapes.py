@@ -32,7 +32,7 @@ TILE_ROWS = 4
 TILE_FRAMES = 64
 TILE_TILES = 8
 TILE_AHEAD = 1
-# the halves form of layer3's and layer4's FP32 strips (the sm90 tier:
+# the halves form of the FP32 strips of layers 2 to 4 (the sm90 tier:
 # `TrunkSite.in_halves`): pad rows either side of an FP16 operand's 256
 HALVES_PAD_ROWS = 2
 STEM_THREADS = 256
@@ -44,7 +44,7 @@ CLEAR_KERNEL = KERNEL_PREFIX + "clear"
 CHUNK_MAX_KERNEL = KERNEL_PREFIX + "chunk_max"
 CONTEXT = "trunk plan"
 TILES_KERNEL = KERNEL_PREFIX + "layer1_tiles"  # + "_f16x3" or "_f16", as the site's
-HALVES_SITES = ("layer3_conv", "layer4_conv")  # the sites with a halves form
+HALVES_SITES = ("layer2_conv", "layer3_conv", "layer4_conv")  # the sites with a halves form
 
 
 @attrs.frozen
@@ -156,14 +156,15 @@ class ConvShape:
     def halves_launch(self) -> tuple[tuple[int, int, int], int, int]:
         """(grid, block threads, dynamic shared bytes) of the halves form
         (`ptx/src/trunk/trunkhalves.cuh`): the strip form's grid and blocks; two slots
-        each of a stage's FP32 strip (CONV_BM + 2 rows of CONV_BK floats), of its three
-        steps' weights (FP16 high and low: CONV_BK words a column) and of its three taps'
-        FP16 operands (high and low, two k planes of CONV_BM + 2 HALVES_PAD_ROWS rows of
-        16 bytes)."""
+        each of a stage's FP32 strip (CONV_BM + 2 rows of CONV_BK floats) and of its three
+        steps' weights (FP16 high and low: CONV_BK words a column), and one or two sets (two
+        where a block of 128 columns has the SM to itself) of its three taps' FP16 operands
+        (high and low, two k planes of CONV_BM + 2 HALVES_PAD_ROWS rows of 16 bytes)."""
         strip = (CONV_BM + 2) * CONV_BK * 4
         weights = 3 * self.block_channels * CONV_BK * 4
         operands = 3 * 2 * 2 * (CONV_BM + 2 * HALVES_PAD_ROWS) * 16
-        return self.grid, self.threads, 2 * (strip + weights + operands)
+        sets = 2 if self.block_channels == 128 else 1
+        return self.grid, self.threads, 2 * (strip + weights) + sets * operands
 
     def macs(self) -> int:
         """Multiply-adds per chunk."""
@@ -199,8 +200,8 @@ class TrunkSite(enum.Enum):
         the others are `_f16x3` (three scaled FP16 products, FP32 math) or `_f16` (one,
         TF32 math), but the 1x1 shortcuts run `_f16x3` in both: a small share of the
         work, and the library keeps at least one of them in FP32 under TF32 math.
-        Layer1's convolutions on the sm90 tier: `TILES_KERNEL`'s; with `halves`, layer3's
-        and layer4's FP32 strips there: their halves form's (`in_halves`)."""
+        Layer1's convolutions on the sm90 tier: `TILES_KERNEL`'s; with `halves`, the FP32
+        strips of layers 2 to 4 there: their halves form's (`in_halves`)."""
         if self is TrunkSite.STEM:
             return KERNEL_PREFIX + self.value
         name = TILES_KERNEL if self.in_tiles(math, tier) else KERNEL_PREFIX + self.value
@@ -217,7 +218,7 @@ class TrunkSite(enum.Enum):
     def in_halves(self, math: CudaMath | None, tier: PtxTier | None, halves: bool) -> bool:
         """Whether the site runs its halves form (`ptx/src/trunk/trunkhalves.cuh`: the
         block converts each stage's strip to FP16 once, both wgmma operands in shared
-        memory), where `halves` asks for it: layer3's and layer4's strips in FP32 math on
+        memory), where `halves` asks for it: the strips of layers 2 to 4 in FP32 math on
         the sm90 tier. The outputs are the strip form's bits."""
         return (
             halves and self.value in HALVES_SITES and math is CudaMath.FP32 and tier is PtxTier.SM90
