@@ -53,6 +53,17 @@ __device__ __forceinline__ void register_fence(float (&values)[A][B]) {
     }
 }
 
+// The asm output operands of a wgmma's sums d[J][4] (J = 4, 8: N = 32, 64), in order.
+#define SPK_WGMMA_SUMS16(d)                                                                    \
+    "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), \
+        "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]),             \
+        "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+#define SPK_WGMMA_SUMS32(d)                                                                    \
+    SPK_WGMMA_SUMS16(d), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),          \
+        "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]),             \
+        "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),             \
+        "+f"(d[7][2]), "+f"(d[7][3])
+
 // d = a b (+ d where `accumulate` is not 0) over one m64nNk16 tile of the warpgroup,
 // FP32 sums: a this warp's 16 x 16 FP16 fragment (the m16n8k16 A layout of mma.sync,
 // rows 16 w .. 16 w + 15 for warp w of the group), b the descriptor of the N x 16
@@ -66,10 +77,7 @@ __device__ __forceinline__ void wgmma_f16<32>(float (&d)[4][4], uint4 a, u64 b, 
         "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
         "{%16, %17, %18, %19}, %20, p, 1, 1, 0; }"
-        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+        : SPK_WGMMA_SUMS16(d)
         : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(b), "r"(accumulate));
 }
 template <>
@@ -80,14 +88,7 @@ __device__ __forceinline__ void wgmma_f16<64>(float (&d)[8][4], uint4 a, u64 b, 
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
         "{%32, %33, %34, %35}, %36, p, 1, 1, 0; }"
-        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-          "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
-          "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+        : SPK_WGMMA_SUMS32(d)
         : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(b), "r"(accumulate));
 }
 
@@ -96,34 +97,26 @@ __device__ __forceinline__ void wgmma_f16<64>(float (&d)[8][4], uint4 a, u64 b, 
 template <u32 J>
 __device__ __forceinline__ void wgmma_f16_shared(float (&d)[J][4], u64 a, u64 b, u32 accumulate);
 template <>
-__device__ __forceinline__ void wgmma_f16_shared<4>(float (&d)[4][4], u64 a, u64 b, u32 accumulate) {
+__device__ __forceinline__ void wgmma_f16_shared<4>(float (&d)[4][4], u64 a, u64 b,
+                                                          u32 accumulate) {
     asm volatile(
         "{ .reg .pred p; setp.ne.b32 p, %18, 0; "
         "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
         "%16, %17, p, 1, 1, 0, 0; }"
-        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+        : SPK_WGMMA_SUMS16(d)
         : "l"(a), "l"(b), "r"(accumulate));
 }
 template <>
-__device__ __forceinline__ void wgmma_f16_shared<8>(float (&d)[8][4], u64 a, u64 b, u32 accumulate) {
+__device__ __forceinline__ void wgmma_f16_shared<8>(float (&d)[8][4], u64 a, u64 b,
+                                                          u32 accumulate) {
     asm volatile(
         "{ .reg .pred p; setp.ne.b32 p, %34, 0; "
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
         "%32, %33, p, 1, 1, 0, 0; }"
-        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-          "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
-          "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+        : SPK_WGMMA_SUMS32(d)
         : "l"(a), "l"(b), "r"(accumulate));
 }
 
