@@ -127,6 +127,14 @@ class FakeApi(types.SimpleNamespace):
         self.next_address = 0x7F00_0000_0000
         self.shared_optin = 101376  # an sm_89's opt-in shared memory a block (99 KiB)
         self.free_bytes = 20 << 30  # what cuMemGetInfo reports free
+        # tensor maps: the enums by name, the sizes' wrappers as plain ints
+        self.CUtensorMapDataType = types.SimpleNamespace(CU_TENSOR_MAP_DATA_TYPE_FLOAT32=7)
+        self.CUtensorMapInterleave = types.SimpleNamespace(CU_TENSOR_MAP_INTERLEAVE_NONE=0)
+        self.CUtensorMapSwizzle = types.SimpleNamespace(CU_TENSOR_MAP_SWIZZLE_NONE=0)
+        self.CUtensorMapL2promotion = types.SimpleNamespace(CU_TENSOR_MAP_L2_PROMOTION_L2_128B=2)
+        self.CUtensorMapFloatOOBfill = types.SimpleNamespace(CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE=0)
+        self.cuuint64_t = int
+        self.cuuint32_t = int
 
     def _new(self) -> int:
         self.next_handle += 0x100
@@ -365,6 +373,15 @@ class FakeApi(types.SimpleNamespace):
     def cuFuncSetAttribute(self, function, attribute, value):
         self.attributes.append((function, attribute, value))
         return (SUCCESS,)
+
+    def cuTensorMapEncodeTiled(
+        self, dtype, rank, address, dims, strides, box, element_strides, *modes
+    ):
+        """A map whose 16 words say what it was made of: the data type, the rank, the
+        address, the dimensions, the row stride, the box, then the four modes."""
+        self.calls.append("cuTensorMapEncodeTiled")
+        words = [dtype, rank, address, *dims, *strides, *box, *element_strides, *modes]
+        return (SUCCESS, types.SimpleNamespace(opaque=[*words, *[0] * (16 - len(words))]))
 
     def cuFuncGetAttribute(self, attribute, function):
         return (SUCCESS, 42)

@@ -447,6 +447,7 @@ TRUNK_CONSTANTS = {
             "CONV_BM",
             "CONV_BK",
             "CONV_STAGES",
+            "CONV_TMA_BOX",
             "CONV_RELU",
             "CONV_NCHW",
         ),

@@ -5,7 +5,9 @@ the stock module with its BatchNorms) in FP32 and TF32 math, and optionally agai
 `torch.compile` (FP32, default mode), in one process on one GPU. Where the device loads
 a trunk tier above sm80 (sm90's wgmma strips on an H100 or H200), the sm80 tier's plans
 run as arms of their own beside it; on the sm90 tier, so do FP32 plans with the strips of
-layers 2 to 4 in the form the default plans do not run (strips or halves).
+layers 2 to 4 in the form the default plans do not run (strips or halves), and where
+the strips stage by the async copy engine, arms with them staged by the threads' copies
+("threads' copies") too.
 
 Method: every arm is captured as a CUDA graph of `--repeats` forwards after an eager
 warm-up; rounds replay the arms in turn (interleaved), timed with CUDA events; the
@@ -93,6 +95,12 @@ def main(argv: list[str] | None = None) -> int:
             halves = not own[CudaMath.FP32].plan.halves
             name = f"pyspk fp32 {tier} {'halves' if halves else 'strips'}"
             planned[name] = PlannedTrunk(resnet, CudaMath.FP32, halves=halves)
+        if own[CudaMath.FP32].plans[0].strips_by_tma:  # the strips' copies both ways
+            for math in CudaMath:
+                threads = PlannedTrunk(resnet, math)
+                for plan in threads.plans:
+                    plan.stage_strips_by_tma(False)
+                planned[f"pyspk {math} {tier} threads' copies"] = threads
         planned.update(
             {f"pyspk {math} sm80": PlannedTrunk(resnet, math, runtime=sm80) for math in CudaMath}
         )

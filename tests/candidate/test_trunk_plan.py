@@ -246,8 +246,9 @@ def test_layer1_runs_its_tile_form_on_the_sm90_tier() -> None:
                 assert site.launch(math, tier) == site.launch()
 
 
-def as_hopper(fake, monkeypatch) -> None:
-    """The fake device as compute capability 9.0, with an sm_90's shared memory."""
+@pytest.fixture
+def hopper(fake, monkeypatch):
+    """The fake device as compute capability 9.0 (the sm90 tier)."""
     attribute = fake.cuDeviceGetAttribute
 
     def hopper(which, device):
@@ -260,14 +261,15 @@ def as_hopper(fake, monkeypatch) -> None:
 
     monkeypatch.setattr(fake, "cuDeviceGetAttribute", hopper)
     monkeypatch.setattr(fake, "shared_optin", 232448)  # an sm_90's 227 KiB a block
+    return fake
 
 
-def test_a_trunk_plan_on_the_sm90_tier_launches_the_tile_form(fake, monkeypatch, weights) -> None:
+def test_a_trunk_plan_on_the_sm90_tier_launches_the_tile_form(hopper, weights) -> None:
     """On compute capability 9.0 the plan loads the sm90 tier and launches layer1's six
     convolutions on the tile form with its geometry, in both maths."""
     from pyspk.cuda import CudaRuntime
 
-    as_hopper(fake, monkeypatch)
+    fake = hopper
     layer1 = TrunkSite.LAYER1_CONV
     with CudaRuntime(0) as runtime:
         for math in CudaMath:
@@ -277,6 +279,68 @@ def test_a_trunk_plan_on_the_sm90_tier_launches_the_tile_form(fake, monkeypatch,
             assert len(ours) == 6
             assert all(launch[0] == f"fn:{layer1.kernel(math, PtxTier.SM90)}" for launch in ours)
             assert all(launch[1:4] == (grid, (threads, 1, 1), shared) for launch in ours)
+
+
+@pytest.mark.parametrize("math", list(CudaMath), ids=str)
+def test_the_sm90_strips_get_tensor_maps_of_their_inputs(hopper, weights, math) -> None:
+    """On the sm90 tier each stride-1 3x3 past layer1 (23 launches) takes a tensor map
+    of its input, [items x positions][cin] floats in boxes of 86 rows of CONV_BK
+    channels; a partial batch points them at the maps for its chunks; the other
+    launches take none (x_map 0: the kernels copy by cp.async)."""
+    from pyspk.candidate.trunk.plan import CONV_PARAMS
+    from pyspk.candidate.trunk.shapes import CONV_BK, CONV_TMA_BOX
+    from pyspk.cuda import CudaRuntime
+    from pyspk.cuda.buffers import INT32
+
+    fake = hopper
+    with CudaRuntime(0) as runtime:
+        for items in (TRUNK_BATCH, 5):
+            # the plan held: its launches' parameters live in it
+            plan, _, _, launches = trunk_launches(fake, runtime, math, weights, items=items)
+            convs = [launch for launch in launches if "clear" not in launch[0]]
+            strips = 0
+            for launch in convs:
+                values = params(launch, CONV_PARAMS) if "stem" not in launch[0] else {}
+                site = next(
+                    (s for s in TrunkSite if launch[0] == f"fn:{s.kernel(math, PtxTier.SM90)}"),
+                    None,
+                )
+                if site is None or not site.copies_by_tma(math, PtxTier.SM90):
+                    assert values.get("x_map", 0) == 0
+                    continue
+                strips += 1
+                words = runtime.read(values["x_map"], 32, None, INT32).view(np.uint64)
+                rows = items * site.shape.positions
+                assert list(words[:11]) == [
+                    7, 2, values["x"], site.shape.cin, rows, site.shape.cin * 4,
+                    CONV_BK, CONV_TMA_BOX, 1, 1, 0,
+                ]  # fmt: skip
+            assert strips == 23
+            plan.close()
+
+
+def test_the_strips_copied_by_threads_take_no_tensor_map(hopper, weights) -> None:
+    """`stage_strips_by_tma(False)` sends every strip back to the threads' copies (x_map
+    0), and True to its map again."""
+    from pyspk.candidate.trunk.plan import CONV_PARAMS
+    from pyspk.cuda import CudaRuntime
+
+    fake = hopper
+
+    def strip_maps(plan, x, y) -> list[int]:
+        before = len(fake.launches)
+        plan.enqueue(x, y)
+        strips = [launch for launch in fake.launches[before:] if "_conv_" in launch[0]]
+        return [params(launch, CONV_PARAMS)["x_map"] for launch in strips]
+
+    with CudaRuntime(0) as runtime:
+        plan, x, y, _ = trunk_launches(fake, runtime, CudaMath.TF32, weights)
+        assert plan.strips_by_tma and all(strip_maps(plan, x, y))
+        plan.stage_strips_by_tma(False)
+        assert not plan.strips_by_tma and not any(strip_maps(plan, x, y))
+        plan.stage_strips_by_tma(True)
+        assert all(strip_maps(plan, x, y))
+        plan.close()
 
 
 def test_the_strips_of_layers_2_to_4_have_a_halves_form_in_fp32_math_on_sm90() -> None:
@@ -310,16 +374,14 @@ def test_the_strips_of_layers_2_to_4_have_a_halves_form_in_fp32_math_on_sm90() -
 
 
 @pytest.mark.parametrize("halves", [None, False, True], ids=str)
-def test_a_trunk_plan_launches_the_halves_form_where_asked(
-    fake, monkeypatch, weights, halves
-) -> None:
+def test_a_trunk_plan_launches_the_halves_form_where_asked(hopper, weights, halves) -> None:
     """On compute capability 9.0, a plan with `halves` launches the stride-1 convolutions
     of layers 2 to 4 (7, 11 and 5) on the halves form in FP32 math, and nothing else
     changes; by default (None) and in TF32 math, the strip form."""
     from pyspk.candidate.trunk.plan import HALVES_DEFAULT
     from pyspk.cuda import CudaRuntime
 
-    as_hopper(fake, monkeypatch)
+    fake = hopper
     asked = HALVES_DEFAULT if halves is None else halves
     with CudaRuntime(0) as runtime:
         for math in CudaMath:
@@ -336,10 +398,10 @@ def test_a_trunk_plan_launches_the_halves_form_where_asked(
             plan.close()
 
 
-def test_a_convolution_plan_runs_the_halves_form_where_asked(fake, monkeypatch) -> None:
+def test_a_convolution_plan_runs_the_halves_form_where_asked(hopper) -> None:
     from pyspk.cuda import CudaRuntime
 
-    as_hopper(fake, monkeypatch)
+    fake = hopper
     site = TrunkSite.LAYER4_CONV
     shape = site.shape
     conv = FoldedConv.of(site, np.ones(shape.weight_shape), np.zeros(shape.cout))

@@ -235,6 +235,29 @@ def test_the_halves_form_has_the_bits_of_the_strip_form(runtime, torch, weights)
 
 
 @pytest.mark.parametrize("math", list(CudaMath), ids=str)
+def test_strips_staged_by_tma_have_the_bits_of_the_threads_copies(
+    runtime, torch, weights, math
+) -> None:
+    """On the sm90 tier the strips stage by the async copy engine (tensor maps of their
+    inputs, zeros past the batch's chunks); by every thread's copies they must give the
+    same bits, at a full batch and a partial one."""
+    fbank = torch.randn(TRUNK_BATCH, 998, 80, device="cuda")
+    stream = torch.cuda.current_stream().cuda_stream
+    with plan_trunk(runtime, math, weights) as plan:
+        if not plan.strips_by_tma:
+            pytest.skip("the strips stage by the async copy engine on the sm90 tier only")
+        for items in (TRUNK_BATCH, 11):
+            got = {}
+            for by_tma in (True, False):
+                plan.stage_strips_by_tma(by_tma)
+                got[by_tma] = torch.empty((items, 256, 10, 125), device="cuda")
+                plan.enqueue(fbank[:items], got[by_tma], items=items, stream=stream)
+            torch.cuda.synchronize()
+            assert torch.equal(got[True], got[False])
+            plan.stage_strips_by_tma(True)
+
+
+@pytest.mark.parametrize("math", list(CudaMath), ids=str)
 def test_one_plan_on_two_streams_and_two_threads_gives_the_serial_bits(
     runtime, torch, weights, math
 ) -> None:

@@ -40,6 +40,52 @@ __device__ __forceinline__ void wgmma_wait() {
 __device__ __forceinline__ void fence_proxy_async() {
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
+// The async copy engine (TMA) into shared memory, completing on an mbarrier: `full`
+// counts one arrival (the thread that issues a stage's copies, with the bytes to expect)
+// and the copies' bytes; a phase completes when both are in.
+__device__ __forceinline__ void mbarrier_init(saddr bar, u32 arrivals) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(arrivals) : "memory");
+}
+__device__ __forceinline__ void fence_mbarrier_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+__device__ __forceinline__ void mbarrier_expect(saddr bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+// Waits until the phase of `parity` (0 or 1) of the mbarrier at `bar` completed.
+__device__ __forceinline__ void mbarrier_wait(saddr bar, u32 parity) {
+    asm volatile(
+        "{\n .reg .pred done;\n"
+        "SPK_WAIT_%=:\n"
+        " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        " @!done bra SPK_WAIT_%=;\n}" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+}
+// Fetches the tensor map at `map` (global memory, written before the launch, so no
+// proxy fence is needed) ahead of its first use.
+__device__ __forceinline__ void tensormap_prefetch(const void* map) {
+    asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
+}
+// A box of a 2D tensor map at coordinates (inner, outer) to `dst` (128-byte aligned);
+// coordinates outside the tensor read zeros.
+__device__ __forceinline__ void tma_load_2d(saddr dst, const void* map, int inner, int outer,
+                                            saddr bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
+        "l"(map), "r"(inner), "r"(outer), "r"(bar)
+        : "memory");
+}
+// `bytes` (a multiple of 16) contiguous bytes from `src` to `dst` (both 16-byte aligned).
+__device__ __forceinline__ void bulk_load(saddr dst, const void* src, u32 bytes, saddr bar) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+        ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
+        : "memory");
+}
+
 // Pins each register of `values` at this point of the program: a read of a wgmma's
 // result placed after its wait stays after it.
 template <u32 A, u32 B>

@@ -148,7 +148,7 @@ spk_trunk_chunk_max(const float* __restrict__ x, u64 x_len, u32 item_len,
 // launch's threads and blocks an SM, BODY the device function.
 #define SPK_CONV_ARGUMENTS                                                                     \
     x, x_len, w, w_len, bias, bias_len, residual, residual_len, y, y_len, in_max, in_max_len, \
-        out_max, out_max_len, items, flags
+        out_max, out_max_len, items, flags, x_map
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define SPK_TRUNK_BODY(SHAPE, SPLIT) \
     spk::trunk_conv<SHAPE, spk::TierTiles<SHAPE>, SPLIT>(SPK_CONV_ARGUMENTS)
@@ -172,7 +172,8 @@ spk_trunk_chunk_max(const float* __restrict__ x, u64 x_len, u32 item_len,
         const float* __restrict__ x, u64 x_len, const float* __restrict__ w, u64 w_len,      \
         const float* __restrict__ bias, u64 bias_len, const float* __restrict__ residual,    \
         u64 residual_len, float* __restrict__ y, u64 y_len, const u32* __restrict__ in_max, \
-        u64 in_max_len, u32* __restrict__ out_max, u64 out_max_len, u32 items, u32 flags) { \
+        u64 in_max_len, u32* __restrict__ out_max, u64 out_max_len, u32 items, u32 flags,    \
+        const void* __restrict__ x_map) {                                                     \
         BODY;                                                                                \
     }
 #define SPK_TRUNK_CONV(NAME, SHAPE, SPLIT) SPK_TRUNK_ENTRY(NAME, SHAPE, SPK_TRUNK_BODY(SHAPE, SPLIT))

@@ -63,6 +63,9 @@ constexpr u32 TRUNK_FRAMES = 998;   // fbank frames of a 10 s chunk: the trunk's
 constexpr u32 CONV_BM = 256;        // output positions per block
 constexpr u32 CONV_BK = 16;         // reduction elements per step
 constexpr u32 CONV_STAGES = 3;
+// rows of a strip's box by the async copy engine (sm90): 86 rows of 64 bytes are a whole
+// number of 128 bytes, and three make the strip; the host's tensor maps use the same box
+constexpr u32 CONV_TMA_BOX = 86;
 constexpr u32 CONV_RELU = 1;  // epilogue flags
 constexpr u32 CONV_NCHW = 2;
 
@@ -115,7 +118,11 @@ struct ConvShape {
     // instead: there its strip row holds another position's pixel (of this chunk, or at
     // a chunk's first and last position of the next), which must not reach the sums even
     // if not finite, as a zero scale would let it (0 x NaN). Never a copy's target.
-    static constexpr u32 ZERO_ROW = A_ROWS, A_SLOT_ROWS = STRIP ? A_ROWS + 1 : A_ROWS;
+    static constexpr u32 ZERO_ROW = A_ROWS, A_SLOT_ROWS = STRIP ? A_ROWS + 2 : A_ROWS;
+    // (STRIP on the sm90 tier) the strip arrives by the async copy engine in boxes of
+    // TMA_BOX rows, each box's shared address 128-byte aligned, the slot a whole number
+    // of 128 bytes (the pad row after the zero row)
+    static constexpr u32 TMA_BOX = CONV_TMA_BOX, TMA_BOXES = A_ROWS / TMA_BOX;
     static constexpr u32 STAGE_WORDS = A_SLOT_ROWS * A_STRIDE + STEPS * BN * CONV_BK;
     static constexpr u32 SHARED = STAGES * STAGE_WORDS * 4;
     // 16-byte A copies per thread and stage (the last round of a strip's partly)
@@ -129,6 +136,9 @@ struct ConvShape {
     static constexpr u32 GRID_X = ((TRUNK_BATCH * POS + CONV_BM - 1) / CONV_BM + TILES - 1) / TILES;
     static constexpr u32 GRID_Y = COUT / BN;
     static_assert(CIN % CONV_BK == 0 && COUT % 32 == 0, "channel counts the tiles divide");
+    static_assert(!STRIP || (TMA_BOXES * TMA_BOX == A_ROWS && STAGE_WORDS % 32 == 0 &&
+                             TMA_BOX * A_STRIDE % 32 == 0),
+                  "a strip's boxes and slots 128-byte aligned");
     static_assert(THREADS == 4 * BN, "at most one B copy per thread");
     static_assert(POS > CONV_BM, "a block's rows span at most two items");
     static_assert(u64(TRUNK_BATCH) * HIN * WIN * CIN < (1ull << 31), "32-bit offsets");
@@ -451,8 +461,13 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
                                            float* __restrict__ y, u64 y_len,
                                            const u32* __restrict__ in_max, u64 in_max_len,
                                            u32* __restrict__ out_max, u64 out_max_len, u32 items,
-                                           u32 flags) {
+                                           u32 flags, const void* __restrict__ x_map) {
     constexpr u32 MI = L::MI, NJ = L::NJ;
+    // Given x_map (a 2D tensor map of the input's [items x POS][CIN] floats in global
+    // memory), the strips on the sm90 tier stage by the async copy engine: one thread
+    // issues a stage's boxes of the strip and its weight runs, and every thread waits on
+    // the slot's mbarrier. Without one, every thread copies its share (cp.async).
+    const bool tma = S::STRIP && L::WGMMA && x_map != nullptr;
     // words per column per step: the four b words of each t (high pairs, then low),
     // or without SPLIT the two high ones
     constexpr u32 B_WORDS = SPLIT ? CONV_BK : CONV_BK / 2;
@@ -471,8 +486,10 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
     }
     // this block's tiles of CONV_BM rows, tile0 onwards, as one stream of ring stages
     const u32 stage_count = min(S::TILES, tile_count - tile0) * S::KSTAGES;
-    extern __shared__ __align__(16) float shared[];
+    extern __shared__ __align__(128) float shared[];
     const saddr base = shared_address(shared);
+    __shared__ __align__(8) u64 slot_full[S::STAGES];
+    const saddr full = shared_address(slot_full);
     const u32 tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const u32 g = lane >> 2, t = lane & 3;
     const u32 row0 = L::row0(warp), col0 = L::col0(warp);
@@ -508,6 +525,37 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
         const saddr a_base = base + (j % S::STAGES) * S::STAGE_WORDS * 4;
         const saddr b_base = a_base + S::A_SLOT_ROWS * S::A_STRIDE * 4;
         const u32 ks = j % S::KSTAGES, cb = ks % S::CBLOCKS;
+#if defined(SPK_WGMMA)
+        if (S::STRIP && tma) {
+            if (tid != 0) {
+                return;
+            }
+            // the strip's rows past either end of the items' pixels: the map's bounds
+            // (items x POS rows) read zeros there
+            const int first = int((tile0 + j / S::KSTAGES) * CONV_BM) +
+                              (int(ks / S::CBLOCKS) - 1) * int(S::WIN) - 1;
+            const saddr bar = full + (j % S::STAGES) * 8;
+            constexpr u32 RUN = S::BN * 8 * 4;  // bytes of one plane's weights of a step
+            mbarrier_expect(bar, S::A_ROWS * CONV_BK * 4 + S::STEPS * (SPLIT ? 2 : 1) * RUN);
+            fence_proxy_async();  // after the block's reads of the slot's last stage
+#pragma unroll
+            for (u32 box = 0; box < S::TMA_BOXES; ++box) {
+                tma_load_2d(a_base + box * S::TMA_BOX * S::A_STRIDE * 4, x_map, int(cb * CONV_BK),
+                            first + int(box * S::TMA_BOX), bar);
+            }
+#pragma unroll
+            for (u32 step = 0; step < S::STEPS; ++step) {
+                const u64 k_block = (ks / S::CBLOCKS * S::KS + step) * S::CBLOCKS + cb;
+#pragma unroll
+                for (u32 plane = 0; plane < (SPLIT ? 2 : 1); ++plane) {
+                    bulk_load(b_base + (step * S::BN * CONV_BK + plane * S::BN * 8) * 4,
+                              w + (k_block * S::COUT * B_WORDS + plane * S::COUT * 8 + n0 * 8), RUN,
+                              bar);
+                }
+            }
+            return;
+        }
+#endif
         if constexpr (S::STRIP) {
             // strip row r: the flat input pixel m0 + r + (dy - 1) WIN - 1
             const int first = int((tile0 + j / S::KSTAGES) * CONV_BM) +
@@ -542,6 +590,19 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
             shared[i / S::A_STRIDE * S::STAGE_WORDS + S::ZERO_ROW * S::A_STRIDE + i % S::A_STRIDE] = 0.0f;
         }
     }
+#if defined(SPK_WGMMA)
+    if (tma) {
+        if (tid == 0) {
+#pragma unroll
+            for (u32 slot = 0; slot < S::STAGES; ++slot) {
+                mbarrier_init(full + slot * 8, 1);
+            }
+            fence_mbarrier_init();
+            tensormap_prefetch(x_map);
+        }
+        __syncthreads();  // the barriers before any wait, and the zero rows before the copies
+    }
+#endif
     float acc[MI][NJ][4];
     zero(acc);
     uint4 a_sets[SPLIT ? 1 : L::A_SETS][MI];
@@ -556,11 +617,17 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
     }
 #pragma unroll 1
     for (u32 j = 0; j < stage_count; ++j) {
-        cp_async_wait<S::STAGES - 2>();
 #if defined(SPK_WGMMA)
-        if constexpr (L::WGMMA) {
-            fence_proxy_async();  // wgmma reads the weights through the async proxy
+        if (tma) {
+            mbarrier_wait(full + (j % S::STAGES) * 8, j / S::STAGES & 1);
+        } else {
+            cp_async_wait<S::STAGES - 2>();
+            if constexpr (L::WGMMA) {
+                fence_proxy_async();  // wgmma reads the weights through the async proxy
+            }
         }
+#else
+        cp_async_wait<S::STAGES - 2>();
 #endif
         __syncthreads();  // stage j landed for all; slot (j - 1) % STAGES is free
         if (j + S::STAGES - 1 < stage_count) {

@@ -115,7 +115,8 @@ __device__ __forceinline__ void trunk_conv_halves(const float* __restrict__ x, u
                                                   u64 residual_len, float* __restrict__ y,
                                                   u64 y_len, const u32* __restrict__ in_max,
                                                   u64 in_max_len, u32* __restrict__ out_max,
-                                                  u64 out_max_len, u32 items, u32 flags) {
+                                                  u64 out_max_len, u32 items, u32 flags,
+                                                  const void* __restrict__ /* x_map: unused */) {
     using P = HalvesShape<S>;
     using L = GroupTiles<S>;
     constexpr u32 NJ = L::NJ, STAGES = S::KSTAGES;

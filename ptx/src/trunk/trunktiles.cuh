@@ -160,7 +160,7 @@ __device__ __forceinline__ void trunk_conv_tiles(const float* __restrict__ x, u6
                                                  u64 residual_len, float* __restrict__ y, u64 y_len,
                                                  const u32* __restrict__ in_max, u64 in_max_len,
                                                  u32* __restrict__ out_max, u64 out_max_len,
-                                                 u32 items, u32 flags) {
+                                                 u32 items, u32 flags, const void* x_map) {
     using P = SlabShape<S, SPLIT>;
     using L = SlabTiles<S>;
     constexpr u32 MI = L::MI, NJ = L::NJ;
@@ -177,7 +177,7 @@ __device__ __forceinline__ void trunk_conv_tiles(const float* __restrict__ x, u6
         return;  // uniform over the block: no barrier is split
     }
     const u32 stage_count = min(TILE_TILES, tile_count - tile0) * S::CBLOCKS;
-    extern __shared__ __align__(16) float shared[];
+    extern __shared__ __align__(128) float shared[];
     const saddr weights = shared_address(shared), raw = weights + P::W_BYTES;
     const saddr half = raw + P::SLOTS * P::RAW_BYTES;
     const u32 tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;

@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from pyspk.candidate.errors import DeviceUnsupported, GeometryInvalid
 from pyspk.candidate.framework import launchable_kernels
 from pyspk.candidate.trunk.folding import FoldedConv, TrunkWeights
@@ -25,8 +27,10 @@ from pyspk.candidate.trunk.shapes import (
     CHUNK_MAX_KERNEL,
     CLEAR_KERNEL,
     CONTEXT,
+    CONV_BK,
     CONV_NCHW,
     CONV_RELU,
+    CONV_TMA_BOX,
     MAXIMA_THREADS,
     OUTPUT_SHAPE,
     TRUNK_BATCH,
@@ -35,13 +39,14 @@ from pyspk.candidate.trunk.shapes import (
     TRUNK_FRAMES,
     TrunkSite,
 )
-from pyspk.cuda.buffers import DeviceBuffer, device_address
+from pyspk.cuda.buffers import INT32, DeviceBuffer, device_address
 from pyspk.cuda.errors import ClosedError, InvalidArgument
 from pyspk.cuda.kernels import BOUND_STREAMS, buffer_params
 from pyspk.cuda.lifetime import OrderedPlanLifetime
 from pyspk.cuda.manifest import KernelModule
 from pyspk.cuda.math import CudaMath
 from pyspk.cuda.runtime import free_after_error
+from pyspk.cuda.tensormap import TENSOR_MAP_BYTES, rows_map
 from pyspk.cuda.tier import PtxTier
 
 if TYPE_CHECKING:
@@ -58,6 +63,7 @@ CONV_PARAMS = (
     *buffer_params("out_max"),
     ("items", "u32"),
     ("flags", "u32"),
+    ("x_map", "ptr"),
 )
 STEM_PARAMS = (
     *buffer_params("x"),
@@ -125,15 +131,16 @@ class _Uploaded:
         residual: tuple[int, int] = (0, 0),
         flags: int = 0,
         items: int = TRUNK_BATCH,
+        x_map: int = 0,
     ) -> Launch:
         """A launch on (address, length) buffers, prepared now; the stem takes no
-        in_max, residual or flags."""
+        in_max, residual, flags or x_map (a tensor map of x: `TrunkPlan`'s strips)."""
         grid, block, shared = self.site.launch(self.math, self.tier, self.halves)
         weights = [self.weight.ptr, len(self.weight), self.bias.ptr, len(self.bias)]
         if self.site is TrunkSite.STEM:
             values = [*x, *weights, *y, *out_max, items]
             return self.kernel.launch(grid, block, shared, STEM_PARAMS, values)
-        values = [*x, *weights, *residual, *y, *in_max, *out_max, items, flags]
+        values = [*x, *weights, *residual, *y, *in_max, *out_max, items, flags, x_map]
         return self.kernel.launch(grid, block, shared, CONV_PARAMS, values)
 
 
@@ -277,6 +284,16 @@ class TrunkPlan(OrderedPlanLifetime):
                 clear.launch(1, MAXIMA_THREADS, 0, CLEAR_PARAMS, [maxima.ptr, len(maxima)]),
                 *self._prepare(uploaded, ping, shortcut, maxima),
             ]
+            self._strips = [
+                (launch, conv.site)
+                for launch, conv in zip(self._launches[1:], uploaded, strict=True)
+                if conv.site.copies_by_tma(math, self.tier)
+            ]
+            self._maps = _strip_maps(runtime, self._strips)
+            self.strips_by_tma = self._maps is not None
+            if self._maps is not None:
+                owned.append(self._maps)
+                self._map_strips(TRUNK_BATCH)
             runtime.synchronize()
         except BaseException:
             free_after_error(owned)
@@ -338,6 +355,25 @@ class TrunkPlan(OrderedPlanLifetime):
         last.set("flags", CONV_RELU | CONV_NCHW)
         return launches
 
+    def _map_strips(self, items: int) -> None:
+        """Points each strip launch at its input's tensor map for `items` chunks (at
+        none where the strips are copied by threads)."""
+        for index, (launch, _) in enumerate(self._strips):
+            assert self._maps is not None
+            at = (index * TRUNK_BATCH + items - 1) * TENSOR_MAP_BYTES
+            launch.set("x_map", self._maps.ptr + at if self.strips_by_tma else 0)
+
+    def stage_strips_by_tma(self, enabled: bool) -> None:
+        """Whether the strips (`TrunkSite.copies_by_tma`) stage by the async copy engine
+        (the default on the sm90 tier) or by every thread's copies, as the other tiers
+        do; the outputs are the same bits. For side-by-side measurement."""
+        self._acquire()
+        try:
+            self.strips_by_tma = enabled and bool(self._strips)
+            self._map_strips(self._items)
+        finally:
+            self._release()
+
     def enqueue(
         self, x: object, y: object, *, items: int = TRUNK_BATCH, stream: int | None = None
     ) -> None:
@@ -355,6 +391,7 @@ class TrunkPlan(OrderedPlanLifetime):
             if items != self._items:
                 for launch in self._launches[1:]:  # all but the clear
                     launch.set("items", items)
+                self._map_strips(items)
                 self._items = items
             first.set("x", x_at)
             first.set("x_len", items * FBANK_ITEM)
@@ -372,6 +409,25 @@ class TrunkPlan(OrderedPlanLifetime):
             self._order.after(key, ordered)
         finally:
             self._release()
+
+
+def _strip_maps(
+    runtime: CudaRuntime, strips: list[tuple[Launch, TrunkSite]]
+) -> DeviceBuffer | None:
+    """The tensor maps of each strip launch's input (its `x`, [chunks x positions][cin]
+    floats) for 1 to TRUNK_BATCH chunks, in one buffer: strip i's for `items` chunks at
+    (i * TRUNK_BATCH + items - 1) * TENSOR_MAP_BYTES. The rows past `items` chunks read
+    as zeros, as the copies fill them. None without strips."""
+    if not strips:
+        return None
+    words = [
+        rows_map(
+            launch.value("x"), items * site.shape.positions, site.shape.cin, CONV_TMA_BOX, CONV_BK
+        )
+        for launch, site in strips
+        for items in range(1, TRUNK_BATCH + 1)
+    ]
+    return runtime.upload(np.concatenate(words), INT32)
 
 
 def plan_conv(

@@ -21,6 +21,9 @@ TRUNK_BLOCKS = (3, 4, 6, 3)  # BasicBlocks per layer (ResNet34)
 TRUNK_CHANNELS = (32, 64, 128, 256)
 CONV_BM = 256  # output positions per block
 CONV_BK = 16  # reduction elements per step (a stage holds one, or a strip's three)
+# rows of a strip's box by the async copy engine on the sm90 tier (a tensor map's box of
+# CONV_BK channels): three boxes make a strip of CONV_BM + 2 rows
+CONV_TMA_BOX = 86
 CONV_STAGES = 3
 CONV_RELU = 1  # epilogue flags
 CONV_NCHW = 2
@@ -110,9 +113,9 @@ class ConvShape:
     @property
     def shared(self) -> int:
         """Bytes of the cp.async ring: per stage, the FP32 activation rows (CONV_BK
-        words; a strip's 258 and a row of zeros) and, per step of CONV_BK, the weights'
+        words; a strip's 258, a row of zeros and a pad row) and, per step of CONV_BK, the weights'
         FP16 pair words (CONV_BK per column)."""
-        rows, steps = (CONV_BM + 3, 3) if self.strip else (CONV_BM, 1)
+        rows, steps = (CONV_BM + 4, 3) if self.strip else (CONV_BM, 1)
         stage = (rows + steps * self.block_channels) * CONV_BK
         return self.stages * stage * 4
 
@@ -237,6 +240,12 @@ class TrunkSite(enum.Enum):
         of the sm90 tier (the strips and each layer's stride-2 first convolution), which
         read the weights in `FoldedConv.packed`'s warpgroup layout."""
         return tier is PtxTier.SM90 and self is not TrunkSite.STEM and self.shape.ks == 3
+
+    def copies_by_tma(self, math: CudaMath, tier: PtxTier) -> bool:
+        """Whether the site's kernel stages its strips by the async copy engine when
+        given a tensor map of its input (`x_map`): the stride-1 3x3s on warpgroups, but
+        layer1's, which run the tile form."""
+        return self.shape.strip and self.on_warpgroups(tier) and not self.in_tiles(math, tier)
 
     def launch(
         self, math: CudaMath | None = None, tier: PtxTier | None = None, halves: bool = False

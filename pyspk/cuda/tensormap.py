@@ -1,0 +1,34 @@
+"""Tensor maps for the async copy engine (TMA) of sm_90 and later: the 128-byte
+descriptor (`cuTensorMapEncodeTiled`) that a kernel's `cp.async.bulk.tensor` reads, made
+on the host and uploaded, 64-byte aligned, where the kernel finds it."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pyspk.cuda import driver
+
+TENSOR_MAP_BYTES = 128
+
+
+def rows_map(address: int, rows: int, columns: int, box_rows: int, box_columns: int) -> np.ndarray:
+    """A 2D map of the row-major float32 array [rows][columns] at device `address`
+    (16-byte aligned rows): boxes of box_rows x box_columns, zeros wherever a box
+    leaves the array. The descriptor's bytes as 32 int32 words."""
+    api = driver.api()
+    u64, u32 = api.cuuint64_t, api.cuuint32_t
+    tensor_map = driver.call(
+        "cuTensorMapEncodeTiled",
+        api.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+        2,
+        address,
+        [u64(columns), u64(rows)],
+        [u64(columns * 4)],
+        [u32(box_columns), u32(box_rows)],
+        [u32(1), u32(1)],
+        api.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        api.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
+        api.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+        api.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+    )
+    return np.array([int(word) for word in tensor_map.opaque], dtype=np.uint64).view(np.int32)
