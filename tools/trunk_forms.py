@@ -128,6 +128,7 @@ class _Form:
             *res,
             *(self.y.ptr, len(self.y), b.in_max.ptr, len(b.in_max)),
             *(self.out_max.ptr, len(self.out_max), items, CONV_RELU),
+            0,  # x_map: layer1's forms take no tensor map
         ]
         launch = self.kernel.launch(*self.geometry, CONV_PARAMS, values)
         return launch.bind(b.runtime.stream)

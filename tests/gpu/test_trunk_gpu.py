@@ -239,14 +239,15 @@ def test_strips_staged_by_tma_have_the_bits_of_the_threads_copies(
     runtime, torch, weights, math
 ) -> None:
     """On the sm90 tier the strips stage by the async copy engine (tensor maps of their
-    inputs, zeros past the batch's chunks); by every thread's copies they must give the
-    same bits, at a full batch and a partial one."""
+    inputs, zeros past the batch's chunks; a tile's first boxes can lie wholly before
+    the first row); by every thread's copies they must give the same bits, at a full
+    batch and partial ones."""
     fbank = torch.randn(TRUNK_BATCH, 998, 80, device="cuda")
     stream = torch.cuda.current_stream().cuda_stream
     with plan_trunk(runtime, math, weights) as plan:
         if not plan.strips_by_tma:
             pytest.skip("the strips stage by the async copy engine on the sm90 tier only")
-        for items in (TRUNK_BATCH, 11):
+        for items in (TRUNK_BATCH, 11, 1):
             got = {}
             for by_tma in (True, False):
                 plan.stage_strips_by_tma(by_tma)

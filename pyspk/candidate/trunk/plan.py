@@ -366,7 +366,8 @@ class TrunkPlan(OrderedPlanLifetime):
     def stage_strips_by_tma(self, enabled: bool) -> None:
         """Whether the strips (`TrunkSite.copies_by_tma`) stage by the async copy engine
         (the default on the sm90 tier) or by every thread's copies, as the other tiers
-        do; the outputs are the same bits. For side-by-side measurement."""
+        do; the outputs are the same bits. For side-by-side measurement; a graph
+        captured before the change keeps the staging it captured."""
         self._acquire()
         try:
             self.strips_by_tma = enabled and bool(self._strips)
