@@ -377,11 +377,12 @@ class FakeApi(types.SimpleNamespace):
     def cuTensorMapEncodeTiled(
         self, dtype, rank, address, dims, strides, box, element_strides, *modes
     ):
-        """A map whose 16 words say what it was made of: the data type, the rank, the
-        address, the dimensions, the row stride, the box, then the four modes."""
+        """A map whose 16 words say what it was made of, as far as they go: the data
+        type, the rank, the address, the dimensions, the strides, the box, the element
+        strides, then the four modes."""
         self.calls.append("cuTensorMapEncodeTiled")
         words = [dtype, rank, address, *dims, *strides, *box, *element_strides, *modes]
-        return (SUCCESS, types.SimpleNamespace(opaque=[*words, *[0] * (16 - len(words))]))
+        return (SUCCESS, types.SimpleNamespace(opaque=[*words[:16], *[0] * (16 - len(words))]))
 
     def cuFuncGetAttribute(self, attribute, function):
         return (SUCCESS, 42)

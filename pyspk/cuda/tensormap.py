@@ -15,17 +15,29 @@ def rows_map(address: int, rows: int, columns: int, box_rows: int, box_columns: 
     """A 2D map of the row-major float32 array [rows][columns] at device `address`
     (16-byte aligned rows): boxes of box_rows x box_columns, zeros wherever a box
     leaves the array. The descriptor's bytes as 32 int32 words."""
+    return float32_map(address, (rows, columns), (box_rows, box_columns))
+
+
+def float32_map(address: int, dims: tuple[int, ...], box: tuple[int, ...]) -> np.ndarray:
+    """A map of the row-major float32 array of shape `dims` (outermost first) at device
+    `address`, boxes of shape `box`, zeros wherever a box leaves the array: the
+    descriptor's bytes as 32 int32 words."""
     api = driver.api()
     u64, u32 = api.cuuint64_t, api.cuuint32_t
+    inner = dims[::-1]  # the driver lists dimensions innermost first
+    strides, stride = [], 4
+    for extent in inner[:-1]:
+        stride *= extent
+        strides.append(u64(stride))
     tensor_map = driver.call(
         "cuTensorMapEncodeTiled",
         api.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
-        2,
+        len(dims),
         address,
-        [u64(columns), u64(rows)],
-        [u64(columns * 4)],
-        [u32(box_columns), u32(box_rows)],
-        [u32(1), u32(1)],
+        [u64(extent) for extent in inner],
+        strides,
+        [u32(extent) for extent in box[::-1]],
+        [u32(1)] * len(dims),
         api.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         api.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
         api.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,

@@ -285,10 +285,12 @@ def test_a_trunk_plan_on_the_sm90_tier_launches_the_tile_form(hopper, weights) -
 def test_the_sm90_strips_get_tensor_maps_of_their_inputs(hopper, weights, math) -> None:
     """On the sm90 tier each stride-1 3x3 past layer1 (23 launches) takes a tensor map
     of its input, [items x positions][cin] floats in boxes of 86 rows of CONV_BK
-    channels; a partial batch points them at the maps for its chunks; the other
-    launches take none (x_map 0: the kernels copy by cp.async)."""
+    channels, and each of layer1's six tile-form launches one of its input image,
+    [items][hin][win][cin], in boxes of a slab; a partial batch points them at the maps
+    for its chunks; the other launches take none (x_map 0: the kernels copy by
+    cp.async)."""
     from pyspk.candidate.trunk.plan import CONV_PARAMS
-    from pyspk.candidate.trunk.shapes import CONV_BK, CONV_TMA_BOX
+    from pyspk.candidate.trunk.shapes import CONV_BK, CONV_TMA_BOX, TILE_FRAMES, TILE_ROWS
     from pyspk.cuda import CudaRuntime
     from pyspk.cuda.buffers import INT32
 
@@ -298,7 +300,7 @@ def test_the_sm90_strips_get_tensor_maps_of_their_inputs(hopper, weights, math) 
             # the plan held: its launches' parameters live in it
             plan, _, _, launches = trunk_launches(fake, runtime, math, weights, items=items)
             convs = [launch for launch in launches if "clear" not in launch[0]]
-            strips = 0
+            mapped = {"strips": 0, "tiles": 0}
             for launch in convs:
                 values = params(launch, CONV_PARAMS) if "stem" not in launch[0] else {}
                 site = next(
@@ -308,14 +310,24 @@ def test_the_sm90_strips_get_tensor_maps_of_their_inputs(hopper, weights, math) 
                 if site is None or not site.copies_by_tma(math, PtxTier.SM90):
                     assert values.get("x_map", 0) == 0
                     continue
-                strips += 1
-                words = runtime.read(values["x_map"], 32, None, INT32).view(np.uint64)
-                rows = items * site.shape.positions
-                assert list(words[:11]) == [
-                    7, 2, values["x"], site.shape.cin, rows, site.shape.cin * 4,
-                    CONV_BK, CONV_TMA_BOX, 1, 1, 0,
-                ]  # fmt: skip
-            assert strips == 23
+                words = list(runtime.read(values["x_map"], 32, None, INT32).view(np.uint64))
+                shape, x = site.shape, values["x"]
+                if site.in_tiles(math, PtxTier.SM90):
+                    mapped["tiles"] += 1
+                    row, image = shape.cin * 4, shape.cin * 4 * shape.win
+                    assert words[:14] == [
+                        7, 4, x, shape.cin, shape.win, shape.hin, items,
+                        row, image, image * shape.hin,
+                        CONV_BK, TILE_FRAMES + 2, TILE_ROWS + 2, 1,
+                    ]  # fmt: skip
+                else:
+                    mapped["strips"] += 1
+                    rows = items * shape.positions
+                    assert words[:11] == [
+                        7, 2, x, shape.cin, rows, shape.cin * 4,
+                        CONV_BK, CONV_TMA_BOX, 1, 1, 0,
+                    ]  # fmt: skip
+            assert mapped == {"strips": 23, "tiles": 6}
             plan.close()
 
 

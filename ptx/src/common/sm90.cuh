@@ -78,6 +78,16 @@ __device__ __forceinline__ void tma_load_2d(saddr dst, const void* map, int inne
         "l"(map), "r"(inner), "r"(outer), "r"(bar)
         : "memory");
 }
+// A box of a 4D tensor map at coordinates (c0 innermost .. c3) to `dst` (128-byte
+// aligned); coordinates outside the tensor read zeros.
+__device__ __forceinline__ void tma_load_4d(saddr dst, const void* map, int c0, int c1, int c2,
+                                            int c3, saddr bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%2, %3, %4, %5}], [%6];" ::"r"(dst),
+        "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+        : "memory");
+}
 // `bytes` (a multiple of 16) contiguous bytes from `src` to `dst` (both 16-byte aligned).
 __device__ __forceinline__ void bulk_load(saddr dst, const void* src, u32 bytes, saddr bar) {
     asm volatile(

@@ -58,6 +58,7 @@ struct SlabShape : S {
     static constexpr u32 GRID_X = (TRUNK_BATCH * ITEM_TILES + TILE_TILES - 1) / TILE_TILES;
     static_assert(S::STRIP && S::BN == S::COUT && S::COUT == 32 && S::HOUT % OUT_ROWS == 0,
                   "one block column of 32 channels");
+    static_assert(W_BYTES % 128 == 0 && RAW_BYTES % 128 == 0, "slabs 128-byte aligned (TMA)");
 };
 
 // A warpgroup's accumulators as store_tile reads them: row tile mi is output row mi of
@@ -192,11 +193,27 @@ __device__ __forceinline__ void trunk_conv_tiles(const float* __restrict__ x, u6
     for (u32 i = tid; i < P::W_BYTES / 16; i += P::THREADS) {  // the weights, once
         cp_async16_fill(weights + i * 16, w + i * 4, 16);
     }
+    // Given x_map (a 4D tensor map of the input, [items][HIN][WIN][CIN] floats), thread 0
+    // stages each slab as one box by the async copy engine (zeros outside the image and
+    // the batch), completing on the slot's mbarrier; without one every thread copies.
+    const bool tma = x_map != nullptr;
+    __shared__ __align__(8) u64 slot_full[P::SLOTS];
+    const saddr full = shared_address(slot_full);
     auto load_stage = [&](u32 j) {  // channel block cb of the slab of tile j / CBLOCKS
         u32 item, h0, v0;
         tile_at(tile0 + j / S::CBLOCKS, item, h0, v0);
         const u32 cb = j % S::CBLOCKS;
         const saddr slot = raw + j % P::SLOTS * P::RAW_BYTES;
+        if (tma) {
+            if (tid == 0) {
+                const saddr bar = full + j % P::SLOTS * 8;
+                mbarrier_expect(bar, P::RAW_BYTES);
+                fence_proxy_async();  // after the block's reads of the slot's last slab
+                tma_load_4d(slot, x_map, int(cb * CONV_BK), int(v0) - 1, int(h0) - 1, int(item),
+                            bar);
+            }
+            return;
+        }
         const float* chunk = x + u64(item) * S::X_ITEM + cb * CONV_BK;
         for (u32 c = tid; c < P::COPIES; c += P::THREADS) {
             const u32 pixel = c / 4, row = pixel / P::SLAB_PIXELS, frame = pixel % P::SLAB_PIXELS;
@@ -245,6 +262,17 @@ __device__ __forceinline__ void trunk_conv_tiles(const float* __restrict__ x, u6
     };
     enter_tile(tile0);
 
+    if (tma) {
+        if (tid == 0) {
+#pragma unroll
+            for (u32 slot = 0; slot < P::SLOTS; ++slot) {
+                mbarrier_init(full + slot * 8, 1);
+            }
+            fence_mbarrier_init();
+            tensormap_prefetch(x_map);
+        }
+        __syncthreads();  // the barriers before any wait
+    }
     float acc[MI][NJ][4];
     zero(acc);
 #pragma unroll
@@ -261,7 +289,12 @@ __device__ __forceinline__ void trunk_conv_tiles(const float* __restrict__ x, u6
         if constexpr (!SPLIT) {
             wgmma_wait<1>();  // this group's products of stage j - 2 have read their FP16 slab
         }
-        cp_async_wait<TILE_AHEAD - 1>();
+        if (tma) {
+            mbarrier_wait(full + j % P::SLOTS * 8, j / P::SLOTS & 1);
+            cp_async_wait<0>();  // the weights' copies (the block's only cp.async)
+        } else {
+            cp_async_wait<TILE_AHEAD - 1>();
+        }
         __syncthreads();  // slab j landed; its FP16 set and slot (j - 1) % SLOTS are free
         if (j + TILE_AHEAD < stage_count) {
             load_stage(j + TILE_AHEAD);

@@ -33,6 +33,9 @@ from pyspk.candidate.trunk.shapes import (
     CONV_TMA_BOX,
     MAXIMA_THREADS,
     OUTPUT_SHAPE,
+    TILE_FRAMES,
+    TILE_GROUPS,
+    TILE_ROWS,
     TRUNK_BATCH,
     TRUNK_BINS,
     TRUNK_BLOCKS,
@@ -46,7 +49,7 @@ from pyspk.cuda.lifetime import OrderedPlanLifetime
 from pyspk.cuda.manifest import KernelModule
 from pyspk.cuda.math import CudaMath
 from pyspk.cuda.runtime import free_after_error
-from pyspk.cuda.tensormap import TENSOR_MAP_BYTES, rows_map
+from pyspk.cuda.tensormap import TENSOR_MAP_BYTES, float32_map, rows_map
 from pyspk.cuda.tier import PtxTier
 
 if TYPE_CHECKING:
@@ -289,7 +292,7 @@ class TrunkPlan(OrderedPlanLifetime):
                 for launch, conv in zip(self._launches[1:], uploaded, strict=True)
                 if conv.site.copies_by_tma(math, self.tier)
             ]
-            self._maps = _strip_maps(runtime, self._strips)
+            self._maps = _strip_maps(runtime, self._strips, math, self.tier)
             self.strips_by_tma = self._maps is not None
             if self._maps is not None:
                 owned.append(self._maps)
@@ -364,9 +367,9 @@ class TrunkPlan(OrderedPlanLifetime):
             launch.set("x_map", self._maps.ptr + at if self.strips_by_tma else 0)
 
     def stage_strips_by_tma(self, enabled: bool) -> None:
-        """Whether the strips (`TrunkSite.copies_by_tma`) stage by the async copy engine
-        (the default on the sm90 tier) or by every thread's copies, as the other tiers
-        do; the outputs are the same bits. For side-by-side measurement; a graph
+        """Whether the strips and layer1's slabs (`TrunkSite.copies_by_tma`) stage by the
+        async copy engine (the default on the sm90 tier) or by every thread's copies, as
+        the other tiers do; the outputs are the same bits. For side-by-side measurement; a graph
         captured before the change keeps the staging it captured."""
         self._acquire()
         try:
@@ -413,21 +416,27 @@ class TrunkPlan(OrderedPlanLifetime):
 
 
 def _strip_maps(
-    runtime: CudaRuntime, strips: list[tuple[Launch, TrunkSite]]
+    runtime: CudaRuntime, strips: list[tuple[Launch, TrunkSite]], math: CudaMath, tier: PtxTier
 ) -> DeviceBuffer | None:
-    """The tensor maps of each strip launch's input (its `x`, [chunks x positions][cin]
-    floats) for 1 to TRUNK_BATCH chunks, in one buffer: strip i's for `items` chunks at
-    (i * TRUNK_BATCH + items - 1) * TENSOR_MAP_BYTES. The rows past `items` chunks read
-    as zeros, as the copies fill them. None without strips."""
+    """The tensor maps of each launch's input (its `x`) for 1 to TRUNK_BATCH chunks, in
+    one buffer: launch i's for `items` chunks at (i * TRUNK_BATCH + items - 1) *
+    TENSOR_MAP_BYTES. A strip's map is of [chunks x positions][cin] rows in boxes of
+    CONV_TMA_BOX rows, the tile form's of the [chunks][hin][win][cin] image in boxes of
+    a slab; past `items` chunks they read zeros, as the copies fill them. None without
+    launches."""
     if not strips:
         return None
-    words = [
-        rows_map(
-            launch.value("x"), items * site.shape.positions, site.shape.cin, CONV_TMA_BOX, CONV_BK
-        )
-        for launch, site in strips
-        for items in range(1, TRUNK_BATCH + 1)
-    ]
+    words = []
+    for launch, site in strips:
+        shape, x = site.shape, launch.value("x")
+        for items in range(1, TRUNK_BATCH + 1):
+            if site.in_tiles(math, tier):
+                image = (items, shape.hin, shape.win, shape.cin)
+                slab = (1, TILE_GROUPS * TILE_ROWS + 2, TILE_FRAMES + 2, CONV_BK)
+                words.append(float32_map(x, image, slab))
+            else:
+                rows = items * shape.positions
+                words.append(rows_map(x, rows, shape.cin, CONV_TMA_BOX, CONV_BK))
     return runtime.upload(np.concatenate(words), INT32)
 
 

@@ -242,10 +242,11 @@ class TrunkSite(enum.Enum):
         return tier is PtxTier.SM90 and self is not TrunkSite.STEM and self.shape.ks == 3
 
     def copies_by_tma(self, math: CudaMath, tier: PtxTier) -> bool:
-        """Whether the site's kernel stages its strips by the async copy engine when
-        given a tensor map of its input (`x_map`): the stride-1 3x3s on warpgroups, but
-        layer1's, which run the tile form."""
-        return self.shape.strip and self.on_warpgroups(tier) and not self.in_tiles(math, tier)
+        """Whether the site's kernel stages its input by the async copy engine when given
+        a tensor map of it (`x_map`): the stride-1 3x3s on warpgroups, their strips by a
+        map of [positions][cin] rows, and layer1's tile form (`in_tiles`) its slabs by a
+        map of the [items][hin][win][cin] image."""
+        return self.shape.strip and self.on_warpgroups(tier)
 
     def launch(
         self, math: CudaMath | None = None, tier: PtxTier | None = None, halves: bool = False
