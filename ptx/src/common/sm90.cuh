@@ -68,6 +68,21 @@ __device__ __forceinline__ void mbarrier_wait(saddr bar, u32 parity) {
 __device__ __forceinline__ void tensormap_prefetch(const void* map) {
     asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
 }
+// A ring of SLOTS mbarriers at `full` (8 bytes apart) readied by thread 0, one arrival
+// each (the thread that issues a slot's copies), and the tensor map fetched; the block's
+// barrier orders the barriers' initialisation (and any earlier shared writes) before use.
+template <u32 SLOTS>
+__device__ __forceinline__ void tma_ring_init(saddr full, const void* map, u32 tid) {
+    if (tid == 0) {
+#pragma unroll
+        for (u32 slot = 0; slot < SLOTS; ++slot) {
+            mbarrier_init(full + slot * 8, 1);
+        }
+        fence_mbarrier_init();
+        tensormap_prefetch(map);
+    }
+    __syncthreads();
+}
 // A box of a 2D tensor map at coordinates (inner, outer) to `dst` (128-byte aligned);
 // coordinates outside the tensor read zeros.
 __device__ __forceinline__ void tma_load_2d(saddr dst, const void* map, int inner, int outer,

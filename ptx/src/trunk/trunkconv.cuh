@@ -591,16 +591,8 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
         }
     }
 #if defined(SPK_WGMMA)
-    if (tma) {
-        if (tid == 0) {
-#pragma unroll
-            for (u32 slot = 0; slot < S::STAGES; ++slot) {
-                mbarrier_init(full + slot * 8, 1);
-            }
-            fence_mbarrier_init();
-            tensormap_prefetch(x_map);
-        }
-        __syncthreads();  // the barriers before any wait, and the zero rows before the copies
+    if (tma) {  // the barriers before any wait, and the zero rows before the copies
+        tma_ring_init<S::STAGES>(full, x_map, tid);
     }
 #endif
     float acc[MI][NJ][4];

@@ -263,15 +263,7 @@ __device__ __forceinline__ void trunk_conv_tiles(const float* __restrict__ x, u6
     enter_tile(tile0);
 
     if (tma) {
-        if (tid == 0) {
-#pragma unroll
-            for (u32 slot = 0; slot < P::SLOTS; ++slot) {
-                mbarrier_init(full + slot * 8, 1);
-            }
-            fence_mbarrier_init();
-            tensormap_prefetch(x_map);
-        }
-        __syncthreads();  // the barriers before any wait
+        tma_ring_init<P::SLOTS>(full, x_map, tid);
     }
     float acc[MI][NJ][4];
     zero(acc);
