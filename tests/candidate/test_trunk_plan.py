@@ -281,10 +281,11 @@ def test_a_trunk_plan_on_the_sm90_tier_launches_the_tile_form(hopper, weights) -
             assert all(launch[1:4] == (grid, (threads, 1, 1), shared) for launch in ours)
 
 
+@pytest.mark.parametrize("halves", [False, True], ids=["strips", "halves"])
 @pytest.mark.parametrize("math", list(CudaMath), ids=str)
-def test_the_sm90_strips_get_tensor_maps_of_their_inputs(hopper, weights, math) -> None:
-    """On the sm90 tier each stride-1 3x3 past layer1 (23 launches) takes a tensor map
-    of its input, [items x positions][cin] floats in boxes of 86 rows of CONV_BK
+def test_the_sm90_strips_get_tensor_maps_of_their_inputs(hopper, weights, math, halves) -> None:
+    """On the sm90 tier each stride-1 3x3 past layer1 (23 launches, in either form) takes
+    a tensor map of its input, [items x positions][cin] floats in boxes of 86 rows of CONV_BK
     channels, and each of layer1's six tile-form launches one of its input image,
     [items][hin][win][cin], in boxes of a slab; a partial batch points them at the maps
     for its chunks; the other launches take none (x_map 0: the kernels copy by
@@ -298,13 +299,19 @@ def test_the_sm90_strips_get_tensor_maps_of_their_inputs(hopper, weights, math) 
     with CudaRuntime(0) as runtime:
         for items in (TRUNK_BATCH, 5):
             # the plan held: its launches' parameters live in it
-            plan, _, _, launches = trunk_launches(fake, runtime, math, weights, items=items)
+            plan, _, _, launches = trunk_launches(
+                fake, runtime, math, weights, items=items, halves=halves
+            )
             convs = [launch for launch in launches if "clear" not in launch[0]]
             mapped = {"strips": 0, "tiles": 0}
             for launch in convs:
                 values = params(launch, CONV_PARAMS) if "stem" not in launch[0] else {}
                 site = next(
-                    (s for s in TrunkSite if launch[0] == f"fn:{s.kernel(math, PtxTier.SM90)}"),
+                    (
+                        s
+                        for s in TrunkSite
+                        if launch[0] == f"fn:{s.kernel(math, PtxTier.SM90, halves)}"
+                    ),
                     None,
                 )
                 if site is None or not site.copies_by_tma(math, PtxTier.SM90):

@@ -216,7 +216,8 @@ def test_the_halves_form_has_the_bits_of_the_strip_form(runtime, torch, weights)
     """On the sm90 tier the FP32 strips of layers 2 to 4 have a halves form (the block
     converts each strip once; its tiles span two chunks, the last batch's run past the
     chunks): the same FP16 operands, products and sums as the strip form, so the whole
-    trunk's output must be the same bits, at a full batch and partial ones."""
+    trunk's output must be the same bits, at a full batch and partial ones, with its
+    copies by the async copy engine or by the threads."""
     fbank = torch.randn(TRUNK_BATCH, 998, 80, device="cuda")
     stream = torch.cuda.current_stream().cuda_stream
     with (
@@ -225,13 +226,15 @@ def test_the_halves_form_has_the_bits_of_the_strip_form(runtime, torch, weights)
     ):
         if halves.tier is not PtxTier.SM90:
             pytest.skip("the halves form exists on the sm90 tier only")
+        assert halves.strips_by_tma  # layer3's and layer4's halves by the engine's copies
         for items in (TRUNK_BATCH, 11, 1):
-            got = {}
-            for plan in (halves, strips):
-                got[plan] = torch.empty((items, 256, 10, 125), device="cuda")
-                plan.enqueue(fbank[:items], got[plan], items=items, stream=stream)
+            got = []
+            for plan, by_tma in ((halves, True), (halves, False), (strips, True)):
+                plan.stage_strips_by_tma(by_tma)
+                got.append(torch.empty((items, 256, 10, 125), device="cuda"))
+                plan.enqueue(fbank[:items], got[-1], items=items, stream=stream)
             torch.cuda.synchronize()
-            assert torch.equal(got[halves], got[strips])
+            assert torch.equal(got[0], got[2]) and torch.equal(got[1], got[2])
 
 
 @pytest.mark.parametrize("math", list(CudaMath), ids=str)

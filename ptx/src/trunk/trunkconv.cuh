@@ -190,6 +190,7 @@ struct WarpTiles {
 }  // namespace spk
 
 #include "trunkgroups.cuh"
+#include "trunkstage.cuh"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 
@@ -382,48 +383,6 @@ template <class S>
 using TierTiles = WarpTiles<S>;
 #endif
 
-// This thread's copies of a strip (STRIP): strip row r (r = tid / 4 + i THREADS / 4)
-// is the flat input pixel first + r, 16 channels from cb * CONV_BK, or zeros past either
-// end of the items' pixels (as many as their output positions).
-template <class S>
-__device__ __forceinline__ void copy_strip(saddr a_base, const float* __restrict__ x, int first,
-                                           u32 rows, u32 cb, u32 tid) {
-    const u32 chunk = tid & 3;
-#pragma unroll
-    for (u32 i = 0; i < S::A_COPIES; ++i) {
-        const u32 r = tid / 4 + i * (S::THREADS / 4);
-        if (r < S::A_ROWS) {
-            const int q = first + int(r);
-            const bool in = (q >= 0) & (q < int(rows));
-            const float* source = in ? x + (q * int(S::CIN) + int(cb * CONV_BK + chunk * 4)) : x;
-            cp_async16_fill(a_base + (r * S::A_STRIDE + chunk * 4) * 4, source, in ? 16 : 0);
-        }
-    }
-}
-
-// This thread's copies of ring stage ks's weights: each step's k block (tap, cb), one
-// 16-byte run per thread (SPLIT) or per thread of the first half. GroupTiles' weights hold
-// a step's high plane, then its low one, each [COUT / 8][2][8][8] FP16 (wgmma_b_desc):
-// the block's columns are one run of BN * 8 words per plane.
-template <class S, class L, bool SPLIT>
-__device__ __forceinline__ void copy_weights(saddr b_base, const float* __restrict__ w, u32 ks,
-                                             u32 n0, u32 tid) {
-    constexpr u32 B_WORDS = SPLIT ? CONV_BK : CONV_BK / 2;
-    const u32 cb = ks % S::CBLOCKS;
-#pragma unroll
-    for (u32 step = 0; step < S::STEPS; ++step) {
-        const u32 tap = S::STRIP ? ks / S::CBLOCKS * S::KS + step : ks / S::CBLOCKS;
-        if (SPLIT || tid < S::THREADS / 2) {
-            const u64 k_block = tap * S::CBLOCKS + cb;
-            const float* source =
-                L::WGMMA ? w + (k_block * S::COUT * B_WORDS + tid / (2 * S::BN) * S::COUT * 8 +
-                                n0 * 8 + tid % (2 * S::BN) * 4)
-                         : w + (k_block * S::COUT + n0) * B_WORDS + tid * 4;
-            cp_async16_fill(b_base + (step * S::BN * CONV_BK + tid * 4) * 4, source, 16);
-        }
-    }
-}
-
 // The scales of this thread's fragment rows of the tile from m0 (row0 + mi ROW_STEP + 8
 // half + g): the power of two that puts the row's chunk's largest input in [2^14, 2^15),
 // 0 past the items; returns (STRIP) `edges`: bit mi * 2 + half of byte 0 (1, 2, 3) set
@@ -530,29 +489,13 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
             if (tid != 0) {
                 return;
             }
-            // the strip's rows past either end of the items' pixels: the map's bounds
-            // (items x POS rows) read zeros there
             const int first = int((tile0 + j / S::KSTAGES) * CONV_BM) +
                               (int(ks / S::CBLOCKS) - 1) * int(S::WIN) - 1;
             const saddr bar = full + (j % S::STAGES) * 8;
-            constexpr u32 RUN = S::BN * 8 * 4;  // bytes of one plane's weights of a step
-            mbarrier_expect(bar, S::A_ROWS * CONV_BK * 4 + S::STEPS * (SPLIT ? 2 : 1) * RUN);
+            mbarrier_expect(bar, S::A_ROWS * CONV_BK * 4 + tma_weight_bytes<S, SPLIT>());
             fence_proxy_async();  // after the block's reads of the slot's last stage
-#pragma unroll
-            for (u32 box = 0; box < S::TMA_BOXES; ++box) {
-                tma_load_2d(a_base + box * S::TMA_BOX * S::A_STRIDE * 4, x_map, int(cb * CONV_BK),
-                            first + int(box * S::TMA_BOX), bar);
-            }
-#pragma unroll
-            for (u32 step = 0; step < S::STEPS; ++step) {
-                const u64 k_block = (ks / S::CBLOCKS * S::KS + step) * S::CBLOCKS + cb;
-#pragma unroll
-                for (u32 plane = 0; plane < (SPLIT ? 2 : 1); ++plane) {
-                    bulk_load(b_base + (step * S::BN * CONV_BK + plane * S::BN * 8) * 4,
-                              w + (k_block * S::COUT * B_WORDS + plane * S::COUT * 8 + n0 * 8), RUN,
-                              bar);
-                }
-            }
+            tma_strip<S>(a_base, x_map, first, cb, bar);
+            tma_weights<S, SPLIT>(b_base, w, ks, n0, bar);
             return;
         }
 #endif

@@ -60,6 +60,8 @@ struct HalvesShape : S {
     // last round's rows past the strip's are none)
     static constexpr u32 ROUNDS = (S::A_ROWS * 4 + S::THREADS - 1) / S::THREADS;
     static_assert((ROUNDS - 1) * S::THREADS / 4 <= CONV_BM, "only the last round passes the tile");
+    static_assert(A_BYTES % 128 == 0 && B_BYTES % 16 == 0,
+                  "the async copy engine's slots: boxes 128-byte aligned, bulk copies 16");
     static_assert(S::STRIP && S::BN >= 64 && S::THREADS == 4 * S::BN && S::TILES == 1,
                   "one tile of 256 rows a block, warpgroups of whole 64-row tiles");
     // a kernel row's bits of `blocked` (a thread's rounds x the taps dx)
@@ -107,8 +109,8 @@ __device__ __forceinline__ void halves_add(float (&acc)[L::MI][L::NJ][4],
     }
 }
 
-template <class S>
-__device__ __forceinline__ void trunk_conv_halves(const float* __restrict__ x, u64 x_len,
+template <class S, bool TMA>
+__device__ __forceinline__ void trunk_conv_halves_by(const float* __restrict__ x, u64 x_len,
                                                   const float* __restrict__ w, u64 w_len,
                                                   const float* __restrict__ bias, u64 bias_len,
                                                   const float* __restrict__ residual,
@@ -116,7 +118,7 @@ __device__ __forceinline__ void trunk_conv_halves(const float* __restrict__ x, u
                                                   u64 y_len, const u32* __restrict__ in_max,
                                                   u64 in_max_len, u32* __restrict__ out_max,
                                                   u64 out_max_len, u32 items, u32 flags,
-                                                  const void* __restrict__ /* x_map: unused */) {
+                                                  const void* __restrict__ x_map) {
     using P = HalvesShape<S>;
     using L = GroupTiles<S>;
     constexpr u32 NJ = L::NJ, STAGES = S::KSTAGES;
@@ -132,8 +134,14 @@ __device__ __forceinline__ void trunk_conv_halves(const float* __restrict__ x, u
     if (!valid | (m0 >= rows)) {
         return;  // uniform over the block: no barrier is split
     }
-    extern __shared__ __align__(16) float shared[];
+    extern __shared__ __align__(128) float shared[];
     const saddr strips = shared_address(shared), weights = strips + 2 * P::A_BYTES;
+    // TMA: thread 0 copies by the async copy engine through x_map (a 2D tensor map of the
+    // input's [items x POS][CIN] floats), each batch (a strip and a stage's weights) on
+    // one of two mbarriers; else every thread copies its share by cp.async.
+    constexpr bool tma = TMA;
+    __shared__ __align__(8) u64 ring[2];
+    const saddr bars = shared_address(ring);
     const saddr halves = weights + 2 * P::B_BYTES;
     const u32 tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const u32 g = lane >> 2, t = lane & 3, chunk = tid & 3;
@@ -165,9 +173,34 @@ __device__ __forceinline__ void trunk_conv_halves(const float* __restrict__ x, u
         }
     }
 
-    auto copy_stage_strip = [&](u32 j) {  // stage j's FP32 strip into slot j % 2
-        const int first = int(m0) + (int(j / S::CBLOCKS) - 1) * int(S::WIN) - 1;
-        copy_strip<S>(strips + j % 2 * P::A_BYTES, x, first, rows, j % S::CBLOCKS, tid);
+    // One batch of copies: stage `strip`'s FP32 strip and stage `weight`'s weights into
+    // their slots (a stage past the last: none), by every thread's cp.async (one group),
+    // or (tma) by thread 0 on mbarrier `bar`.
+    auto copy_batch = [&](u32 strip, u32 weight, saddr bar) {
+        const int first = int(m0) + (int(strip / S::CBLOCKS) - 1) * int(S::WIN) - 1;
+        const saddr strip_slot = strips + strip % 2 * P::A_BYTES;
+        const saddr weight_slot = weights + weight % 2 * P::B_BYTES;
+        if constexpr (!tma) {
+            if (strip < STAGES) {
+                copy_strip<S>(strip_slot, x, first, rows, strip % S::CBLOCKS, tid);
+            }
+            if (weight < STAGES) {
+                copy_weights<S, L, true>(weight_slot, w, weight, n0, tid);
+            }
+            cp_async_commit();
+            return;
+        }
+        const u32 bytes = (strip < STAGES ? P::A_BYTES : 0) + (weight < STAGES ? P::B_BYTES : 0);
+        if ((tid == 0) & (bytes != 0)) {
+            mbarrier_expect(bar, bytes);
+            fence_proxy_async();  // after the block's reads of the slots' last stages
+            if (strip < STAGES) {
+                tma_strip<S>(strip_slot, x_map, first, strip % S::CBLOCKS, bar);
+            }
+            if (weight < STAGES) {
+                tma_weights<S, true>(weight_slot, w, weight, n0, bar);
+            }
+        }
     };
     // this thread's four words of operand row r = s - dx (a pad row outside the tile)
     auto operand_row = [&](saddr set, u32 s, u32 dx) {
@@ -217,15 +250,21 @@ __device__ __forceinline__ void trunk_conv_halves(const float* __restrict__ x, u
         }
     };
 
-    copy_stage_strip(0);
-    cp_async_commit();
-    if (STAGES > 1) {
-        copy_stage_strip(1);
+    // Batches: before the loop strip 0 (on mbarrier 1), then strip 1 and weights 0 (on
+    // mbarrier 0); stage j, past its barrier, strip j + 2 and weights j + 1, batch j + 1 on
+    // mbarrier (j + 1) % 2. Batch b is waited for at stage b, phase (b + 1) / 2 of its
+    // mbarrier (mbarrier 1's first phase is strip 0's).
+    if constexpr (tma) {
+        tma_ring_init<2>(bars, x_map, tid);
     }
-    copy_weights<S, L, true>(weights, w, 0, n0, tid);
-    cp_async_commit();
-    cp_async_wait<1>();
-    __syncthreads();  // strip 0 landed for all
+    copy_batch(0, STAGES, bars + 8);
+    copy_batch(1, 0, bars);
+    if constexpr (tma) {
+        mbarrier_wait(bars + 8, 0);
+    } else {
+        cp_async_wait<1>();
+        __syncthreads();  // strip 0 landed for all
+    }
     convert(0);
 
     float acc[L::MI][NJ][4];
@@ -235,16 +274,16 @@ __device__ __forceinline__ void trunk_conv_halves(const float* __restrict__ x, u
     const u32 group_rows = warp / 4 * L::GROUP_ROWS * 16;  // the warpgroup's first row, bytes
 #pragma unroll 1
     for (u32 j = 0; j < STAGES; ++j) {
-        cp_async_wait<0>();   // strip j + 1 and weights j
-        fence_proxy_async();  // this thread's halves and weight copies, to wgmma's proxy
+        if constexpr (tma) {  // batch j: strip j + 1 and weights j
+            mbarrier_wait(bars + j % 2 * 8, (j + 1) / 2 & 1);
+        } else {
+            cp_async_wait<0>();
+        }
+        fence_proxy_async();  // this thread's halves (and cp.async copies), to wgmma's proxy
         __syncthreads();  // ...for all; stage j - 1's products are complete in every group
-        if (j + 2 < STAGES) {
-            copy_stage_strip(j + 2);  // into strip j's slot, converted before the barrier
-        }
-        if (j + 1 < STAGES) {
-            copy_weights<S, L, true>(weights + (j + 1) % 2 * P::B_BYTES, w, j + 1, n0, tid);
-        }
-        cp_async_commit();
+        // strip j + 2 into strip j's slot (converted before the barrier), weights j + 1
+        // into weights j - 1's
+        copy_batch(j + 2, j + 1, bars + (j + 1) % 2 * 8);
         if ((residual_len != 0) & (j == STAGES - 1)) {
             // the tile's shortcut rows into L2 a stage before its epilogue reads them
             prefetch_rows<S, S::THREADS>(residual, m0, rows, n0, tid);
@@ -276,6 +315,30 @@ __device__ __forceinline__ void trunk_conv_halves(const float* __restrict__ x, u
     tile_rows<S, L>(m0, rows, in_max, row0, g, row_scale);
     store_tile<S, L>(acc, row_scale, m0, rows, items, row0, n0, g, t, bias, residual,
                      residual_len, y, out_max, out_max_len, flags);
+}
+
+// The halves form's entry: by the async copy engine where given a tensor map of the input
+// (TrunkPlan's), else by every thread's copies (ConvPlan); layer2's (one set) always by
+// the threads' copies, which with the engine's spilled 68 bytes.
+template <class S>
+__device__ __forceinline__ void trunk_conv_halves(const float* __restrict__ x, u64 x_len,
+                                                  const float* __restrict__ w, u64 w_len,
+                                                  const float* __restrict__ bias, u64 bias_len,
+                                                  const float* __restrict__ residual,
+                                                  u64 residual_len, float* __restrict__ y,
+                                                  u64 y_len, const u32* __restrict__ in_max,
+                                                  u64 in_max_len, u32* __restrict__ out_max,
+                                                  u64 out_max_len, u32 items, u32 flags,
+                                                  const void* __restrict__ x_map) {
+    if (HalvesShape<S>::SETS == 2 && x_map != nullptr) {
+        trunk_conv_halves_by<S, true>(x, x_len, w, w_len, bias, bias_len, residual, residual_len,
+                                      y, y_len, in_max, in_max_len, out_max, out_max_len, items,
+                                      flags, x_map);
+    } else {
+        trunk_conv_halves_by<S, false>(x, x_len, w, w_len, bias, bias_len, residual, residual_len,
+                                       y, y_len, in_max, in_max_len, out_max, out_max_len, items,
+                                       flags, x_map);
+    }
 }
 
 }  // namespace spk
