@@ -161,9 +161,16 @@ spk_trunk_chunk_max(const float* __restrict__ x, u64 x_len, u32 item_len,
 #else
 #define SPK_TILES_BODY(SHAPE, SPLIT) SPK_TIER_STUB()
 #endif
-// the halves form (the FP32 strips of layers 2 to 4) likewise
+// the halves form (the FP32 strips of layers 2 to 4) likewise: by the async copy engine
+// where given a tensor map of the input (TrunkPlan's) and its shape takes one, else by
+// every thread's copies (ConvPlan)
 #if defined(SPK_WGMMA)
-#define SPK_HALVES_BODY(SHAPE) spk::trunk_conv_halves<SHAPE>(SPK_CONV_ARGUMENTS)
+#define SPK_HALVES_BODY(SHAPE)                                                    \
+    if (spk::HalvesShape<SHAPE>::TMA_COPIES && x_map != nullptr) {                \
+        spk::trunk_conv_halves_by<SHAPE, true>(SPK_CONV_ARGUMENTS);              \
+    } else {                                                                      \
+        spk::trunk_conv_halves_by<SHAPE, false>(SPK_CONV_ARGUMENTS);             \
+    }
 #else
 #define SPK_HALVES_BODY(SHAPE) SPK_TIER_STUB()
 #endif

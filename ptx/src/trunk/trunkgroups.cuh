@@ -53,6 +53,22 @@ __device__ __forceinline__ void group_stage_split(float (&acc)[L::MI][L::NJ][4],
 
 #if defined(SPK_WGMMA)
 
+// Once a tile's products are complete, its fresh sum (row tile mi, column tile nt) into
+// the running sums. Every warp of the group calls it.
+template <class L>
+__device__ __forceinline__ void add_fresh_tile(float (&acc)[L::MI][L::NJ][4],
+                                               float (&fresh)[L::FRESH][4], u32 mi, u32 nt) {
+    wgmma_wait<0>();
+    register_fence(fresh);
+#pragma unroll
+    for (u32 j = 0; j < L::FRESH; ++j) {
+#pragma unroll
+        for (u32 e = 0; e < 4; ++e) {
+            acc[mi][nt * L::FRESH + j][e] += fresh[j][e];
+        }
+    }
+}
+
 template <class S, class L>
 __device__ __forceinline__ void group_products(float (&sums)[L::NJ][4], uint4 a_hi, saddr b_base) {
     // descriptors count 16-byte units: a column tile is NW / 8 core-matrix rows of 256 bytes
@@ -125,15 +141,7 @@ __device__ __forceinline__ void group_stage_split(float (&acc)[L::MI][L::NJ][4],
                     }
                 }
             }
-            wgmma_wait<0>();
-            register_fence(fresh);
-#pragma unroll
-            for (u32 j = 0; j < L::FRESH; ++j) {
-#pragma unroll
-                for (u32 e = 0; e < 4; ++e) {
-                    acc[mi][nt * L::FRESH + j][e] += fresh[j][e];
-                }
-            }
+            add_fresh_tile<L>(acc, fresh, mi, nt);
         }
     }
 }

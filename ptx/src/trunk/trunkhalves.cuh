@@ -56,6 +56,9 @@ struct HalvesShape : S {
     // share an SM (64 columns), each converting while the other's products run
     static constexpr u32 SETS = S::BN == 128 ? 2 : 1;
     static constexpr u32 SHARED = 2 * (A_BYTES + B_BYTES) + SETS * SET;
+    // whether a launch given a tensor map copies by the async copy engine: layer2's (one
+    // set) keeps the threads' copies, with which the engine's spilled 68 bytes
+    static constexpr bool TMA_COPIES = SETS == 2;
     // strip rows a thread converts: rows tid / 4 + i THREADS / 4, four channels each (the
     // last round's rows past the strip's are none)
     static constexpr u32 ROUNDS = (S::A_ROWS * 4 + S::THREADS - 1) / S::THREADS;
@@ -94,21 +97,6 @@ __device__ __forceinline__ void halves_products(float (&fresh)[L::FRESH][4], sad
     }
     wgmma_commit();
 }
-// Once the tile's products are complete, its fresh sum into the running sums.
-template <class L>
-__device__ __forceinline__ void halves_add(float (&acc)[L::MI][L::NJ][4],
-                                           float (&fresh)[L::FRESH][4], u32 mi, u32 nt) {
-    wgmma_wait<0>();
-    register_fence(fresh);
-#pragma unroll
-    for (u32 f = 0; f < L::FRESH; ++f) {
-#pragma unroll
-        for (u32 e = 0; e < 4; ++e) {
-            acc[mi][nt * L::FRESH + f][e] += fresh[f][e];
-        }
-    }
-}
-
 template <class S, bool TMA>
 __device__ __forceinline__ void trunk_conv_halves_by(const float* __restrict__ x, u64 x_len,
                                                   const float* __restrict__ w, u64 w_len,
@@ -298,11 +286,11 @@ __device__ __forceinline__ void trunk_conv_halves_by(const float* __restrict__ x
                 convert(j + 1);
             }
         }
-        halves_add<L>(acc, fresh, 0, 0);
+        add_fresh_tile<L>(acc, fresh, 0, 0);
 #pragma unroll
         for (u32 tile = 1; tile < L::MI * L::NT; ++tile) {
             halves_products<S, L, P>(fresh, set, b_stage, tile / L::NT, tile % L::NT);
-            halves_add<L>(acc, fresh, tile / L::NT, tile % L::NT);
+            add_fresh_tile<L>(acc, fresh, tile / L::NT, tile % L::NT);
         }
         if constexpr (P::SETS == 1) {
             if (j + 1 < STAGES) {
@@ -315,30 +303,6 @@ __device__ __forceinline__ void trunk_conv_halves_by(const float* __restrict__ x
     tile_rows<S, L>(m0, rows, in_max, row0, g, row_scale);
     store_tile<S, L>(acc, row_scale, m0, rows, items, row0, n0, g, t, bias, residual,
                      residual_len, y, out_max, out_max_len, flags);
-}
-
-// The halves form's entry: by the async copy engine where given a tensor map of the input
-// (TrunkPlan's), else by every thread's copies (ConvPlan); layer2's (one set) always by
-// the threads' copies, which with the engine's spilled 68 bytes.
-template <class S>
-__device__ __forceinline__ void trunk_conv_halves(const float* __restrict__ x, u64 x_len,
-                                                  const float* __restrict__ w, u64 w_len,
-                                                  const float* __restrict__ bias, u64 bias_len,
-                                                  const float* __restrict__ residual,
-                                                  u64 residual_len, float* __restrict__ y,
-                                                  u64 y_len, const u32* __restrict__ in_max,
-                                                  u64 in_max_len, u32* __restrict__ out_max,
-                                                  u64 out_max_len, u32 items, u32 flags,
-                                                  const void* __restrict__ x_map) {
-    if (HalvesShape<S>::SETS == 2 && x_map != nullptr) {
-        trunk_conv_halves_by<S, true>(x, x_len, w, w_len, bias, bias_len, residual, residual_len,
-                                      y, y_len, in_max, in_max_len, out_max, out_max_len, items,
-                                      flags, x_map);
-    } else {
-        trunk_conv_halves_by<S, false>(x, x_len, w, w_len, bias, bias_len, residual, residual_len,
-                                       y, y_len, in_max, in_max_len, out_max, out_max_len, items,
-                                       flags, x_map);
-    }
 }
 
 }  // namespace spk
