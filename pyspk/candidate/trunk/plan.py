@@ -88,8 +88,9 @@ OUTPUT_ITEM = OUTPUT_SHAPE[0] * OUTPUT_SHAPE[1] * OUTPUT_SHAPE[2]
 
 
 # Whether plans run the FP32 strips of layers 2 to 4 in their halves form on the sm90
-# tier by default: not, since on the H200 it was 2 to 4% faster in layers 3 and 4 and
-# 17% slower in layer2 (docs/performance.md, "The strips' halves form").
+# tier by default: not, since on the H200 (with the async copy engine's copies) it was
+# 1.9% and 0.4% faster in layers 3 and 4 and 17% slower in layer2 (docs/performance.md,
+# "The strips' halves form").
 HALVES_DEFAULT = False
 
 
