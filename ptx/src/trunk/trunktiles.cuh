@@ -213,11 +213,14 @@ __device__ __forceinline__ void trunk_conv_tiles(const float* __restrict__ x, u6
     const bool tma = x_map != nullptr;
     __shared__ __align__(8) u64 slot_full[P::SLOTS];
     const saddr full = shared_address(slot_full);
+    // stage j's FP32 slot and FP16 set
+    auto slot_of = [&](u32 j) { return raw + j % P::SLOTS * P::RAW_BYTES; };
+    auto set_of = [&](u32 j) { return half + j % P::HALF_SETS * P::SET_BYTES; };
     auto load_stage = [&](u32 j) {  // channel block cb of the slab of tile j / CBLOCKS
         u32 item, h0, v0;
         tile_at(tile0 + j / S::CBLOCKS, item, h0, v0);
         const u32 cb = j % S::CBLOCKS;
-        const saddr slot = raw + j % P::SLOTS * P::RAW_BYTES;
+        const saddr slot = slot_of(j);
         if (tma) {
             if (tid == 0) {
                 const saddr bar = full + j % P::SLOTS * 8;
@@ -256,8 +259,7 @@ __device__ __forceinline__ void trunk_conv_tiles(const float* __restrict__ x, u6
         }
     };
     auto convert_stage = [&](u32 j, float scale) {
-        const saddr slot = raw + j % P::SLOTS * P::RAW_BYTES;
-        const saddr target = half + j % P::HALF_SETS * P::SET_BYTES;
+        const saddr slot = slot_of(j), target = set_of(j);
         for (u32 c = tid; c < P::COPIES; c += P::THREADS) {
             convert_copy(slot, target, c, scale);
         }
@@ -267,14 +269,11 @@ __device__ __forceinline__ void trunk_conv_tiles(const float* __restrict__ x, u6
     auto convert_part = [&](u32 j, float scale, u32 part) {
         const u32 c = tid + part * P::THREADS;
         if (c < P::COPIES) {
-            convert_copy(raw + j % P::SLOTS * P::RAW_BYTES, half + j % P::HALF_SETS * P::SET_BYTES,
-                         c, scale);
+            convert_copy(slot_of(j), set_of(j), c, scale);
         }
     };
-    // the scale of stage j's chunk
-    auto stage_scale = [&](u32 j) {
-        u32 item, h0, v0;
-        tile_at(tile0 + j / S::CBLOCKS, item, h0, v0);
+    // the scale of chunk item's FP16 operands (its power of two, from in_max)
+    auto chunk_scale = [&](u32 item) {
         float own, inverse;
         half_scale_of(__uint_as_float(__ldg(in_max + item)), own, inverse);
         return own;
@@ -287,8 +286,7 @@ __device__ __forceinline__ void trunk_conv_tiles(const float* __restrict__ x, u6
         u32 item, h0, v0;
         tile_at(tile, item, h0, v0);
         m0 = item * S::POS + (h0 + group * TILE_ROWS) * S::WOUT + v0;
-        float inverse;
-        half_scale_of(__uint_as_float(__ldg(in_max + item)), scale, inverse);
+        scale = chunk_scale(item);
 #pragma unroll
         for (u32 mi = 0; mi < MI; ++mi) {
             row_scale[mi][0] = row_scale[mi][1] = scale;
@@ -378,8 +376,7 @@ __device__ __forceinline__ void trunk_conv_tiles(const float* __restrict__ x, u6
         }
         // the group's output row mi, tap (dy, dx): slab row group * TILE_ROWS + mi + dy
         // from frame dx on, 64 consecutive 16-byte rows of each plane
-        const saddr slab = half + j % P::HALF_SETS * P::SET_BYTES +
-                           (group * TILE_ROWS * P::SLAB_PIXELS) * 16;
+        const saddr slab = set_of(j) + (group * TILE_ROWS * P::SLAB_PIXELS) * 16;
         if constexpr (P::OVERLAP) {
             // stage j + 1's conversion in PARTS parts, one every PART_STEP rounds, the
             // last in the stage's last round: its slab (loaded when stage j began) has
@@ -388,7 +385,12 @@ __device__ __forceinline__ void trunk_conv_tiles(const float* __restrict__ x, u6
             constexpr u32 FIRST = ROUNDS - 1 - PART_STEP * (PARTS - 1);
             static_assert(PART_STEP >= 1, "a part at most every round");
             const bool next = j + 1 < stage_count;
-            const float next_scale = next ? stage_scale(j + 1) : 0.0f;
+            float next_scale = 0.0f;
+            if (next) {
+                u32 item, h0, v0;
+                tile_at(tile0 + (j + 1) / S::CBLOCKS, item, h0, v0);
+                next_scale = chunk_scale(item);
+            }
             tile_products<S, P, SPLIT>(acc, slab, weights, cb, [&](u32 n) {
                 if (next && n >= FIRST && (n - FIRST) % PART_STEP == 0) {
                     if (n == FIRST) {
