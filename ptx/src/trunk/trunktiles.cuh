@@ -19,14 +19,12 @@
 // one m64n32 accumulator per row; the last of a row's 16 runs of 64 frames starts at
 // WOUT - 64, overlapping the one before: those outputs are computed twice, alike, and
 // written twice. The weights (18 KB, SPLIT 36 KB) stay in shared memory. Per stage (one
-// channel block of one tile): the FP32 slab lands in a ring of TILE_AHEAD + 1 slots (by
-// the async copy engine, or by cp.async) and the block converts it into FP16. One
-// product: into one of two FP16 slabs, and each warpgroup issues its 9 x TILE_ROWS
-// products without waiting: they run while the block converts the next stage. SPLIT: into
-// one set of high and low slabs, the stage's products complete before the next
-// conversion (tile_products); with TILE_OVERLAP the warps, which wait on their products
-// round by round, convert the next stage in parts between the rounds instead, from one
-// FP32 slot into the other of two sets. One chunk's scale serves the whole tile.
+// channel block of one tile): the FP32 slab lands by cp.async in a ring of TILE_AHEAD + 1
+// slots and the block converts it into FP16. One product: into one of two FP16 slabs, and
+// each warpgroup issues its 9 x TILE_ROWS products without waiting: they run while the
+// block converts the next stage. SPLIT: into one set of high and low slabs, the stage's
+// products complete before the next conversion (tile_products). One chunk's scale serves
+// the whole tile.
 
 #pragma once
 
@@ -39,11 +37,6 @@ constexpr u32 TILE_ROWS = 4;     // output rows a warpgroup
 constexpr u32 TILE_FRAMES = 64;  // output frames a tile row: wgmma's M
 constexpr u32 TILE_TILES = 8;    // tiles a block takes in turn
 constexpr u32 TILE_AHEAD = 1;    // slab copies in flight ahead of the stage converted
-// SPLIT: the warps convert the next stage between the rounds of a stage's products, from
-// one FP32 slot into the other of two sets of high and low slabs (the same bytes of
-// shared memory). Built, not yet measured on a device, so off: false builds the
-// measured kernel, one set converted between two barriers before the stage's products.
-constexpr bool TILE_OVERLAP = false;
 
 template <class S, bool SPLIT>
 struct SlabShape : S {
@@ -58,15 +51,9 @@ struct SlabShape : S {
     // SPLIT: the weights' high and low FP16, the slab's high and low planes in one set
     // (two sets and their sums' temporaries would leave one block an SM); else two sets
     static constexpr u32 W_BYTES = S::K * S::COUT * (SPLIT ? 4 : 2);
-    // OVERLAP (TILE_OVERLAP, SPLIT): one FP32 slot, converted part by part while the
-    // stage before's products run, into the other of two sets; else TILE_AHEAD + 1 slots
-    static constexpr bool OVERLAP = SPLIT && TILE_OVERLAP;
-    static constexpr u32 SLOTS = OVERLAP ? 1 : TILE_AHEAD + 1;
-    static constexpr u32 HALF_SETS = SPLIT && !OVERLAP ? 1 : 2;
+    static constexpr u32 SLOTS = TILE_AHEAD + 1, HALF_SETS = SPLIT ? 1 : 2;
     static constexpr u32 SET_BYTES = (SPLIT ? 2 : 1) * HALF_BYTES;
     static constexpr u32 SHARED = W_BYTES + SLOTS * RAW_BYTES + HALF_SETS * SET_BYTES;
-    static_assert(!OVERLAP || SHARED == W_BYTES + 2 * RAW_BYTES + SET_BYTES,
-                  "the overlapped form takes the bytes of the other (TrunkSite's launch)");
     static constexpr u32 COPIES = PIXELS * 4;  // 16-byte copies (and conversions) a stage
     static constexpr u32 GRID_X = (TRUNK_BATCH * ITEM_TILES + TILE_TILES - 1) / TILE_TILES;
     static_assert(S::STRIP && S::BN == S::COUT && S::COUT == 32 && S::HOUT % OUT_ROWS == 0,
@@ -105,9 +92,9 @@ constexpr u32 FRESH_TAPS = 1;
 // first product starts it), added to the running sums once complete, in the order of
 // the rounds, as the strip form does per stage; FRESH_SETS fresh sums take turns, so
 // the sums are added while later rounds' products run.
-template <class S, class P, bool SPLIT, class Between>
+template <class S, class P, bool SPLIT>
 __device__ __forceinline__ void tile_products(float (&acc)[TILE_ROWS][S::BN / 8][4], saddr slab,
-                                              saddr weights, u32 cb, Between&& between) {
+                                              saddr weights, u32 cb) {
     constexpr u32 NJ = S::BN / 8, LOW_PLANE = S::COUT * 32;  // bytes from high to low weights
     constexpr u32 TAPS = SPLIT ? FRESH_TAPS : 1, ROW_ROUNDS = 9 / TAPS;
     constexpr u32 ROUNDS = TILE_ROWS * ROW_ROUNDS, LAG = FRESH_SETS - 1;
@@ -149,7 +136,6 @@ __device__ __forceinline__ void tile_products(float (&acc)[TILE_ROWS][S::BN / 8]
         }
         if constexpr (SPLIT) {
             wgmma_commit();
-            between(n);  // while this round's products run
             if (n >= LAG) {
                 wgmma_wait<LAG>();  // the fresh sum of round n - LAG is complete
                 add_fresh(n - LAG);
@@ -213,14 +199,11 @@ __device__ __forceinline__ void trunk_conv_tiles(const float* __restrict__ x, u6
     const bool tma = x_map != nullptr;
     __shared__ __align__(8) u64 slot_full[P::SLOTS];
     const saddr full = shared_address(slot_full);
-    // stage j's FP32 slot and FP16 set
-    auto slot_of = [&](u32 j) { return raw + j % P::SLOTS * P::RAW_BYTES; };
-    auto set_of = [&](u32 j) { return half + j % P::HALF_SETS * P::SET_BYTES; };
     auto load_stage = [&](u32 j) {  // channel block cb of the slab of tile j / CBLOCKS
         u32 item, h0, v0;
         tile_at(tile0 + j / S::CBLOCKS, item, h0, v0);
         const u32 cb = j % S::CBLOCKS;
-        const saddr slot = slot_of(j);
+        const saddr slot = raw + j % P::SLOTS * P::RAW_BYTES;
         if (tma) {
             if (tid == 0) {
                 const saddr bar = full + j % P::SLOTS * 8;
@@ -241,42 +224,26 @@ __device__ __forceinline__ void trunk_conv_tiles(const float* __restrict__ x, u6
         }
     };
     // the FP32 slab of stage j, times the chunk's scale, as FP16 pairs in FRAGMENT_ORDER
-    // (SPLIT: high, and the low slab HALF_BYTES on), a 16-byte run c at a time
-    auto convert_copy = [&](saddr slot, saddr target, u32 c, float scale) {
-        const float4 v = lds4(slot + c * 16);
-        const saddr at = target + c / 4 * 16 + c % 4 * 4;
-        if constexpr (SPLIT) {
-            u32 high[2], low[2];
-            f16_split(v.x * scale, v.y * scale, high[0], low[0]);
-            f16_split(v.z * scale, v.w * scale, high[1], low[1]);
-            sts1(at, high[0]);
-            sts1(at + P::PLANE, high[1]);
-            sts1(at + P::HALF_BYTES, low[0]);
-            sts1(at + P::HALF_BYTES + P::PLANE, low[1]);
-        } else {
-            sts1(at, f16_pair(v.x * scale, v.y * scale));
-            sts1(at + P::PLANE, f16_pair(v.z * scale, v.w * scale));
-        }
-    };
+    // (SPLIT: high, and the low slab HALF_BYTES on)
     auto convert_stage = [&](u32 j, float scale) {
-        const saddr slot = slot_of(j), target = set_of(j);
+        const saddr slot = raw + j % P::SLOTS * P::RAW_BYTES;
+        const saddr target = half + j % P::HALF_SETS * P::SET_BYTES;
         for (u32 c = tid; c < P::COPIES; c += P::THREADS) {
-            convert_copy(slot, target, c, scale);
+            const float4 v = lds4(slot + c * 16);
+            const saddr at = target + c / 4 * 16 + c % 4 * 4;
+            if constexpr (SPLIT) {
+                u32 high[2], low[2];
+                f16_split(v.x * scale, v.y * scale, high[0], low[0]);
+                f16_split(v.z * scale, v.w * scale, high[1], low[1]);
+                sts1(at, high[0]);
+                sts1(at + P::PLANE, high[1]);
+                sts1(at + P::HALF_BYTES, low[0]);
+                sts1(at + P::HALF_BYTES + P::PLANE, low[1]);
+            } else {
+                sts1(at, f16_pair(v.x * scale, v.y * scale));
+                sts1(at + P::PLANE, f16_pair(v.z * scale, v.w * scale));
+            }
         }
-    };
-    // (SPLIT) part of it: this thread's copy tid + part THREADS
-    constexpr u32 PARTS = (P::COPIES + P::THREADS - 1) / P::THREADS;
-    auto convert_part = [&](u32 j, float scale, u32 part) {
-        const u32 c = tid + part * P::THREADS;
-        if (c < P::COPIES) {
-            convert_copy(slot_of(j), set_of(j), c, scale);
-        }
-    };
-    // the scale of chunk item's FP16 operands (its power of two, from in_max)
-    auto chunk_scale = [&](u32 item) {
-        float own, inverse;
-        half_scale_of(__uint_as_float(__ldg(in_max + item)), own, inverse);
-        return own;
     };
 
     u32 m0 = 0;
@@ -286,7 +253,8 @@ __device__ __forceinline__ void trunk_conv_tiles(const float* __restrict__ x, u6
         u32 item, h0, v0;
         tile_at(tile, item, h0, v0);
         m0 = item * S::POS + (h0 + group * TILE_ROWS) * S::WOUT + v0;
-        scale = chunk_scale(item);
+        float inverse;
+        half_scale_of(__uint_as_float(__ldg(in_max + item)), scale, inverse);
 #pragma unroll
         for (u32 mi = 0; mi < MI; ++mi) {
             row_scale[mi][0] = row_scale[mi][1] = scale;
@@ -297,60 +265,36 @@ __device__ __forceinline__ void trunk_conv_tiles(const float* __restrict__ x, u6
     if (tma) {
         tma_ring_init<P::SLOTS>(full, x_map, tid);
     }
-    // (SPLIT) slab j landed for this thread's conversions: each thread converts the
-    // 16-byte runs it copies, and the async copy engine's land for every waiting thread
-    auto wait_slab = [&](u32 j) {
-        if (tma) {
-            mbarrier_wait(full + j % P::SLOTS * 8, j / P::SLOTS & 1);
-        }
-        cp_async_wait<0>();  // the weights' copies (and without a map, the slab's)
-    };
     float acc[MI][NJ][4];
     zero(acc);
-    if constexpr (P::OVERLAP) {  // stage 0 before the loop; stage j + 1 during stage j's products
-        load_stage(0);
-        cp_async_commit();
-        wait_slab(0);
-        __syncthreads();  // the weights and slab 0 landed for all
-        convert_stage(0, scale);
-        fence_proxy_async();  // the FP16 slab and the weights, to wgmma's async proxy
-        __syncthreads();
-        if (1 < stage_count) {
-            load_stage(1);
-        }
-        cp_async_commit();
-    } else {
 #pragma unroll
-        for (u32 j = 0; j < TILE_AHEAD; ++j) {
-            if (j < stage_count) {
-                load_stage(j);
-            }
-            cp_async_commit();
+    for (u32 j = 0; j < TILE_AHEAD; ++j) {
+        if (j < stage_count) {
+            load_stage(j);
         }
+        cp_async_commit();
     }
     const u32 rows = items * S::POS;
 #pragma unroll 1
     for (u32 j = 0; j < stage_count; ++j) {
         const u32 cb = j % S::CBLOCKS;
-        if constexpr (!P::OVERLAP) {
-            if constexpr (!SPLIT) {
-                wgmma_wait<1>();  // this group's products of stage j - 2 have read their slab
-            }
-            if (tma) {
-                mbarrier_wait(full + j % P::SLOTS * 8, j / P::SLOTS & 1);
-                cp_async_wait<0>();  // the weights' copies (the block's only cp.async)
-            } else {
-                cp_async_wait<TILE_AHEAD - 1>();
-            }
-            __syncthreads();  // slab j landed; its FP16 set and slot (j - 1) % SLOTS are free
-            if (j + TILE_AHEAD < stage_count) {
-                load_stage(j + TILE_AHEAD);
-            }
-            cp_async_commit();
-            convert_stage(j, scale);
-            fence_proxy_async();  // the FP16 slab and the weights, to wgmma's async proxy
-            __syncthreads();
+        if constexpr (!SPLIT) {
+            wgmma_wait<1>();  // this group's products of stage j - 2 have read their FP16 slab
         }
+        if (tma) {
+            mbarrier_wait(full + j % P::SLOTS * 8, j / P::SLOTS & 1);
+            cp_async_wait<0>();  // the weights' copies (the block's only cp.async)
+        } else {
+            cp_async_wait<TILE_AHEAD - 1>();
+        }
+        __syncthreads();  // slab j landed; its FP16 set and slot (j - 1) % SLOTS are free
+        if (j + TILE_AHEAD < stage_count) {
+            load_stage(j + TILE_AHEAD);
+        }
+        cp_async_commit();
+        convert_stage(j, scale);
+        fence_proxy_async();  // the FP16 slab and the weights, to wgmma's async proxy
+        __syncthreads();
         const u32 row0 = warp % 4 * 16;
         // the residual, read while the tile's last products run: in a SPLIT stage, which
         // waits for its products, before them; else after they are issued
@@ -376,40 +320,11 @@ __device__ __forceinline__ void trunk_conv_tiles(const float* __restrict__ x, u6
         }
         // the group's output row mi, tap (dy, dx): slab row group * TILE_ROWS + mi + dy
         // from frame dx on, 64 consecutive 16-byte rows of each plane
-        const saddr slab = set_of(j) + (group * TILE_ROWS * P::SLAB_PIXELS) * 16;
-        if constexpr (P::OVERLAP) {
-            // stage j + 1's conversion in PARTS parts, one every PART_STEP rounds, the
-            // last in the stage's last round: its slab (loaded when stage j began) has
-            // the rounds before the first to land
-            constexpr u32 ROUNDS = TILE_ROWS * 9 / FRESH_TAPS, PART_STEP = ROUNDS / PARTS;
-            constexpr u32 FIRST = ROUNDS - 1 - PART_STEP * (PARTS - 1);
-            static_assert(PART_STEP >= 1, "a part at most every round");
-            const bool next = j + 1 < stage_count;
-            float next_scale = 0.0f;
-            if (next) {
-                u32 item, h0, v0;
-                tile_at(tile0 + (j + 1) / S::CBLOCKS, item, h0, v0);
-                next_scale = chunk_scale(item);
-            }
-            tile_products<S, P, SPLIT>(acc, slab, weights, cb, [&](u32 n) {
-                if (next && n >= FIRST && (n - FIRST) % PART_STEP == 0) {
-                    if (n == FIRST) {
-                        wait_slab(j + 1);
-                    }
-                    convert_part(j + 1, next_scale, (n - FIRST) / PART_STEP);
-                }
-            });
-            fence_proxy_async();  // stage j + 1's FP16 slab, to wgmma's async proxy
-            __syncthreads();  // converted by all; the slot and stage j's set are free
-            if (j + 2 < stage_count) {
-                load_stage(j + 2);
-            }
-            cp_async_commit();
-        } else {
-            tile_products<S, P, SPLIT>(acc, slab, weights, cb, [](u32) {});
-            if (!SPLIT && cb == S::CBLOCKS - 1) {
-                hold_residual();
-            }
+        const saddr slab = half + j % P::HALF_SETS * P::SET_BYTES +
+                           (group * TILE_ROWS * P::SLAB_PIXELS) * 16;
+        tile_products<S, P, SPLIT>(acc, slab, weights, cb);
+        if (!SPLIT && cb == S::CBLOCKS - 1) {
+            hold_residual();
         }
         if (cb == S::CBLOCKS - 1) {
             wgmma_wait<0>();
