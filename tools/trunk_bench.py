@@ -185,7 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     print(report)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
-        stem = "h200-trunk" if "H200" in device else "trunk"
+        from pyspk.testing.benchmark import device_slug
+
+        stem = f"{device_slug(device)}-trunk"
         (args.out / f"{stem}.md").write_text(report)
         (args.out / f"{stem}.json").write_text(
             json.dumps({"device": device, "arms": results}, indent=2) + "\n"
