@@ -71,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     from pyspk.candidate.trunk import TRUNK_BATCH, trunk_macs
     from pyspk.cuda import CudaMath, CudaRuntime, KernelModule, PtxTier
     from pyspk.testing import graph_replay_ms, torch_graph
+    from pyspk.testing.benchmark import device_slug
     from pyspk.torch import library_math
     from pyspk.torch.resnet import PlannedTrunk, trunk_weights
 
@@ -185,8 +186,6 @@ def main(argv: list[str] | None = None) -> int:
     print(report)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
-        from pyspk.testing.benchmark import device_slug
-
         stem = f"{device_slug(device)}-trunk"
         (args.out / f"{stem}.md").write_text(report)
         (args.out / f"{stem}.json").write_text(
