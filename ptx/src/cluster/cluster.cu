@@ -21,15 +21,20 @@
 
 #include "common.cuh"
 
-// One block of this many threads runs the merges: the per-merge update is one pass over
-// the clusters, this many at a time.
+// One block of this many threads runs the merges. Warp 0 keeps the heap; the other
+// warps update the distances (the pass) meanwhile, PASS_THREADS clusters at a time.
 constexpr u32 LINKAGE_THREADS = 1024;
 constexpr u32 LINKAGE_WARPS = LINKAGE_THREADS / 32;
-// The most points it takes: its flags of lowered bounds hold one bit a cluster, and its
-// distances (8 bytes a pair, 17.2 GB at this count) must fit the device.
+constexpr u32 PASS_WARPS = LINKAGE_WARPS - 1;
+constexpr u32 PASS_THREADS = PASS_WARPS * 32;
+// The most points it takes: cluster ids fit the 16-bit live lists, and its distances (8
+// bytes a pair, 17.2 GB at this count) must fit the device.
 constexpr u32 LINKAGE_MAX_POINTS = 65536;
-constexpr u32 LINKAGE_FLAG_WORDS = LINKAGE_MAX_POINTS / 32;
-static_assert(LINKAGE_MAX_POINTS % LINKAGE_THREADS == 0, "whole passes of flag words");
+// Ballot words: of lowered bounds, one bit a live-list slot (a pass's warps in turn), and
+// of a compaction's live clusters (LINKAGE_THREADS slots a round).
+constexpr u32 LINKAGE_FLAG_WORDS =
+    (LINKAGE_MAX_POINTS + PASS_THREADS - 1) / PASS_THREADS * PASS_WARPS;
+static_assert(LINKAGE_MAX_POINTS / 32 <= LINKAGE_FLAG_WORDS, "a compaction's words fit");
 // The first scan: one warp per cluster, this many clusters per block.
 constexpr u32 NEIGHBOUR_THREADS = 256;
 constexpr u32 NEIGHBOUR_ROWS = 8;
@@ -56,9 +61,12 @@ namespace linkage {
 
 // The state arrays, n entries each: the heap's values (scipy's Heap.values), the lower
 // bound of each cluster's nearest distance (min_dist), then the heap's key and index
-// maps, cluster sizes, nearest-neighbour candidates and cluster ids. 36 bytes a cluster,
-// in dynamic shared memory where it fits, else in the global workspace.
-constexpr u32 STATE_BYTES_PER_CLUSTER = 36;
+// maps, cluster sizes, nearest-neighbour candidates and cluster ids, then two live lists
+// (the clusters not yet merged away, ascending, one current and one a compaction writes).
+// 40 bytes a cluster, in dynamic shared memory where it fits, else in the global
+// workspace.
+constexpr u32 STATE_BYTES_PER_CLUSTER = 40;
+typedef unsigned short u16;
 
 struct State {
     double* heap_value;
@@ -68,6 +76,7 @@ struct State {
     u32* size;
     u32* neighbour;
     u32* id;
+    u16* lists;  // live list c at lists + c * n
 
     __device__ State(void* base, u32 n) {
         heap_value = static_cast<double*>(base);
@@ -77,6 +86,7 @@ struct State {
         size = index_of + n;
         neighbour = size + n;
         id = neighbour + n;
+        lists = reinterpret_cast<u16*>(id + n);
     }
 };
 
@@ -92,23 +102,36 @@ __device__ __forceinline__ u64 row_origin(u64 n, u64 row) {
 }
 
 // The distance from a new cluster (x merged into y, nx and ny points) to cluster i, from
-// d(x, i), d(y, i) and d(x, y).
-__device__ __forceinline__ double merged_distance(u32 method, double d_xi, double d_yi,
-                                                  double d_xy, u32 nx, u32 ny) {
-    if (method == METHOD_MEDIAN) {
-        double sum = __dadd_rn(__dmul_rn(d_xi, d_xi), __dmul_rn(d_yi, d_yi));
-        return __dsqrt_rn(__dsub_rn(__dmul_rn(0.5, sum), __dmul_rn(__dmul_rn(0.25, d_xy), d_xy)));
+// d(x, i) and d(y, i): scipy's expression, its terms in d(x, y) alone formed once a merge
+// (the same operations on the same values as scipy's per-cluster call).
+struct MergedDistance {
+    u32 method;
+    int nx;  // the sizes as scipy's C ints
+    int ny;
+    double total;   // nx + ny
+    double shared;  // centroid: nx ny d(x, y)^2 / (nx + ny); median: d(x, y)^2 / 4
+
+    __device__ MergedDistance(u32 method_, double d_xy, u32 nx_, u32 ny_)
+        : method(method_), nx(static_cast<int>(nx_)), ny(static_cast<int>(ny_)) {
+        total = static_cast<double>(nx + ny);
+        if (method == METHOD_MEDIAN) {
+            shared = __dmul_rn(__dmul_rn(0.25, d_xy), d_xy);
+        } else {  // size_x * size_y is an int product in scipy, then a double
+            shared = __ddiv_rn(__dmul_rn(__dmul_rn(static_cast<double>(nx * ny), d_xy), d_xy),
+                               total);
+        }
     }
-    // sizes are C ints in scipy: size_x * size_y is an int product, then a double
-    const double fx = static_cast<double>(static_cast<int>(nx));
-    const double fy = static_cast<double>(static_cast<int>(ny));
-    const double fxy = static_cast<double>(static_cast<int>(nx) * static_cast<int>(ny));
-    const double total = static_cast<double>(static_cast<int>(nx + ny));
-    const double kept = __dadd_rn(__dmul_rn(__dmul_rn(fx, d_xi), d_xi),
-                                  __dmul_rn(__dmul_rn(fy, d_yi), d_yi));
-    const double shared = __ddiv_rn(__dmul_rn(__dmul_rn(fxy, d_xy), d_xy), total);
-    return __dsqrt_rn(__ddiv_rn(__dsub_rn(kept, shared), total));
-}
+    __device__ __forceinline__ double operator()(double d_xi, double d_yi) const {
+        if (method == METHOD_MEDIAN) {
+            const double sum = __dadd_rn(__dmul_rn(d_xi, d_xi), __dmul_rn(d_yi, d_yi));
+            return __dsqrt_rn(__dsub_rn(__dmul_rn(0.5, sum), shared));
+        }
+        const double kept =
+            __dadd_rn(__dmul_rn(__dmul_rn(static_cast<double>(nx), d_xi), d_xi),
+                      __dmul_rn(__dmul_rn(static_cast<double>(ny), d_yi), d_yi));
+        return __dsqrt_rn(__ddiv_rn(__dsub_rn(kept, shared), total));
+    }
+};
 
 // A nearest-neighbour candidate; `better` is scipy's scan order made associative: the
 // smaller distance, the lower index among equals, NaN never.
@@ -201,16 +224,19 @@ struct Broadcast {
     u32 nx;
     u32 ny;
     double distance;
+    u32 slots;  // the live list's length after a compaction
     Nearest warp_best[LINKAGE_WARPS];
 };
 
 // Cluster `row`'s nearest live cluster of a higher index (scipy's find_min_dist), over
-// the whole block: each warp's candidate lands in warp_best.
-__device__ void scan_row(const double* d, const State& s, u32 n, u32 row, Broadcast& b) {
+// the whole block and the live list's `slots`: each warp's candidate lands in warp_best.
+__device__ void scan_row(const double* d, const State& s, const u16* live, u32 slots, u32 n,
+                         u32 row, Broadcast& b) {
     Nearest best = nearest_none();
     const u64 start = row_origin(n, row);
-    for (u32 i = row + 1 + threadIdx.x; i < n; i += LINKAGE_THREADS) {
-        if (s.size[i] != 0) {
+    for (u32 slot = threadIdx.x; slot < slots; slot += LINKAGE_THREADS) {
+        const u32 i = live[slot];
+        if (i > row && s.size[i] != 0) {
             best = better(best, {d[start + i], i});
         }
     }
@@ -223,6 +249,52 @@ __device__ void scan_row(const double* d, const State& s, u32 n, u32 row, Broadc
 // Warp 0: the block's candidate from warp_best (all lanes get it).
 __device__ __forceinline__ Nearest block_nearest(const Broadcast& b) {
     return warp_nearest(b.warp_best[threadIdx.x & 31]);
+}
+
+// The whole block: the clusters of `from`'s `slots` still alive copied to `to` in the
+// same (ascending) order; returns their count. `counts` holds a word per 32 slots: the
+// flags of lowered bounds, which warp 0 may still be reading when the block arrives.
+__device__ u32 compact(const State& s, const u16* from, u16* to, u32 slots, u32* counts,
+                       Broadcast& b) {
+    __syncthreads();
+    const u32 t = threadIdx.x;
+    const u32 lane = t & 31;
+    const u32 rounds = (slots + LINKAGE_THREADS - 1) / LINKAGE_THREADS;
+    for (u32 round = 0; round < rounds; ++round) {
+        const u32 slot = round * LINKAGE_THREADS + t;
+        const u32 alive = __ballot_sync(0xffffffffu, slot < slots && s.size[from[slot]] != 0);
+        if (lane == 0) {
+            counts[slot >> 5] = __popc(alive);
+        }
+    }
+    __syncthreads();
+    if (t < 32) {  // the words' counts into their first slots' places in `to`
+        u32 carry = 0;
+        for (u32 word = 0; word < rounds * LINKAGE_WARPS; word += 32) {
+            const u32 count = counts[word + lane];
+            u32 sum = count;
+            for (u32 offset = 1; offset < 32; offset <<= 1) {
+                const u32 below = __shfl_up_sync(0xffffffffu, sum, offset);
+                sum += lane >= offset ? below : 0;
+            }
+            counts[word + lane] = carry + sum - count;
+            carry += __shfl_sync(0xffffffffu, sum, 31);
+        }
+        if (t == 0) {
+            b.slots = carry;
+        }
+    }
+    __syncthreads();
+    for (u32 round = 0; round < rounds; ++round) {
+        const u32 slot = round * LINKAGE_THREADS + t;
+        const bool mine = slot < slots && s.size[from[slot]] != 0;
+        const u32 alive = __ballot_sync(0xffffffffu, mine);
+        if (mine) {
+            to[counts[slot >> 5] + __popc(alive & ((1u << lane) - 1))] = from[slot];
+        }
+    }
+    __syncthreads();
+    return b.slots;
 }
 
 }  // namespace linkage
@@ -272,7 +344,7 @@ spk_linkage_merge(double* d, u64 d_len, u32* work, u64 work_len, double* __restr
                   u32 in_shared) {
     extern __shared__ double dynamic[];
     __shared__ Broadcast b;
-    __shared__ u32 flagged[LINKAGE_FLAG_WORDS];  // ballots of lowered bounds, by 32 clusters
+    __shared__ u32 flagged[LINKAGE_FLAG_WORDS];  // ballots: lowered bounds, live clusters
     const u64 pairs = static_cast<u64>(n) * (n - 1) / 2;
     const u64 state_words = static_cast<u64>(n) * STATE_BYTES_PER_CLUSTER / 4;
     u32 shared_bytes;
@@ -286,6 +358,7 @@ spk_linkage_merge(double* d, u64 d_len, u32* work, u64 work_len, double* __restr
     }
     const u32 t = threadIdx.x;
     const u32 lane = t & 31;
+    const u32 warp = t >> 5;
     const State global_state(work, n);
     const State s(in_shared ? static_cast<void*>(dynamic) : static_cast<void*>(work), n);
     for (u32 i = t; i < n; i += LINKAGE_THREADS) {
@@ -298,6 +371,7 @@ spk_linkage_merge(double* d, u64 d_len, u32* work, u64 work_len, double* __restr
         s.index_of[i] = i;
         s.size[i] = 1;
         s.id[i] = i;
+        s.lists[i] = static_cast<u16>(i);
     }
     __syncthreads();
     Heap heap{s, n - 1};  // used by thread 0 only
@@ -307,8 +381,18 @@ spk_linkage_merge(double* d, u64 d_len, u32* work, u64 work_len, double* __restr
             heap.sift_down(i);
         }
     }
-    const u32 passes = (n + LINKAGE_THREADS - 1) / LINKAGE_THREADS;
+    // The passes run over the live list: ascending, so its slots keep scipy's order of
+    // clusters, and compacted into the other list once a quarter of it has merged away
+    // (every thread keeps the same `slots` and `current`: the list at lists + current).
+    u32 slots = n;
+    u32 current = 0;
     for (u32 k = 0; k < n - 1; ++k) {
+        if (4 * (slots - (n - k)) > slots) {
+            const u32 other = current == 0 ? n : 0;
+            slots = compact(s, s.lists + current, s.lists + other, slots, flagged, b);
+            current = other;
+        }
+        const u16* live = s.lists + current;
         // the closest pair: the heap's top once its bound is exact
         for (u32 tries = 0;; ++tries) {
             if (t == 0) {
@@ -319,7 +403,6 @@ spk_linkage_merge(double* d, u64 d_len, u32* work, u64 work_len, double* __restr
                 if (stop | tries == n - k) {
                     b.command = STOP;
                 } else if (distance == d[pair_index(n, x, y)]) {
-                    heap.remove_min();
                     const u32 nx = s.size[x];
                     const u32 ny = s.size[y];
                     const u32 id_x = s.id[x];
@@ -353,7 +436,7 @@ spk_linkage_merge(double* d, u64 d_len, u32* work, u64 work_len, double* __restr
                 break;
             }
             const u32 x = b.x;
-            scan_row(d, s, n, x, b);
+            scan_row(d, s, live, slots, n, x, b);
             __syncthreads();
             if (t < 32) {
                 const Nearest best = block_nearest(b);
@@ -365,49 +448,59 @@ spk_linkage_merge(double* d, u64 d_len, u32* work, u64 work_len, double* __restr
                 }
             }
         }
-        // the merged cluster's distances, the candidates that pointed at x, the bounds it
-        // lowers (flagged for the heap), and its own nearest cluster above it
+        // Warp 0 takes x off the heap while the other warps update the merged cluster's
+        // distances, the candidates that pointed at x, the bounds it lowers (flagged for
+        // the heap) and its own nearest cluster above it: the heap's arrays are not theirs.
         const u32 x = b.x;
         const u32 y = b.y;
-        const u32 nx = b.nx;
-        const u32 ny = b.ny;
-        const double d_xy = b.distance;
-        Nearest best = nearest_none();
-        for (u32 pass = 0; pass < passes; ++pass) {
-            const u32 i = pass * LINKAGE_THREADS + t;
-            bool lowered = false;
-            if (i < n && i != y && s.size[i] != 0) {
-                const u64 at_y = i < y ? pair_index(n, i, y) : pair_index(n, y, i);
-                const u64 at_x = i < x ? pair_index(n, i, x) : pair_index(n, x, i);
-                const double merged = merged_distance(method, d[at_x], d[at_y], d_xy, nx, ny);
-                d[at_y] = merged;
-                if (i < x && s.neighbour[i] == x) {
-                    s.neighbour[i] = y;
+        const u32 passes = (slots + PASS_THREADS - 1) / PASS_THREADS;
+        if (warp == 0) {
+            if (t == 0) {
+                heap.remove_min();
+                b.warp_best[0] = nearest_none();
+            }
+        } else {
+            const MergedDistance merged_distance(method, b.distance, b.nx, b.ny);
+            Nearest best = nearest_none();
+            for (u32 pass = 0; pass < passes; ++pass) {
+                const u32 slot = pass * PASS_THREADS + t - 32;
+                const u32 i = slot < slots ? live[slot] : y;
+                bool lowered = false;
+                if (i != y && s.size[i] != 0) {
+                    const u64 at_y = i < y ? pair_index(n, i, y) : pair_index(n, y, i);
+                    const u64 at_x = i < x ? pair_index(n, i, x) : pair_index(n, x, i);
+                    const double merged = merged_distance(d[at_x], d[at_y]);
+                    d[at_y] = merged;
+                    if (i < x && s.neighbour[i] == x) {
+                        s.neighbour[i] = y;
+                    }
+                    if (i < y && merged < s.bound[i]) {
+                        s.neighbour[i] = y;
+                        s.bound[i] = merged;
+                        lowered = true;
+                    }
+                    if (i > y) {
+                        best = better(best, {merged, i});
+                    }
                 }
-                if (i < y && merged < s.bound[i]) {
-                    s.neighbour[i] = y;
-                    s.bound[i] = merged;
-                    lowered = true;
-                }
-                if (i > y) {
-                    best = better(best, {merged, i});
+                // a slot's bit at slot % 32 of word slot / 32 (a pass's warps in turn)
+                const u32 ballot = __ballot_sync(0xffffffffu, lowered);
+                if (lane == 0) {
+                    flagged[slot >> 5] = ballot;
                 }
             }
-            const u32 ballot = __ballot_sync(0xffffffffu, lowered);
+            best = warp_nearest(best);
             if (lane == 0) {
-                flagged[pass * LINKAGE_WARPS + (t >> 5)] = ballot;
+                b.warp_best[warp] = best;
             }
-        }
-        best = warp_nearest(best);
-        if (lane == 0) {
-            b.warp_best[t >> 5] = best;
         }
         __syncthreads();
         if (t < 32) {
             // the lowered bounds into the heap in scipy's order (ascending cluster), then
             // y's nearest cluster
-            for (u32 group = 0; group < passes * LINKAGE_WARPS; group += 32) {
-                const u32 mine = flagged[group + lane];
+            const u32 words = passes * PASS_WARPS;
+            for (u32 group = 0; group < words; group += 32) {
+                const u32 mine = group + lane < words ? flagged[group + lane] : 0;
                 u32 groups = __ballot_sync(0xffffffffu, mine != 0);
                 while (groups != 0) {
                     const u32 g = __ffs(groups) - 1;
@@ -415,7 +508,7 @@ spk_linkage_merge(double* d, u64 d_len, u32* work, u64 work_len, double* __restr
                     u32 bits = __shfl_sync(0xffffffffu, mine, g);
                     if (t == 0) {
                         for (; bits != 0; bits &= bits - 1) {
-                            const u32 i = (group + g) * 32 + __ffs(bits) - 1;
+                            const u32 i = live[(group + g) * 32 + __ffs(bits) - 1];
                             heap.change(i, s.bound[i]);
                         }
                     }

@@ -39,15 +39,16 @@ __all__ = [
 CONTEXT = "cluster plan"
 # the merge kernel's methods, by scipy's name
 METHODS = {"centroid": 0, "median": 1}
-# spk_linkage_merge's block, and the most points it takes (its shared flags of lowered
-# bounds: one bit a cluster, 64 passes of 1024)
+# spk_linkage_merge's block, and the most points it takes (cluster ids fit its 16-bit live
+# lists)
 LINKAGE_THREADS = 1024
 MAX_POINTS = 65536
 # spk_linkage_neighbours: one warp per point, 8 a block
 NEIGHBOUR_THREADS = 256
 NEIGHBOUR_ROWS = 8
-# the kernel's state per cluster: heap value, bound (doubles) and five 32-bit words
-STATE_BYTES_PER_CLUSTER = 36
+# the kernel's state per cluster: heap value, bound (doubles), five 32-bit words and two
+# 16-bit live-list entries
+STATE_BYTES_PER_CLUSTER = 40
 # spk_pdist_euclidean: one block per PDIST_TILE x PDIST_TILE pairs, one thread a pair
 PDIST_TILE = 16
 PDIST_THREADS = PDIST_TILE * PDIST_TILE
@@ -271,7 +272,8 @@ class DeviceLinkage:
             raise InvalidArgument(
                 f"{CONTEXT}: takes (n, dims) points, 2 <= n <= {MAX_POINTS}, not {rows.shape}"
             )
-        if not np.all(np.abs(rows) < FINITE_COORDINATE):  # NaN fails it too
+        # two reductions and no temporary array; NaN fails both comparisons
+        if not (rows.min() > -FINITE_COORDINATE and rows.max() < FINITE_COORDINATE):
             return None
         n, dims = rows.shape
         with self._lock:
