@@ -374,9 +374,11 @@ def _binary_cluster_sums(
     # a chunk's runs of one cluster (from two of its speakers) merged where they
     # overlap: ordered by (chunk, cluster) and start, a run starts a union unless it
     # starts before the furthest end so far of its group (group-keyed, so that no end
-    # reaches into the next group)
+    # reaches into the next group). One key, group * (span + 1) + start, sorted stably:
+    # the runs come in ascending stretches, which the stable sort merges (a tenth of a
+    # lexsort's time on an hour's 155,000 runs)
     group = runs.chunk[kept] * num_clusters + cluster[kept]
-    order = np.lexsort((runs.first[kept], group))
+    order = np.argsort(group * (span + 1) + runs.first[kept], kind="stable")
     group, first, end = group[order], runs.first[kept][order], runs.end[kept][order]
     keyed_end = group * (span + 1) + end
     reach = np.maximum.accumulate(keyed_end)

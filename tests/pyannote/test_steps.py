@@ -355,3 +355,27 @@ def test_annotation_of_is_the_inserts():
     assert all(got.label_timeline(x) == expected.label_timeline(x) for x in expected.labels())
     assert got.get_timeline() == expected.get_timeline()
     assert got.support(collar=0.3) == expected.support(collar=0.3)
+
+
+def test_rename_in_place_is_rename_labels():
+    """A mapping of some labels (others unmapped, one to a label already present): the
+    same tracks, labels, timelines and update flags (their order too) as
+    `rename_labels(copy=False)`, before and after the labels are built."""
+    from pyannote.core import Segment
+
+    rng = np.random.default_rng(10)
+    tracks = []
+    for _ in range(2000):
+        start = float(rng.integers(0, 400)) / 4
+        length = float(rng.integers(1, 8)) / 4
+        tracks.append(
+            (Segment(start, start + length), f"t{rng.integers(0, 3)}", int(rng.integers(0, 5)))
+        )
+    mapping = {0: "SPEAKER_00", 3: "SPEAKER_01", 1: 4}
+    expected = _annotation.annotation_of(tracks).rename_labels(mapping=mapping, copy=False)
+    got = _annotation.rename_in_place(_annotation.annotation_of(tracks), mapping)
+    assert list(got.itertracks(yield_label=True)) == list(expected.itertracks(yield_label=True))
+    assert list(got._labelNeedsUpdate.items()) == list(expected._labelNeedsUpdate.items())
+    assert got.labels() == expected.labels()
+    assert all(got.label_timeline(x) == expected.label_timeline(x) for x in expected.labels())
+    assert list(got._labelNeedsUpdate.items()) == list(expected._labelNeedsUpdate.items())
