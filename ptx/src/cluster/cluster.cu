@@ -55,6 +55,12 @@ constexpr u32 METHOD_CENTROID = 0;
 constexpr u32 METHOD_MEDIAN = 1;
 static_assert(METHOD_CENTROID + 1 == METHOD_MEDIAN, "the entry refuses method > METHOD_MEDIAN");
 constexpr u32 NO_CLUSTER = 0xffffffffu;
+// The top bit of a cluster's id word (ids stay below 2^17): set while its bound equals its
+// distance to its candidate, d(c, neighbour[c]), which is scipy's test of the heap's top.
+// A merge changes that distance only for the clusters whose candidate is the merged one,
+// and the passes set the bit of those again; so the test reads no distance.
+constexpr u32 BOUND_EXACT = 1u << 31;
+static_assert(2 * LINKAGE_MAX_POINTS <= BOUND_EXACT, "ids below the flag");
 
 namespace spk {
 namespace linkage {
@@ -159,58 +165,70 @@ __device__ __forceinline__ Nearest warp_nearest(Nearest mine) {
     return mine;
 }
 
-// scipy's Heap, run by one thread.
+// scipy's Heap, run by one thread. A sift carries its element along the path and writes
+// it once where it stops, where scipy swaps it with each parent or child it passes: the
+// same comparisons, so the same arrangement, with the element's value in a register
+// rather than read back after every swap.
 struct Heap {
     State s;
     u32 count;
 
-    __device__ void swap(u32 i, u32 j) {
-        const double value = s.heap_value[i];
-        s.heap_value[i] = s.heap_value[j];
-        s.heap_value[j] = value;
-        const u32 key_i = s.key_at[i];
-        const u32 key_j = s.key_at[j];
-        s.key_at[i] = key_j;
-        s.key_at[j] = key_i;
-        s.index_of[key_i] = j;
-        s.index_of[key_j] = i;
+    __device__ __forceinline__ void place(u32 index, double value, u32 key) {
+        s.heap_value[index] = value;
+        s.key_at[index] = key;
+        s.index_of[key] = index;
     }
-    __device__ void sift_up(u32 index) {
+    // The element (value, key), whose slot is `index`, toward the root.
+    __device__ void sift_up(u32 index, double value, u32 key) {
         while (index > 0) {
             const u32 parent = (index - 1) >> 1;
-            if (!(s.heap_value[parent] > s.heap_value[index])) {
+            const double above = s.heap_value[parent];
+            if (!(above > value)) {
                 break;
             }
-            swap(index, parent);
+            place(index, above, s.key_at[parent]);
             index = parent;
         }
+        place(index, value, key);
     }
-    __device__ void sift_down(u32 index) {
+    // The element (value, key), whose slot is `index`, toward the leaves.
+    __device__ void sift_down(u32 index, double value, u32 key) {
         for (u32 child = 2 * index + 1; child < count; child = 2 * index + 1) {
-            if (child + 1 < count && s.heap_value[child + 1] < s.heap_value[child]) {
-                ++child;
+            double below = s.heap_value[child];
+            if (child + 1 < count) {
+                const double right = s.heap_value[child + 1];
+                if (right < below) {
+                    ++child;
+                    below = right;
+                }
             }
-            if (!(s.heap_value[index] > s.heap_value[child])) {
+            if (!(value > below)) {
                 break;
             }
-            swap(index, child);
+            place(index, below, s.key_at[child]);
             index = child;
         }
+        place(index, value, key);
+    }
+    __device__ void sift_down(u32 index) {
+        sift_down(index, s.heap_value[index], s.key_at[index]);
     }
     __device__ void change(u32 key, double value) {
         const u32 index = s.index_of[key];
-        const double old = s.heap_value[index];
-        s.heap_value[index] = value;
-        if (value < old) {
-            sift_up(index);
+        if (value < s.heap_value[index]) {
+            sift_up(index, value, key);
         } else {
-            sift_down(index);
+            sift_down(index, value, key);
         }
     }
+    // scipy's: the top swapped with the last element, the heap one shorter, the new top
+    // sifted down.
     __device__ void remove_min() {
-        swap(0, count - 1);
-        --count;
-        sift_down(0);
+        const u32 last = --count;
+        const double value = s.heap_value[last];
+        const u32 key = s.key_at[last];
+        place(last, s.heap_value[0], s.key_at[0]);
+        sift_down(0, value, key);
     }
 };
 
@@ -370,7 +388,7 @@ spk_linkage_merge(double* d, u64 d_len, u32* work, u64 work_len, double* __restr
         s.key_at[i] = i;
         s.index_of[i] = i;
         s.size[i] = 1;
-        s.id[i] = i;
+        s.id[i] = i | BOUND_EXACT;  // the bounds are the first scan's distances
         s.lists[i] = static_cast<u16>(i);
     }
     __syncthreads();
@@ -399,22 +417,22 @@ spk_linkage_merge(double* d, u64 d_len, u32* work, u64 work_len, double* __restr
                 const u32 x = s.key_at[0];
                 const double distance = s.heap_value[0];
                 const u32 y = s.neighbour[x];
+                const u32 id_x = s.id[x];
                 b.x = x;
                 if (stop | tries == n - k) {
                     b.command = STOP;
-                } else if (distance == d[pair_index(n, x, y)]) {
+                } else if (id_x & BOUND_EXACT) {  // distance == d(x, y)
                     const u32 nx = s.size[x];
                     const u32 ny = s.size[y];
-                    const u32 id_x = s.id[x];
-                    const u32 id_y = s.id[y];
+                    const u32 id_y = s.id[y] & ~BOUND_EXACT;
                     double* row = z + 4ull * k;
-                    row[0] = static_cast<double>(min(id_x, id_y));
-                    row[1] = static_cast<double>(max(id_x, id_y));
+                    row[0] = static_cast<double>(min(id_x & ~BOUND_EXACT, id_y));
+                    row[1] = static_cast<double>(max(id_x & ~BOUND_EXACT, id_y));
                     row[2] = distance;
                     row[3] = static_cast<double>(nx + ny);
                     s.size[x] = 0;
                     s.size[y] = nx + ny;
-                    s.id[y] = n + k;
+                    s.id[y] = n + k;  // its bound is found after the passes
                     b.command = MERGE;
                     b.y = y;
                     b.nx = nx;
@@ -444,6 +462,7 @@ spk_linkage_merge(double* d, u64 d_len, u32* work, u64 work_len, double* __restr
                     stop = best.index == NO_CLUSTER;
                     s.neighbour[x] = best.index;
                     s.bound[x] = best.distance;
+                    s.id[x] |= BOUND_EXACT;
                     heap.change(x, best.distance);
                 }
             }
@@ -482,6 +501,10 @@ spk_linkage_merge(double* d, u64 d_len, u32* work, u64 work_len, double* __restr
                     if (i > y) {
                         best = better(best, {merged, i});
                     }
+                    if (s.neighbour[i] == y) {  // d(i, y) is new
+                        const u32 id = s.id[i] & ~BOUND_EXACT;
+                        s.id[i] = s.bound[i] == merged ? id | BOUND_EXACT : id;
+                    }
                 }
                 // a slot's bit at slot % 32 of word slot / 32 (a pass's warps in turn)
                 const u32 ballot = __ballot_sync(0xffffffffu, lowered);
@@ -519,6 +542,7 @@ spk_linkage_merge(double* d, u64 d_len, u32* work, u64 work_len, double* __restr
                 stop = nearest.index == NO_CLUSTER;
                 s.neighbour[y] = nearest.index;
                 s.bound[y] = nearest.distance;
+                s.id[y] |= BOUND_EXACT;
                 heap.change(y, nearest.distance);
             }
         }
