@@ -101,6 +101,32 @@ def test_a_device_without_room_for_the_distances_leaves_the_work_to_scipy(torch,
     assert np.array_equal(got, scipy.linkage(distances, "centroid"))
 
 
+def test_a_point_without_a_finite_distance_stops_the_plan(torch) -> None:
+    """Distances the wrappers refuse, given to the plan itself: point 0's are NaN, so it
+    has no candidate. The kernel merges 1 and 2, finds none for 0 when it comes to the
+    heap's top and stops (scipy refuses such distances) without a merge past the
+    first."""
+    from pyspk.candidate.cluster import plan_linkage
+    from pyspk.candidate.cluster.plan import LINKAGE_STOPPED, LINKAGE_UNRUN
+    from pyspk.torch import shared_runtime
+
+    d = torch.tensor([float("nan"), float("nan"), 1.0], dtype=torch.float64, device="cuda")
+    z = torch.full((2, 4), -1.0, dtype=torch.float64, device="cuda")
+    status = torch.full((1,), LINKAGE_UNRUN, dtype=torch.int32, device="cuda")
+    with plan_linkage(shared_runtime(0), 3) as plan:
+        plan.enqueue(
+            d,
+            z,
+            status,
+            count=3,
+            method="centroid",
+            stream=torch.cuda.current_stream().cuda_stream,
+        )
+        torch.cuda.synchronize()
+    assert int(status.item()) == LINKAGE_STOPPED
+    assert z.cpu().numpy().tolist() == [[1.0, 2.0, 1.0, 2.0], [-1.0, -1.0, -1.0, -1.0]]
+
+
 def test_nan_distances_leave_the_work_to_scipy(scipy) -> None:
     """Distances that no points have (uniform noise) send the centroid formula below
     zero, and its square root to NaN: the kernel either follows scipy to the same matrix
@@ -176,7 +202,8 @@ def test_a_device_linkage_on_its_own_runtime_grows_and_stays_scipys(scipy) -> No
 
 def test_more_points_than_the_block_has_flag_words_for_in_one_pass(scipy) -> None:
     """33,000 points (a 9-hour file's embeddings): the merges' flags of lowered bounds
-    take 33 passes, past the 32 that the kernel's flag words held before, and the state and
+    take 34 passes of 992 clusters at first, past the 32 passes of 1024 that the kernel's
+    flag words once held, and the state and
     the 4.6 GB of
     distances stay in global memory. Four clusters, as a few speakers' embeddings."""
     from pyspk.candidate.cluster import MAX_POINTS, DeviceLinkage

@@ -30,8 +30,8 @@ constexpr u32 PASS_THREADS = PASS_WARPS * 32;
 // The most points it takes: cluster ids fit the 16-bit live lists, and its distances (8
 // bytes a pair, 17.2 GB at this count) must fit the device.
 constexpr u32 LINKAGE_MAX_POINTS = 65536;
-// Ballot words: of lowered bounds, one bit a live-list slot (a pass's warps in turn), and
-// of a compaction's live clusters (LINKAGE_THREADS slots a round).
+// Shared words: a pass's ballots of lowered bounds, one bit a live-list slot (the pass's
+// warps in turn), or a compaction's counts of live clusters, one word per 32 slots.
 constexpr u32 LINKAGE_FLAG_WORDS =
     (LINKAGE_MAX_POINTS + PASS_THREADS - 1) / PASS_THREADS * PASS_WARPS;
 static_assert(LINKAGE_MAX_POINTS / 32 <= LINKAGE_FLAG_WORDS, "a compaction's words fit");
@@ -55,10 +55,11 @@ constexpr u32 METHOD_CENTROID = 0;
 constexpr u32 METHOD_MEDIAN = 1;
 static_assert(METHOD_CENTROID + 1 == METHOD_MEDIAN, "the entry refuses method > METHOD_MEDIAN");
 constexpr u32 NO_CLUSTER = 0xffffffffu;
-// The top bit of a cluster's id word (ids stay below 2^17): set while its bound equals its
-// distance to its candidate, d(c, neighbour[c]), which is scipy's test of the heap's top.
-// A merge changes that distance only for the clusters whose candidate is the merged one,
-// and the passes set the bit of those again; so the test reads no distance.
+// The top bit of a cluster's id word (ids stay below 2^17): set while it has a candidate
+// and its bound equals its distance to it, d(c, neighbour[c]), which is scipy's test of
+// the heap's top. A merge into y changes only the distances d(., y): the passes set the
+// bit again for the clusters whose candidate is y, and y's own, cleared at the merge, is
+// set when its new candidate is found. So the test reads no distance.
 constexpr u32 BOUND_EXACT = 1u << 31;
 static_assert(2 * LINKAGE_MAX_POINTS <= BOUND_EXACT, "ids below the flag");
 
@@ -362,7 +363,7 @@ spk_linkage_merge(double* d, u64 d_len, u32* work, u64 work_len, double* __restr
                   u32 in_shared) {
     extern __shared__ double dynamic[];
     __shared__ Broadcast b;
-    __shared__ u32 flagged[LINKAGE_FLAG_WORDS];  // ballots: lowered bounds, live clusters
+    __shared__ u32 flagged[LINKAGE_FLAG_WORDS];  // lowered bounds; a compaction's counts
     const u64 pairs = static_cast<u64>(n) * (n - 1) / 2;
     const u64 state_words = static_cast<u64>(n) * STATE_BYTES_PER_CLUSTER / 4;
     u32 shared_bytes;
@@ -388,7 +389,10 @@ spk_linkage_merge(double* d, u64 d_len, u32* work, u64 work_len, double* __restr
         s.key_at[i] = i;
         s.index_of[i] = i;
         s.size[i] = 1;
-        s.id[i] = i | BOUND_EXACT;  // the bounds are the first scan's distances
+        // the bounds are the first scan's distances; a point with no candidate (its
+        // distances NaN) is rescanned when it comes to the top, and stops the kernel if
+        // it still has none
+        s.id[i] = neighbour != NO_CLUSTER ? i | BOUND_EXACT : i;
         s.lists[i] = static_cast<u16>(i);
     }
     __syncthreads();
@@ -432,7 +436,7 @@ spk_linkage_merge(double* d, u64 d_len, u32* work, u64 work_len, double* __restr
                     row[3] = static_cast<double>(nx + ny);
                     s.size[x] = 0;
                     s.size[y] = nx + ny;
-                    s.id[y] = n + k;  // its bound is found after the passes
+                    s.id[y] = n + k;  // its flag set again with its new candidate
                     b.command = MERGE;
                     b.y = y;
                     b.nx = nx;
@@ -462,7 +466,9 @@ spk_linkage_merge(double* d, u64 d_len, u32* work, u64 work_len, double* __restr
                     stop = best.index == NO_CLUSTER;
                     s.neighbour[x] = best.index;
                     s.bound[x] = best.distance;
-                    s.id[x] |= BOUND_EXACT;
+                    if (best.index != NO_CLUSTER) {
+                        s.id[x] |= BOUND_EXACT;
+                    }
                     heap.change(x, best.distance);
                 }
             }
@@ -542,7 +548,9 @@ spk_linkage_merge(double* d, u64 d_len, u32* work, u64 work_len, double* __restr
                 stop = nearest.index == NO_CLUSTER;
                 s.neighbour[y] = nearest.index;
                 s.bound[y] = nearest.distance;
-                s.id[y] |= BOUND_EXACT;
+                if (nearest.index != NO_CLUSTER) {
+                    s.id[y] |= BOUND_EXACT;
+                }
                 heap.change(y, nearest.distance);
             }
         }
