@@ -162,9 +162,10 @@ def to_annotation(
 def rename_in_place(annotation: Annotation, mapping: Mapping) -> Annotation:
     """`annotation.rename_labels(mapping=mapping, copy=False)`: the same tracks, labels
     and update flags, each segment's tracks relabelled in their own dict where pyannote
-    puts a new dict in its place (a sorted-dict assignment a segment: 3,335 of them in
-    a synthetic hour's diarization). The dicts must be the annotation's own, as `binarize` and
-    pyannote.core build them; where pyannote.core keeps its tracks otherwise, it renames."""
+    puts a new dict in its place (a sorted-dict assignment a segment: 3,335 of them in a
+    synthetic hour's diarization). The dicts must be the annotation's own, as `binarize`
+    and pyannote.core build them; where pyannote.core keeps its tracks otherwise, it
+    renames."""
     tracks = getattr(annotation, "_tracks", None)
     needs_update = getattr(annotation, "_labelNeedsUpdate", None)
     if not (isinstance(tracks, SortedDict) and isinstance(needs_update, dict)):

@@ -378,18 +378,20 @@ def _binary_cluster_sums(
     # the runs come in ascending stretches, which the stable sort merges (a tenth of a
     # lexsort's time on an hour's 155,000 runs)
     group = runs.chunk[kept] * num_clusters + cluster[kept]
-    order = np.argsort(group * (span + 1) + runs.first[kept], kind="stable")
-    group, first, end = group[order], runs.first[kept][order], runs.end[kept][order]
-    keyed_end = group * (span + 1) + end
+    first, end = runs.first[kept], runs.end[kept]
+    order = np.argsort(group * (span + 1) + first, kind="stable")
+    group, first, end = group[order], first[order], end[order]
+    origin = group * (span + 1)  # each run's group's first key
+    keyed_end = origin + end
     reach = np.maximum.accumulate(keyed_end)
     begins = np.ones(len(group), dtype=bool)
-    begins[1:] = group[1:] * (span + 1) + first[1:] > reach[:-1]
+    begins[1:] = origin[1:] + first[1:] > reach[:-1]
     heads = np.flatnonzero(begins)
     if len(heads) == 0:
         sums = np.zeros((num_frames, num_clusters), dtype=np.int64)
     else:
+        end = np.maximum.reduceat(keyed_end, heads) - origin[heads]
         group = group[heads]
-        end = np.maximum.reduceat(keyed_end, heads) - group * (span + 1)
         chunk, column = np.divmod(group, num_clusters)
         size = (num_frames + 1) * num_clusters
         steps = np.bincount((starts[chunk] + first[heads]) * num_clusters + column, minlength=size)

@@ -203,9 +203,8 @@ def test_a_device_linkage_on_its_own_runtime_grows_and_stays_scipys(scipy) -> No
 def test_more_points_than_the_block_has_flag_words_for_in_one_pass(scipy) -> None:
     """33,000 points (a 9-hour file's embeddings): the merges' flags of lowered bounds
     take 34 passes of 992 clusters at first, past the 32 passes of 1024 that the kernel's
-    flag words once held, and the state and
-    the 4.6 GB of
-    distances stay in global memory. Four clusters, as a few speakers' embeddings."""
+    flag words once held, and the state and the 4.6 GB of distances stay in global
+    memory. Four clusters, as a few speakers' embeddings."""
     from pyspk.candidate.cluster import MAX_POINTS, DeviceLinkage
     from pyspk.cuda import CudaRuntime
 
