@@ -54,18 +54,23 @@ def binarize(
         if uri is not None:
             active.uri = uri
         return active
-    num_frames, _ = scores.data.shape
+    num_frames, num_classes = scores.data.shape
     timestamps = frame_middles(scores.sliding_window, num_frames)
-    tracks = []
+    regions = [_active_regions(k_scores, onset, offset) for k_scores in scores.data.T]
+    classes = np.repeat(np.arange(num_classes), [len(r) for r in regions])
+    first, last = np.concatenate(regions).T
+    # in time order, a region's classes in class order (a stable sort): the sorted index
+    # of segments is then one run, which its sort takes in one pass
+    order = np.lexsort((last, first))
+    starts = (timestamps[first[order]] - pad_onset).tolist()
+    ends = (timestamps[last[order]] + pad_offset).tolist()
     track_generator = string_generator()
-    for k, k_scores in enumerate(np.ascontiguousarray(scores.data.T)):
-        label = k if scores.labels is None else scores.labels[k]
-        track = next(track_generator)
-        for start, end in _active_regions(k_scores, onset, offset):
-            region = Segment(
-                float(timestamps[start]) - pad_onset, float(timestamps[end]) + pad_offset
-            )
-            tracks.append((region, track, label))
+    track_names = [next(track_generator) for _ in range(num_classes)]
+    labels = list(range(num_classes)) if scores.labels is None else list(scores.labels)
+    tracks = [
+        (Segment(start, end), track_names[k], labels[k])
+        for start, end, k in zip(starts, ends, classes[order].tolist(), strict=True)
+    ]
     active = annotation_of(tracks, uri)
     if pad_offset > 0.0 or pad_onset > 0.0 or min_duration_off > 0.0:
         active = active.support(collar=min_duration_off)
@@ -114,14 +119,14 @@ def labels_of(annotation: Annotation) -> list[Any]:
     return sorted(labels, key=str)
 
 
-def _active_regions(scores: np.ndarray, onset: float, offset: float) -> list[tuple[int, int]]:
-    """(start frame, end frame) of each active region, as `Binarize`'s loop finds them
-    (offset <= onset): a frame above `onset` turns on, one below `offset` turns off,
-    others keep the state; the first frame is on when above `onset`. A region that is
-    still on at the end closes on the last frame."""
+def _active_regions(scores: np.ndarray, onset: float, offset: float) -> np.ndarray:
+    """(regions, 2) start and end frames of the active regions, as `Binarize`'s loop
+    finds them (offset <= onset): a frame above `onset` turns on, one below `offset`
+    turns off, others keep the state; the first frame is on when above `onset`. A region
+    that is still on at the end closes on the last frame."""
     num_frames = len(scores)
     if num_frames < 2:  # pyannote's loop needs two frames to close a region
-        return []
+        return np.zeros((0, 2), dtype=np.int64)
     on = scores > onset
     below = scores < offset
     if not np.all(on | below):  # some frames keep the state before them (or are NaN)
@@ -133,13 +138,13 @@ def _active_regions(scores: np.ndarray, onset: float, offset: float) -> list[tup
         np.maximum.accumulate(defined, out=defined)
         on = state[defined] == 1
     changes = np.flatnonzero(on[1:] != on[:-1]) + 1
-    starts = list(changes[on[changes]])
-    ends = list(changes[~on[changes]])
+    starts = changes[on[changes]]
+    ends = changes[~on[changes]]
     if on[0]:
-        starts.insert(0, 0)
+        starts = np.concatenate(([0], starts))
     if on[-1]:
-        ends.append(num_frames - 1)
-    return list(zip(starts, ends, strict=True))
+        ends = np.concatenate((ends, [num_frames - 1]))
+    return np.stack((starts, ends), axis=1)
 
 
 def to_annotation(
