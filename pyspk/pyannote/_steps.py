@@ -443,13 +443,16 @@ def _select_each(
             ranked[key] = padded, np.argsort(-padded, axis=-1)
         padded, sorted_speakers = ranked[key]
         count = count.crop(extent, return_data=False)
-        binary = np.zeros_like(padded.data)
+        binary = np.zeros(padded.data.shape, dtype=padded.data.dtype)  # C order: flat below
         frames = min(len(count.data), len(sorted_speakers))  # what pyannote's zip covers
-        per_frame = count.data[:frames, 0].astype(np.int64)
-        chosen = np.arange(sorted_speakers.shape[1])[None, :] < per_frame[:, None]
-        # each ranking a permutation of its frame's speakers: 1 put at the first ranks
-        np.put_along_axis(
-            binary[:frames], sorted_speakers[:frames], chosen.astype(binary.dtype), axis=1
-        )
+        per_frame = count.data[:frames, 0]
+        # each ranking a permutation of its frame's speakers: 1 put at the first ranks,
+        # a rank at a time into the frames that count past it (put_along_axis took 3
+        # to 4 times as long on an hour's frames)
+        width = binary.shape[1]
+        flat = binary.reshape(-1)
+        for rank in range(width):
+            counted = np.flatnonzero(per_frame > rank)
+            flat[counted * width + sorted_speakers[counted, rank]] = 1
         selected.append(SlidingWindowFeature(binary, padded.sliding_window))
     return selected
