@@ -70,14 +70,16 @@ DEVICE_LINKAGE_MIN_POINTS = 512
 
 
 def linkage_on(
-    device_linkage: Callable[[np.ndarray, str], np.ndarray | None] | None = None,
+    device_linkage: Callable[..., np.ndarray | None] | None = None,
+    meanwhile: Callable[[], object] | None = None,
 ) -> Callable[..., np.ndarray]:
     """`scipy.cluster.hierarchy.linkage` of observations with scipy's dendrogram to the
     bit, or scipy's own error: the centroid and median methods by `device_linkage` (a
     `pyspk.candidate.cluster.DeviceLinkage`: the distances and the merges on its
     device) where one is given and there are enough observations, else the Euclidean
     distances from `pdist_euclidean` (the same condensed matrix) and scipy's linkage of
-    them."""
+    them. `meanwhile`, when given, is handed to `device_linkage` to run on the host
+    while the device merges (it may not run at all)."""
 
     def linkage(y: np.ndarray, method: str = "single", metric: str = "euclidean", **kwargs: Any):
         from scipy.cluster.hierarchy import linkage as scipy_linkage
@@ -86,7 +88,8 @@ def linkage_on(
             return scipy_linkage(y, method=method, metric=metric, **kwargs)
         if device_linkage is not None and _on_device(method, len(y)):
             # None for distances scipy refuses, or NaN where the kernel steps aside
-            dendrogram = device_linkage(np.asarray(y), method)
+            extra = {} if meanwhile is None else {"meanwhile": meanwhile}
+            dendrogram = device_linkage(np.asarray(y), method, **extra)
             if dendrogram is not None:
                 return dendrogram
         check_host_distances(len(y))
@@ -314,7 +317,16 @@ def cluster(
         return clustering(**arguments)
     timings = {} if timings is None else timings
     timed = _Timed(timings)
-    swapped = {"linkage": timed("linkage", linkage_on(device_linkage))}
+    # a shallow copy whose own methods shadow the class's: the caller's object is left
+    # as it was, and the copy reads the same hyper-parameters
+    twin = copy.copy(clustering)
+    methods = twin.__dict__
+    plda = None
+    if "plda" in methods:
+        plda = methods["plda"] = _TimedPlda(methods["plda"], timed)
+    # VBx's PLDA transform of the kept embeddings runs while the device merges them
+    meanwhile = None if plda is None else plda.ahead
+    swapped = {"linkage": timed("linkage", linkage_on(device_linkage, meanwhile))}
     if "cluster_vbx" in stock.__code__.co_names:
         swapped["cluster_vbx"] = timed("vbx", stock.__globals__["cluster_vbx"])
     fast = types.FunctionType(
@@ -324,10 +336,6 @@ def cluster(
         stock.__defaults__,
         stock.__closure__,
     )
-    # a shallow copy whose own methods shadow the class's: the caller's object is left
-    # as it was, and the copy reads the same hyper-parameters
-    twin = copy.copy(clustering)
-    methods = twin.__dict__
     stock_filter = module.BaseClustering.filter_embeddings
     if kind.filter_embeddings is stock_filter:
 
@@ -336,13 +344,13 @@ def cluster(
             if kept is None:
                 kept = stock_filter(self, embeddings, segmentations, **rest)
             timings["embeddings_clustered"] = len(kept[0])
+            if plda is not None:
+                plda.kept = kept[0]
             return kept
 
         methods["filter_embeddings"] = types.MethodType(timed("filter", filtered), twin)
     if kind.constrained_argmax is module.BaseClustering.constrained_argmax:
         methods["constrained_argmax"] = timed("assignment", constrained_argmax)
-    if "plda" in methods:
-        methods["plda"] = _TimedPlda(methods["plda"], timed)
     if frame_sums is not None and arguments.get("segmentations") is not None:
         arguments["segmentations"] = _with_frame_sums(arguments["segmentations"], frame_sums)
     if name == "__call__":  # a special method: called on the copy, not looked up on it
@@ -399,13 +407,24 @@ class _Timed:
 
 class _TimedPlda:
     """A pyannote `PLDA` whose transform is timed as "plda"; its attributes are the
-    PLDA's."""
+    PLDA's. `ahead` transforms the filter's kept embeddings (`kept`) early, while the
+    device merges them; VBx's next transform of that same array is then that result
+    (the transform is a function of its input), and any other is computed as asked."""
 
     def __init__(self, plda: Any, timed: _Timed) -> None:
         self._plda = plda
         self._transform = timed("plda", plda)
+        self.kept: np.ndarray | None = None
+        self._ahead: tuple[np.ndarray, np.ndarray] | None = None
+
+    def ahead(self) -> None:
+        if self.kept is not None:
+            self._ahead = (self.kept, self._transform(self.kept))
 
     def __call__(self, embeddings: np.ndarray) -> np.ndarray:
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead[0] is embeddings:
+            return ahead[1]
         return self._transform(embeddings)
 
     def __getattr__(self, name: str) -> Any:

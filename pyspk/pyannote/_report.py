@@ -34,6 +34,7 @@ class RunReport:
     """(chunks, local speakers, dimension) embeddings, as `get_embeddings` returns."""
     clustering: dict[str, float] = field(default_factory=dict)
     """Seconds of the clustering's parts that pyspk serves ("filter", "linkage",
-    "assignment", and with VBx "plda" and "vbx"), and "embeddings_clustered"."""
+    "assignment", and with VBx "plda" and "vbx"), and "embeddings_clustered". With the
+    device's linkage the PLDA transform runs while it merges, within its seconds."""
     speakers: int = 0
     """Clusters the clustering found (its largest label plus one)."""

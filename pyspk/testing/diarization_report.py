@@ -145,7 +145,9 @@ def render_markdown(meta: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) 
         "## What was clustered, and the host's time after the embeddings (seconds)",
         "",
         "The clustering's parts as an accelerated run times them; the rest of the step "
-        "(distances to the centroids, the AHC's cut, the centroids) is its remainder.",
+        "(distances to the centroids, the AHC's cut, the centroids) is its remainder. "
+        "With VBx the PLDA transform runs while the device merges: its seconds are "
+        "within the linkage's.",
         "",
         "| audio | clustering | math | path | embeddings clustered | speakers found "
         "(in the recording) | host after embeddings | "

@@ -200,6 +200,34 @@ def test_a_device_linkage_on_its_own_runtime_grows_and_stays_scipys(scipy) -> No
         assert linkage(points, "centroid") is None
 
 
+def test_host_work_meanwhile_runs_during_the_merges(scipy) -> None:
+    """`meanwhile` runs once the merges are launched and before their reads, the matrix
+    stays scipy's, and its error comes out after the merges, the linkage usable after;
+    nothing runs where scipy must (NaN points)."""
+    from pyspk.candidate.cluster import DeviceLinkage
+    from pyspk.cuda import CudaRuntime
+
+    points = unit_rows(2000, 256, seed=21)
+    expected = scipy.linkage(scipy.pdist(points, "euclidean"), "centroid")
+    ran = []
+    with CudaRuntime(0) as runtime, DeviceLinkage(runtime) as linkage:
+        assert np.array_equal(
+            linkage(points, "centroid", meanwhile=lambda: ran.append(1)), expected
+        )
+        assert ran == [1]
+
+        def failing() -> None:
+            raise RuntimeError("host work")
+
+        with pytest.raises(RuntimeError, match="host work"):
+            linkage(points, "centroid", meanwhile=failing)
+        assert np.array_equal(linkage(points, "centroid"), expected)
+        nan = points.copy()
+        nan[5, 1] = np.nan
+        assert linkage(nan, "centroid", meanwhile=lambda: ran.append(2)) is None
+        assert ran == [1]
+
+
 def test_more_points_than_the_block_has_flag_words_for_in_one_pass(scipy) -> None:
     """33,000 points (a 9-hour file's embeddings): the merges' flags of lowered bounds
     take 34 passes of 992 clusters at first, past the 32 passes of 1024 that the kernel's

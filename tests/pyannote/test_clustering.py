@@ -256,6 +256,78 @@ def test_vbx_clustering_is_pyannotes(plda, constraints, constrained):
     assert "plda" not in clustering.__dict__ or clustering.__dict__["plda"] is plda
 
 
+class _CountedPlda:
+    """A PLDA whose transforms are recorded, each with whether it ran inside a merge."""
+
+    def __init__(self, plda: PLDA, merging: list[bool]) -> None:
+        self._plda, self._merging, self.calls = plda, merging, []
+
+    def __call__(self, embeddings: np.ndarray) -> np.ndarray:
+        self.calls.append(bool(self._merging))
+        return self._plda(embeddings)
+
+    def __getattr__(self, name: str):
+        return getattr(self._plda, name)
+
+
+def test_vbx_transforms_while_the_device_merges(plda):
+    """With a device linkage (here a host stand-in that runs `meanwhile` as the
+    device's would), the PLDA transform of the kept embeddings runs once, during the
+    merges, and VBx takes it: pyannote's outputs to the bit. An error of the transform
+    comes out of the clustering, after the merges."""
+    from scipy.cluster.hierarchy import linkage
+    from scipy.spatial.distance import pdist
+
+    merging: list[bool] = []
+    merges = []
+
+    def stand_in(points, method, meanwhile=None):
+        merges.append(len(points))
+        merging.append(True)
+        try:
+            if meanwhile is not None:
+                meanwhile()
+        finally:
+            merging.clear()
+        return linkage(pdist(points), method=method)
+
+    rng = np.random.default_rng(14)
+    chunks = 600
+    embeddings = _voices(rng, chunks, 3)
+    segmentations = SlidingWindowFeature(_turns(rng, chunks), CHUNKS)
+    clustering = _vbx(plda, True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = clustering(embeddings=embeddings.copy(), segmentations=segmentations, **UNBOUNDED)
+        counted = _CountedPlda(plda, merging)
+        clustering.plda = counted
+        ours = _clustering.cluster(
+            clustering,
+            device_linkage=stand_in,
+            embeddings=embeddings.copy(),
+            segmentations=segmentations,
+            **UNBOUNDED,
+        )
+        _same_outputs(ours, theirs)
+        assert len(merges) == 1 and merges[0] > _clustering.DEVICE_LINKAGE_MIN_POINTS
+        assert counted.calls == [True]
+
+        def failing(embeddings):
+            raise RuntimeError("transform")
+
+        clustering.plda = _CountedPlda(plda, merging)
+        clustering.plda.__dict__["_plda"] = failing
+        with pytest.raises(RuntimeError, match="transform"):
+            _clustering.cluster(
+                clustering,
+                device_linkage=stand_in,
+                embeddings=embeddings.copy(),
+                segmentations=segmentations,
+                **UNBOUNDED,
+            )
+    assert merging == [] and len(merges) == 2
+
+
 def test_vbx_takes_the_frame_sums_found_before(plda):
     """With the segmentations' sums over the frames given (as the engine finds them
     while the GPU embeds), VBx's constrained assignment reads them instead of summing:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -264,7 +265,13 @@ class DeviceLinkage:
         self._buffers: list[DeviceBuffer] = []
         self.closed = False
 
-    def __call__(self, points: np.ndarray, method: str) -> np.ndarray | None:
+    def __call__(
+        self, points: np.ndarray, method: str, meanwhile: Callable[[], object] | None = None
+    ) -> np.ndarray | None:
+        """The dendrogram (see the class). `meanwhile`, when given, runs on the host
+        while the device merges, once the merges are launched; it is not called where
+        None comes back before any launch (scipy's turn), and its error is raised once
+        the merges are done."""
         if method not in METHODS:
             raise InvalidArgument(f"{CONTEXT}: the methods are {sorted(METHODS)}, not {method!r}")
         rows = np.ascontiguousarray(points, dtype=np.float64)  # as scipy's pdist takes them
@@ -288,7 +295,7 @@ class DeviceLinkage:
             if fitted is None:
                 return None
             try:
-                code, result = self._run(fitted, rows, method)
+                code, result = self._run(fitted, rows, method, meanwhile)
             finally:
                 if self._shape[0] > self.KEEP_POINTS:
                     self._drop()
@@ -299,8 +306,10 @@ class DeviceLinkage:
         fitted: tuple[PdistPlan, LinkagePlan, tuple[DeviceBuffer, ...]],
         rows: np.ndarray,
         method: str,
+        meanwhile: Callable[[], object] | None = None,
     ) -> tuple[int, np.ndarray]:
-        """The distances and merges of `rows` on the fitted plans: the status and z."""
+        """The distances and merges of `rows` on the fitted plans: the status and z,
+        `meanwhile` run between the launches and the reads."""
         pdist, linkage, (points_at, d, z, status) = fitted
         (n, dims), runtime = rows.shape, self.runtime
         runtime.write(points_at, rows)
@@ -308,7 +317,11 @@ class DeviceLinkage:
         distances = d.prefix(pairs_of(n))
         pdist.enqueue(points_at.prefix(n * dims), distances, count=n)
         linkage.enqueue(distances, z.prefix(4 * (n - 1)), status, count=n, method=method)
-        code = int(runtime.read(status.ptr, 1, None, INT32)[0])
+        try:
+            if meanwhile is not None:
+                meanwhile()
+        finally:  # the reads wait for the merges, whatever meanwhile did
+            code = int(runtime.read(status.ptr, 1, None, INT32)[0])
         return code, runtime.read(z.ptr, 4 * (n - 1), None, FLOAT64).reshape(n - 1, 4)
 
     def _fit(
