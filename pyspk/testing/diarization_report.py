@@ -107,6 +107,14 @@ def _path(run: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) -> str:
     return str(run["path"])
 
 
+CLUSTERING_NOTE = (
+    "The clustering's parts as an accelerated run times them; the rest of the step "
+    "(distances to the centroids, the AHC's cut, the centroids) is its remainder. "
+    "With VBx the PLDA transform runs while the device merges: its seconds are "
+    "within the linkage's."
+)
+
+
 def render_markdown(meta: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) -> str:
     """The report: what was run, a row per run with its steps, then the agreement."""
     lines = [
@@ -144,10 +152,7 @@ def render_markdown(meta: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) 
         "",
         "## What was clustered, and the host's time after the embeddings (seconds)",
         "",
-        "The clustering's parts as an accelerated run times them; the rest of the step "
-        "(distances to the centroids, the AHC's cut, the centroids) is its remainder. "
-        "With VBx the PLDA transform runs while the device merges: its seconds are "
-        "within the linkage's.",
+        CLUSTERING_NOTE,
         "",
         "| audio | clustering | math | path | embeddings clustered | speakers found "
         "(in the recording) | host after embeddings | "
