@@ -23,13 +23,15 @@
 // Launch: grid (STEM_TILES, 32), blocks of STEM_THREADS; a block owns a tile of
 // STEM_TILE_BINS x STEM_TILE_FRAMES positions of item blockIdx.y. It stages the tile's
 // input patch (with its one-pixel border) in shared memory, read along the bins that are
-// contiguous in the fbank; each thread then computes four channels of one position at a
-// time, so the eight threads of a position store its 128 output bytes together (one
-// position per thread, reading the fbank per frame, was slower: docs/performance.md, "The
-// ResNet34 trunk").
+// contiguous in the fbank. A thread owns four channels, whose 36 weights and 4 biases
+// it holds in registers, and STEM_RUN consecutive frames of one bin, sliding its 3 x 3
+// window along them (three patch reads a position): reading the weights from shared
+// memory at every position made the kernel bound by its shared-memory instructions.
+// The eight threads of a position store its 128 output bytes together.
 constexpr u32 STEM_THREADS = 256;
 constexpr u32 STEM_TILE_BINS = 8;
 constexpr u32 STEM_TILE_FRAMES = 32;
+constexpr u32 STEM_RUN = STEM_TILE_BINS * STEM_TILE_FRAMES * 8 / STEM_THREADS;  // 8 frames
 constexpr u32 STEM_FRAME_TILES = (spk::TRUNK_FRAMES + STEM_TILE_FRAMES - 1) / STEM_TILE_FRAMES;
 constexpr u32 STEM_TILES = spk::TRUNK_BINS / STEM_TILE_BINS * STEM_FRAME_TILES;
 constexpr u32 STEM_POS = spk::TRUNK_BINS * spk::TRUNK_FRAMES;
@@ -38,9 +40,12 @@ extern "C" __global__ void __launch_bounds__(STEM_THREADS)
 spk_trunk_stem(const float* __restrict__ x, u64 x_len, const float* __restrict__ w, u64 w_len,
                const float* __restrict__ bias, u64 bias_len, float* __restrict__ y, u64 y_len,
                u32* __restrict__ out_max, u64 out_max_len, u32 items) {
+    // a patch row of frames is PATCH_STRIDE words: the four runs a warp reads at once
+    // start STEM_RUN frames apart, 88 words, on four different banks
     constexpr u32 PATCH_BINS = STEM_TILE_BINS + 2, PATCH_FRAMES = STEM_TILE_FRAMES + 2;
-    __shared__ float weights[9 * 32 + 32];
-    __shared__ float patch[PATCH_FRAMES][PATCH_BINS];
+    constexpr u32 PATCH_STRIDE = PATCH_BINS + 1;
+    static_assert(STEM_TILE_FRAMES % STEM_RUN == 0, "a run stays in its tile");
+    __shared__ float patch[PATCH_FRAMES][PATCH_STRIDE];
     const bool valid = spk::launch_is(STEM_TILES, spk::TRUNK_BATCH, 1, STEM_THREADS) &
                        (items >= 1) & (items <= spk::TRUNK_BATCH) &
                        (x_len >= u64(items) * STEM_POS) & (w_len == 9 * 32) & (bias_len == 32) &
@@ -52,9 +57,6 @@ spk_trunk_stem(const float* __restrict__ x, u64 x_len, const float* __restrict__
     }
     const int bin0 = int(blockIdx.x / STEM_FRAME_TILES * STEM_TILE_BINS);
     const int frame0 = int(blockIdx.x % STEM_FRAME_TILES * STEM_TILE_FRAMES);
-    for (u32 i = threadIdx.x; i < 9 * 32 + 32; i += STEM_THREADS) {
-        weights[i] = i < 9 * 32 ? w[i] : bias[i - 9 * 32];
-    }
     const float* chunk = x + u64(item) * STEM_POS;
     for (u32 i = threadIdx.x; i < PATCH_FRAMES * PATCH_BINS; i += STEM_THREADS) {
         const int f = frame0 - 1 + int(i / PATCH_BINS), b = bin0 - 1 + int(i % PATCH_BINS);
@@ -62,36 +64,62 @@ spk_trunk_stem(const float* __restrict__ x, u64 x_len, const float* __restrict__
         patch[i / PATCH_BINS][i % PATCH_BINS] =
             inside ? __ldg(chunk + u32(f) * spk::TRUNK_BINS + u32(b)) : 0.0f;
     }
-    __syncthreads();
     const u32 quad = threadIdx.x % 8;  // channels 4 quad .. 4 quad + 3
-    float largest = 0.0f;
-#pragma unroll 1
-    for (u32 task = threadIdx.x / 8; task < STEM_TILE_BINS * STEM_TILE_FRAMES;
-         task += STEM_THREADS / 8) {
-        const u32 tb = task / STEM_TILE_FRAMES, tf = task % STEM_TILE_FRAMES;
-        const u32 frame = u32(frame0) + tf;
-        if (frame >= spk::TRUNK_FRAMES) {
-            continue;
-        }
-        float pixel[9];
+    float weight[9][4], offset[4];
+#pragma unroll
+    for (u32 j = 0; j < 4; ++j) {
 #pragma unroll
         for (u32 tap = 0; tap < 9; ++tap) {
-            pixel[tap] = patch[tf + tap % 3][tb + tap / 3];
+            weight[tap][j] = __ldg(w + tap * 32 + quad * 4 + j);
+        }
+        offset[j] = __ldg(bias + quad * 4 + j);
+    }
+    __syncthreads();
+    // this thread's run: bin tb, frames tf0 .. tf0 + STEM_RUN - 1 of the tile; the
+    // four runs of a warp lie side by side in the frames
+    const u32 slot = threadIdx.x / 8;
+    const u32 tb = slot / (STEM_TILE_FRAMES / STEM_RUN);
+    const u32 tf0 = slot % (STEM_TILE_FRAMES / STEM_RUN) * STEM_RUN;
+    float* out = y + (u64(item) * STEM_POS + (u32(bin0) + tb) * spk::TRUNK_FRAMES) * 32 + quad * 4;
+    // window[dx][dy]: patch frame tf + dx, bin tb + dy (tap dy * 3 + dx)
+    float window[3][3];
+#pragma unroll
+    for (u32 dx = 0; dx < 2; ++dx) {
+#pragma unroll
+        for (u32 dy = 0; dy < 3; ++dy) {
+            window[dx][dy] = patch[tf0 + dx][tb + dy];
+        }
+    }
+    float largest = 0.0f;
+#pragma unroll
+    for (u32 i = 0; i < STEM_RUN; ++i) {
+#pragma unroll
+        for (u32 dy = 0; dy < 3; ++dy) {
+            window[2][dy] = patch[tf0 + i + 2][tb + dy];
         }
         float v[4];
 #pragma unroll
         for (u32 j = 0; j < 4; ++j) {
-            const u32 c = quad * 4 + j;
             float sum = 0.0f;
 #pragma unroll
             for (u32 tap = 0; tap < 9; ++tap) {
-                sum = fmaf(pixel[tap], weights[tap * 32 + c], sum);
+                sum = fmaf(window[tap % 3][tap / 3], weight[tap][j], sum);
             }
-            v[j] = fmaxf(sum + weights[9 * 32 + c], 0.0f);
-            largest = fmaxf(largest, v[j]);
+            v[j] = fmaxf(sum + offset[j], 0.0f);
         }
-        const u32 p = (u32(bin0) + tb) * spk::TRUNK_FRAMES + frame;
-        spk::stg4(y + (u64(item) * STEM_POS + p) * 32 + quad * 4, make_float4(v[0], v[1], v[2], v[3]));
+        const u32 frame = u32(frame0) + tf0 + i;
+        if (frame < spk::TRUNK_FRAMES) {
+#pragma unroll
+            for (u32 j = 0; j < 4; ++j) {
+                largest = fmaxf(largest, v[j]);
+            }
+            spk::stg4(out + u64(frame) * 32, make_float4(v[0], v[1], v[2], v[3]));
+        }
+#pragma unroll
+        for (u32 dy = 0; dy < 3; ++dy) {
+            window[0][dy] = window[1][dy];
+            window[1][dy] = window[2][dy];
+        }
     }
     if (out_max_len != 0) {
         spk::raise_chunk_maxima<STEM_THREADS / 32>(out_max, item, items, largest, 0.0f);
