@@ -225,7 +225,8 @@ def test_a_single_convolution_measures_its_input_first(fake, runtime, monkeypatc
 
 def test_layer1_runs_its_tile_form_on_the_sm90_tier() -> None:
     """The 2D-tile form serves layer1's convolutions on sm90 alone, in both maths; every
-    other site and tier keeps its kernel and launch."""
+    other site and tier keeps its kernel and launch (but the sm90 strips' deeper copy
+    ring, below)."""
     from pyspk.candidate.trunk.shapes import TILES_KERNEL
 
     layer1 = TrunkSite.LAYER1_CONV
@@ -243,7 +244,25 @@ def test_layer1_runs_its_tile_form_on_the_sm90_tier() -> None:
                 if site is layer1 and tier is PtxTier.SM90:
                     continue
                 assert site.kernel(math, tier) == site.kernel(math)
-                assert site.launch(math, tier) == site.launch()
+                grid, threads, shared = site.launch(math, tier)
+                assert (grid, threads) == site.launch()[:2]
+                if not (tier is PtxTier.SM90 and site.shape.strip):
+                    assert shared == site.launch()[2]
+
+
+def test_the_sm90_strips_ring_as_deep_as_their_blocks_fit() -> None:
+    """On the sm90 tier the strips 64 wide ring three slots in both maths, the 128-wide
+    four in TF32 math and two in FP32 (what measured fastest); each launch's blocks an
+    SM (two of 256 threads, one of 512) fit the H200's 227 KB; the sm80 tier keeps two."""
+    wide = {TrunkSite("layer3_conv"), TrunkSite("layer4_conv")}
+    for site in (TrunkSite("layer2_conv"), *wide):
+        for math in CudaMath:
+            _, threads, shared = site.launch(math, PtxTier.SM90)
+            slot = site.shape.shared // site.shape.stages
+            slots = (2 if site.splits(math) else 4) if site in wide else 3
+            assert shared == slots * slot
+            assert 512 // threads * (shared + 1024) <= 227 * 1024
+            assert site.launch(math, PtxTier.SM80)[2] == 2 * slot
 
 
 @pytest.fixture

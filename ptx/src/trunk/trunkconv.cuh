@@ -15,7 +15,7 @@
 // the layer's 32 or 64): the wider the block, the fewer times the activations cross L2.
 // Its warps own 32 positions x 64 channels in the 3x3 layers 64 or more wide (but the
 // stride-2 64-wide one), 64 x 32 elsewhere, each a grid of 16 m16n8k16 tiles. Steps of
-// 16 reduction elements flow through a cp.async ring (ConvShape::STAGES deep, STEPS per
+// 16 reduction elements flow through a cp.async ring (ring_stages deep, STEPS per
 // stage); padding and positions past the batch's items are zero-filled copies that read
 // nothing, or (STRIP) a row of zeros read in place of the strip row.
 //
@@ -63,6 +63,13 @@ constexpr u32 TRUNK_FRAMES = 998;   // fbank frames of a 10 s chunk: the trunk's
 constexpr u32 CONV_BM = 256;        // output positions per block
 constexpr u32 CONV_BK = 16;         // reduction elements per step
 constexpr u32 CONV_STAGES = 3;
+// (sm90 tier) the strips' copy ring: with two slots a stage's copies, issued one stage
+// ahead, kept the one-product strips waiting on the async copy engine (17% of layer3's
+// warp samples on an H100). Three slots in the 64-wide strips (two blocks an SM fill
+// 227 KB); in the 128-wide (one block) four in TF32 math and two in FP32, where deeper
+// rings measured slower (docs/performance.md, "The strips' copy ring on the sm90 tier").
+constexpr u32 CONV_SM90_STRIP_STAGES_NARROW = 3;
+constexpr u32 CONV_SM90_STRIP_STAGES_WIDE = 4, CONV_SM90_STRIP_STAGES_WIDE_SPLIT = 2;
 // rows of a strip's box by the async copy engine (sm90): 86 rows of 64 bytes are a whole
 // number of 128 bytes, and three make the strip; the host's tensor maps use the same box
 constexpr u32 CONV_TMA_BOX = 86;
@@ -105,7 +112,7 @@ struct ConvShape {
     static constexpr u32 KSTAGES = K / (STEPS * CONV_BK);
     // Two stages where a stage is three steps (STRIP), three otherwise: every block stays
     // within the 99 KB of sm_86 and sm_89 (the 32-wide layer, a strip, fits four blocks
-    // an SM).
+    // an SM). The sm90 tier's strips 64 or more wide ring deeper: ring_stages.
     static constexpr u32 STAGES = STRIP ? 2 : CONV_STAGES;
     // A row stride in words. The A fragment reads are 16 bytes (a lane's four channels
     // of one row), served per quarter warp: rows g, g + 1 at 16 g + 4 t cover the banks,
@@ -124,7 +131,6 @@ struct ConvShape {
     // of 128 bytes (the pad row after the zero row)
     static constexpr u32 TMA_BOX = CONV_TMA_BOX, TMA_BOXES = A_ROWS / TMA_BOX;
     static constexpr u32 STAGE_WORDS = A_SLOT_ROWS * A_STRIDE + STEPS * BN * CONV_BK;
-    static constexpr u32 SHARED = STAGES * STAGE_WORDS * 4;
     // 16-byte A copies per thread and stage (the last round of a strip's partly)
     static constexpr u32 A_COPIES = (A_ROWS * 4 + THREADS - 1) / THREADS;
     static constexpr u64 X_ITEM = u64(HIN) * WIN * CIN, Y_ITEM = u64(POS) * COUT;
@@ -412,6 +418,20 @@ __device__ __forceinline__ u32 tile_rows(u32 m0, u32 rows, const u32* __restrict
     return edges;
 }
 
+// Slots of shape S's copy ring in the math that SPLIT says (CONV_SM90_STRIP_STAGES_*).
+template <class S, bool SPLIT>
+__device__ __forceinline__ constexpr u32 ring_stages() {
+#if defined(SPK_WGMMA)
+    if (S::STRIP && S::BN >= 128) {
+        return SPLIT ? CONV_SM90_STRIP_STAGES_WIDE_SPLIT : CONV_SM90_STRIP_STAGES_WIDE;
+    }
+    if (S::STRIP && S::BN >= 64) {
+        return CONV_SM90_STRIP_STAGES_NARROW;
+    }
+#endif
+    return S::STAGES;
+}
+
 template <class S, class L, bool SPLIT>
 __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_len,
                                            const float* __restrict__ w, u64 w_len,
@@ -421,7 +441,7 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
                                            const u32* __restrict__ in_max, u64 in_max_len,
                                            u32* __restrict__ out_max, u64 out_max_len, u32 items,
                                            u32 flags, const void* __restrict__ x_map) {
-    constexpr u32 MI = L::MI, NJ = L::NJ;
+    constexpr u32 MI = L::MI, NJ = L::NJ, STAGES = ring_stages<S, SPLIT>();
     // Given x_map (a 2D tensor map of the input's [items x POS][CIN] floats in global
     // memory), the strips on the sm90 tier stage by the async copy engine: one thread
     // issues a stage's boxes of the strip and its weight runs, and every thread waits on
@@ -437,7 +457,7 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
                        (y_len >= items * S::Y_ITEM) & (in_max_len >= items) &
                        ((out_max_len == 0) | (out_max_len >= items)) & (flags < 4) &
                        aligned16(x) & aligned16(w) & aligned16(residual) & aligned16(y) &
-                       (dynamic_shared_bytes() >= S::SHARED);
+                       (dynamic_shared_bytes() >= STAGES * S::STAGE_WORDS * 4);
     const u32 rows = items * S::POS;
     const u32 tile_count = (rows + CONV_BM - 1) / CONV_BM, tile0 = blockIdx.x * S::TILES;
     if (!valid | (tile0 >= tile_count)) {
@@ -447,7 +467,7 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
     const u32 stage_count = min(S::TILES, tile_count - tile0) * S::KSTAGES;
     extern __shared__ __align__(128) float shared[];
     const saddr base = shared_address(shared);
-    __shared__ __align__(8) u64 slot_full[S::STAGES];
+    __shared__ __align__(8) u64 slot_full[STAGES];
     const saddr full = shared_address(slot_full);
     const u32 tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const u32 g = lane >> 2, t = lane & 3;
@@ -481,7 +501,7 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
     }
 
     auto load_stage = [&](u32 j) {  // the block's stage j: tile tile0 + j / KSTAGES
-        const saddr a_base = base + (j % S::STAGES) * S::STAGE_WORDS * 4;
+        const saddr a_base = base + (j % STAGES) * S::STAGE_WORDS * 4;
         const saddr b_base = a_base + S::A_SLOT_ROWS * S::A_STRIDE * 4;
         const u32 ks = j % S::KSTAGES, cb = ks % S::CBLOCKS;
 #if defined(SPK_WGMMA)
@@ -491,7 +511,7 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
             }
             const int first = int((tile0 + j / S::KSTAGES) * CONV_BM) +
                               (int(ks / S::CBLOCKS) - 1) * int(S::WIN) - 1;
-            const saddr bar = full + (j % S::STAGES) * 8;
+            const saddr bar = full + (j % STAGES) * 8;
             mbarrier_expect(bar, S::A_ROWS * CONV_BK * 4 + tma_weight_bytes<S, SPLIT>());
             fence_proxy_async();  // after the block's reads of the slot's last stage
             tma_strip<S>(a_base, x_map, first, cb, bar);
@@ -529,13 +549,13 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
     enter_tile(tile0);
 
     if constexpr (S::STRIP) {  // the zero rows, before the main loop's first barrier
-        for (u32 i = tid; i < S::STAGES * S::A_STRIDE; i += S::THREADS) {
+        for (u32 i = tid; i < STAGES * S::A_STRIDE; i += S::THREADS) {
             shared[i / S::A_STRIDE * S::STAGE_WORDS + S::ZERO_ROW * S::A_STRIDE + i % S::A_STRIDE] = 0.0f;
         }
     }
 #if defined(SPK_WGMMA)
     if (tma) {  // the barriers before any wait, and the zero rows before the copies
-        tma_ring_init<S::STAGES>(full, x_map, tid);
+        tma_ring_init<STAGES>(full, x_map, tid);
     }
 #endif
     float acc[MI][NJ][4];
@@ -544,7 +564,7 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
     float fresh[SPLIT ? L::FRESH : 1][4];  // (GroupTiles, SPLIT) a tile's stage
     zero(fresh);
 #pragma unroll
-    for (u32 j = 0; j < S::STAGES - 1; ++j) {
+    for (u32 j = 0; j < STAGES - 1; ++j) {
         if (j < stage_count) {
             load_stage(j);
         }
@@ -554,22 +574,22 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
     for (u32 j = 0; j < stage_count; ++j) {
 #if defined(SPK_WGMMA)
         if (tma) {
-            mbarrier_wait(full + (j % S::STAGES) * 8, j / S::STAGES & 1);
+            mbarrier_wait(full + (j % STAGES) * 8, j / STAGES & 1);
         } else {
-            cp_async_wait<S::STAGES - 2>();
+            cp_async_wait<STAGES - 2>();
             if constexpr (L::WGMMA) {
                 fence_proxy_async();  // wgmma reads the weights through the async proxy
             }
         }
 #else
-        cp_async_wait<S::STAGES - 2>();
+        cp_async_wait<STAGES - 2>();
 #endif
         __syncthreads();  // stage j landed for all; slot (j - 1) % STAGES is free
-        if (j + S::STAGES - 1 < stage_count) {
-            load_stage(j + S::STAGES - 1);
+        if (j + STAGES - 1 < stage_count) {
+            load_stage(j + STAGES - 1);
         }
         cp_async_commit();
-        const saddr a_stage = base + (j % S::STAGES) * S::STAGE_WORDS * 4;
+        const saddr a_stage = base + (j % STAGES) * S::STAGE_WORDS * 4;
         const u32 ks = j % S::KSTAGES, dy = ks / S::CBLOCKS;
         if (S::STRIP && (residual_len != 0) & (ks == S::KSTAGES - 1)) {
             // the tile's shortcut rows into L2 a stage before its epilogue reads them:

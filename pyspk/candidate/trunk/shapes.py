@@ -25,6 +25,9 @@ CONV_BK = 16  # reduction elements per step (a stage holds one, or a strip's thr
 # CONV_BK channels): three boxes make a strip of CONV_BM + 2 rows
 CONV_TMA_BOX = 86
 CONV_STAGES = 3
+# (sm90 tier) the copy ring of the strips by (block channels, three products): as
+# ptx/src/trunk/trunkconv.cuh's ring_stages
+SM90_STRIP_STAGES = {(128, False): 4, (128, True): 2, (64, False): 3, (64, True): 3}
 CONV_RELU = 1  # epilogue flags
 CONV_NCHW = 2
 # layer1's 2D-tile form (the sm90 tier: `TrunkSite.in_tiles`): warpgroups a
@@ -112,18 +115,30 @@ class ConvShape:
 
     @property
     def shared(self) -> int:
-        """Bytes of the cp.async ring: per stage, the FP32 activation rows (CONV_BK
-        words; a strip's 258, a row of zeros and a pad row) and, per step of CONV_BK, the weights'
+        """Bytes of the copy ring: per stage, the FP32 activation rows (CONV_BK words; a
+        strip's 258, a row of zeros and a pad row) and, per step of CONV_BK, the weights'
         FP16 pair words (CONV_BK per column)."""
+        return self.shared_on(warpgroups=False, split=True)
+
+    def shared_on(self, warpgroups: bool, split: bool) -> int:
+        """`shared` for the kernel on warpgroups (the sm90 tier) or not, with three
+        products (`split`) or one."""
         rows, steps = (CONV_BM + 4, 3) if self.strip else (CONV_BM, 1)
         stage = (rows + steps * self.block_channels) * CONV_BK
-        return self.stages * stage * 4
+        return self.stages_on(warpgroups, split) * stage * 4
 
     @property
     def stages(self) -> int:
         """Depth of the copy ring: two where a stage is three steps (a strip), three
         otherwise; every block stays within sm_86's 99 KB."""
         return 2 if self.strip else CONV_STAGES
+
+    def stages_on(self, warpgroups: bool, split: bool) -> int:
+        """`stages`, but on warpgroups (the sm90 tier) the strips 64 or more wide ring
+        as `SM90_STRIP_STAGES` says."""
+        if warpgroups and self.strip:
+            return SM90_STRIP_STAGES.get((self.block_channels, split), self.stages)
+        return self.stages
 
     @property
     def tiles_per_block(self) -> int:
@@ -259,7 +274,9 @@ class TrunkSite(enum.Enum):
         if self is TrunkSite.STEM:
             tiles = TRUNK_BINS // STEM_TILE_BINS * -(-TRUNK_FRAMES // STEM_TILE_FRAMES)
             return (tiles, TRUNK_BATCH, 1), STEM_THREADS, 0
-        return self.shape.grid, self.shape.threads, self.shape.shared
+        warpgroups = tier is not None and self.on_warpgroups(tier)
+        split = math is None or self.splits(math)
+        return self.shape.grid, self.shape.threads, self.shape.shared_on(warpgroups, split)
 
     @classmethod
     def of_block(cls, layer: int, block: int) -> tuple[TrunkSite, TrunkSite, TrunkSite | None]:
