@@ -246,23 +246,25 @@ def test_layer1_runs_its_tile_form_on_the_sm90_tier() -> None:
                 assert site.kernel(math, tier) == site.kernel(math)
                 grid, threads, shared = site.launch(math, tier)
                 assert (grid, threads) == site.launch()[:2]
-                if not (tier is PtxTier.SM90 and site.shape.strip):
+                if not (tier is PtxTier.SM90 and site.on_warpgroups(tier)):
                     assert shared == site.launch()[2]
 
 
-def test_the_sm90_strips_ring_as_deep_as_their_blocks_fit() -> None:
+def test_the_sm90_rings_as_deep_as_their_blocks_fit() -> None:
     """On the sm90 tier the strips 64 wide ring three slots in both maths, the 128-wide
-    four in TF32 math and two in FP32 (what measured fastest); each launch's blocks an
-    SM (two of 256 threads, one of 512) fit the H200's 227 KB; the sm80 tier keeps two."""
+    four in TF32 math and two in FP32, the stride-2 3x3s five (64 wide) and six (what
+    measured fastest); each launch's blocks an SM (two of 256 threads, one of 512) fit
+    the H200's 227 KB; the sm80 tier keeps two slots in the strips, three elsewhere."""
     wide = {TrunkSite("layer3_conv"), TrunkSite("layer4_conv")}
-    for site in (TrunkSite("layer2_conv"), *wide):
+    downs = {TrunkSite(f"layer{layer}_down"): 5 if layer == 2 else 6 for layer in (2, 3, 4)}
+    for site in (TrunkSite("layer2_conv"), *wide, *downs):
         for math in CudaMath:
             _, threads, shared = site.launch(math, PtxTier.SM90)
             slot = site.shape.shared // site.shape.stages
-            slots = (2 if site.splits(math) else 4) if site in wide else 3
+            slots = (2 if site.splits(math) else 4) if site in wide else downs.get(site, 3)
             assert shared == slots * slot
             assert 512 // threads * (shared + 1024) <= 227 * 1024
-            assert site.launch(math, PtxTier.SM80)[2] == 2 * slot
+            assert site.launch(math, PtxTier.SM80)[2] == (3 if site in downs else 2) * slot
 
 
 @pytest.fixture

@@ -70,6 +70,10 @@ constexpr u32 CONV_STAGES = 3;
 // rings measured slower (docs/performance.md, "The strips' copy ring on the sm90 tier").
 constexpr u32 CONV_SM90_STRIP_STAGES_NARROW = 3;
 constexpr u32 CONV_SM90_STRIP_STAGES_WIDE = 4, CONV_SM90_STRIP_STAGES_WIDE_SPLIT = 2;
+// (sm90 tier) the stride-2 3x3s' ring, a tap of 16 channels a slot: with three, their
+// TF32 kernels took 4% to 8% longer on an H200 (FP32 alike); as deep as their blocks an
+// SM hold, four to six measured alike
+constexpr u32 CONV_SM90_DOWN_STAGES_NARROW = 5, CONV_SM90_DOWN_STAGES_WIDE = 6;
 // rows of a strip's box by the async copy engine (sm90): 86 rows of 64 bytes are a whole
 // number of 128 bytes, and three make the strip; the host's tensor maps use the same box
 constexpr u32 CONV_TMA_BOX = 86;
@@ -427,6 +431,9 @@ __device__ __forceinline__ constexpr u32 ring_stages() {
     }
     if (S::STRIP && S::BN >= 64) {
         return CONV_SM90_STRIP_STAGES_NARROW;
+    }
+    if (!S::STRIP && S::KS == 3) {
+        return S::BN >= 128 ? CONV_SM90_DOWN_STAGES_WIDE : CONV_SM90_DOWN_STAGES_NARROW;
     }
 #endif
     return S::STAGES;

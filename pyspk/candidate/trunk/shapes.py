@@ -28,6 +28,8 @@ CONV_STAGES = 3
 # (sm90 tier) the copy ring of the strips by (block channels, three products): as
 # ptx/src/trunk/trunkconv.cuh's ring_stages
 SM90_STRIP_STAGES = {(128, False): 4, (128, True): 2, (64, False): 3, (64, True): 3}
+# (sm90 tier) the stride-2 3x3s' copy ring by block channels
+SM90_DOWN_STAGES = {128: 6, 64: 5}
 CONV_RELU = 1  # epilogue flags
 CONV_NCHW = 2
 # layer1's 2D-tile form (the sm90 tier: `TrunkSite.in_tiles`): warpgroups a
@@ -138,6 +140,8 @@ class ConvShape:
         as `SM90_STRIP_STAGES` says."""
         if warpgroups and self.strip:
             return SM90_STRIP_STAGES.get((self.block_channels, split), self.stages)
+        if warpgroups and self.ks == 3:
+            return SM90_DOWN_STAGES[self.block_channels]
         return self.stages
 
     @property
