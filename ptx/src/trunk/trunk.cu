@@ -81,7 +81,8 @@ spk_trunk_stem(const float* __restrict__ x, u64 x_len, const float* __restrict__
     const u32 tb = slot / (STEM_TILE_FRAMES / STEM_RUN);
     const u32 tf0 = slot % (STEM_TILE_FRAMES / STEM_RUN) * STEM_RUN;
     float* out = y + (u64(item) * STEM_POS + (u32(bin0) + tb) * spk::TRUNK_FRAMES) * 32 + quad * 4;
-    // window[dx][dy]: patch frame tf + dx, bin tb + dy (tap dy * 3 + dx)
+    // window[dx][dy]: at the run's frame i, patch frame tf0 + i + dx, bin tb + dy (tap
+    // dy * 3 + dx)
     float window[3][3];
 #pragma unroll
     for (u32 dx = 0; dx < 2; ++dx) {

@@ -65,15 +65,18 @@ constexpr u32 CONV_BK = 16;         // reduction elements per step
 constexpr u32 CONV_STAGES = 3;
 // (sm90 tier) the strips' copy ring: with two slots a stage's copies, issued one stage
 // ahead, kept the one-product strips waiting on the async copy engine (17% of layer3's
-// warp samples on an H100). Three slots in the 64-wide strips (two blocks an SM fill
-// 227 KB); in the 128-wide (one block) four in TF32 math and two in FP32, where deeper
-// rings measured slower (docs/performance.md, "The strips' copy ring on the sm90 tier").
+// warp samples on an H100). Three slots in the 64-wide strips (a fourth would not fit
+// their two blocks an SM); in the 128-wide (one block) four in TF32 math and two in
+// FP32, where deeper rings measured slower (docs/performance.md, "The strips' copy ring
+// on the sm90 tier").
 constexpr u32 CONV_SM90_STRIP_STAGES_NARROW = 3;
-constexpr u32 CONV_SM90_STRIP_STAGES_WIDE = 4, CONV_SM90_STRIP_STAGES_WIDE_SPLIT = 2;
+constexpr u32 CONV_SM90_STRIP_STAGES_WIDE = 4;
+constexpr u32 CONV_SM90_STRIP_STAGES_WIDE_SPLIT = 2;
 // (sm90 tier) the stride-2 3x3s' ring, a tap of 16 channels a slot: with three, their
-// TF32 kernels took 4% to 8% longer on an H200 (FP32 alike); as deep as their blocks an
-// SM hold, four to six measured alike
-constexpr u32 CONV_SM90_DOWN_STAGES_NARROW = 5, CONV_SM90_DOWN_STAGES_WIDE = 6;
+// TF32 kernels took 4% to 9% longer on an H200 (FP32 alike); four to six slots measured
+// alike
+constexpr u32 CONV_SM90_DOWN_STAGES_NARROW = 5;
+constexpr u32 CONV_SM90_DOWN_STAGES_WIDE = 6;
 // rows of a strip's box by the async copy engine (sm90): 86 rows of 64 bytes are a whole
 // number of 128 bytes, and three make the strip; the host's tensor maps use the same box
 constexpr u32 CONV_TMA_BOX = 86;
@@ -116,7 +119,8 @@ struct ConvShape {
     static constexpr u32 KSTAGES = K / (STEPS * CONV_BK);
     // Two stages where a stage is three steps (STRIP), three otherwise: every block stays
     // within the 99 KB of sm_86 and sm_89 (the 32-wide layer, a strip, fits four blocks
-    // an SM). The sm90 tier's strips 64 or more wide ring deeper: ring_stages.
+    // an SM). On the sm90 tier the strips 64 or more wide and the stride-2 3x3s ring
+    // deeper: ring_stages.
     static constexpr u32 STAGES = STRIP ? 2 : CONV_STAGES;
     // A row stride in words. The A fragment reads are 16 bytes (a lane's four channels
     // of one row), served per quarter warp: rows g, g + 1 at 16 g + 4 t cover the banks,
@@ -422,7 +426,8 @@ __device__ __forceinline__ u32 tile_rows(u32 m0, u32 rows, const u32* __restrict
     return edges;
 }
 
-// Slots of shape S's copy ring in the math that SPLIT says (CONV_SM90_STRIP_STAGES_*).
+// Slots of shape S's copy ring in the math that SPLIT says: on the sm90 tier the strips'
+// CONV_SM90_STRIP_STAGES_* and the stride-2 3x3s' CONV_SM90_DOWN_STAGES_*.
 template <class S, bool SPLIT>
 __device__ __forceinline__ constexpr u32 ring_stages() {
 #if defined(SPK_WGMMA)

@@ -25,11 +25,20 @@ CONV_BK = 16  # reduction elements per step (a stage holds one, or a strip's thr
 # CONV_BK channels): three boxes make a strip of CONV_BM + 2 rows
 CONV_TMA_BOX = 86
 CONV_STAGES = 3
-# (sm90 tier) the copy ring of the strips by (block channels, three products): as
-# ptx/src/trunk/trunkconv.cuh's ring_stages
-SM90_STRIP_STAGES = {(128, False): 4, (128, True): 2, (64, False): 3, (64, True): 3}
-# (sm90 tier) the stride-2 3x3s' copy ring by block channels
-SM90_DOWN_STAGES = {128: 6, 64: 5}
+# (sm90 tier) the copy ring of the strips by (block channels, three products) and of
+# the stride-2 3x3s by block channels, as ptx/src/trunk/trunkconv.cuh's ring_stages
+CONV_SM90_STRIP_STAGES_NARROW = 3
+CONV_SM90_STRIP_STAGES_WIDE = 4
+CONV_SM90_STRIP_STAGES_WIDE_SPLIT = 2
+CONV_SM90_DOWN_STAGES_NARROW = 5
+CONV_SM90_DOWN_STAGES_WIDE = 6
+SM90_STRIP_STAGES = {
+    (128, False): CONV_SM90_STRIP_STAGES_WIDE,
+    (128, True): CONV_SM90_STRIP_STAGES_WIDE_SPLIT,
+    (64, False): CONV_SM90_STRIP_STAGES_NARROW,
+    (64, True): CONV_SM90_STRIP_STAGES_NARROW,
+}
+SM90_DOWN_STAGES = {128: CONV_SM90_DOWN_STAGES_WIDE, 64: CONV_SM90_DOWN_STAGES_NARROW}
 CONV_RELU = 1  # epilogue flags
 CONV_NCHW = 2
 # layer1's 2D-tile form (the sm90 tier: `TrunkSite.in_tiles`): warpgroups a
@@ -137,7 +146,7 @@ class ConvShape:
 
     def stages_on(self, warpgroups: bool, split: bool) -> int:
         """`stages`, but on warpgroups (the sm90 tier) the strips 64 or more wide ring
-        as `SM90_STRIP_STAGES` says."""
+        as `SM90_STRIP_STAGES` says, the stride-2 3x3s as `SM90_DOWN_STAGES`."""
         if warpgroups and self.strip:
             return SM90_STRIP_STAGES.get((self.block_channels, split), self.stages)
         if warpgroups and self.ks == 3:
