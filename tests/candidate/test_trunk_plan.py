@@ -254,8 +254,8 @@ def test_the_sm90_rings_as_deep_as_their_blocks_fit() -> None:
     """On the sm90 tier the strips 64 wide ring three slots in both maths, the 128-wide
     four in TF32 math and two in FP32 (what measured fastest), the stride-2 3x3s five
     (64 wide) and six (four to six measured alike); each launch's blocks an SM (two of
-    256 threads, one of 512) fit
-    the H200's 227 KB; the sm80 tier keeps two slots in the strips, three elsewhere."""
+    256 threads, one of 512) fit the H200's 227 KB; the sm80 tier keeps two slots in the
+    strips, three elsewhere."""
     wide = {TrunkSite("layer3_conv"), TrunkSite("layer4_conv")}
     downs = {TrunkSite(f"layer{layer}_down"): 5 if layer == 2 else 6 for layer in (2, 3, 4)}
     for site in (TrunkSite("layer2_conv"), *wide, *downs):
