@@ -510,6 +510,8 @@ SINC_CONSTANTS = (
     "SINC_POOL",
     "SINC_THREADS",
     "SINC_TILE",
+    "SINC_HALF_THREADS",
+    "SINC_K",
 )
 
 # Constants the CUDA sources share with pyspk: name -> (the source that defines it, the
@@ -679,7 +681,9 @@ def python_kernels() -> dict[str, dict[str, str]]:
         for name in ("spk_linkage_neighbours", "spk_linkage_merge", "spk_pdist_euclidean")
     }
     lstm = {"spk_lstm_recurrence": "pyspk.candidate.lstm"}
-    sincnet = {"spk_sinc_front": "pyspk.candidate.sincnet"}
+    sincnet = {
+        name: "pyspk.candidate.sincnet" for name in ("spk_sinc_front", "spk_sinc_front_f16x3")
+    }
     return {
         "segdense": segdense,
         "trunk": trunk,

@@ -3,9 +3,11 @@
 `sincnet.pool1d[0]`, a MaxPool1d(3, 3)) as one launch of the sincnet area's kernel.
 
 The filters are computed once, by the filterbank itself, when the plan is made (the
-stock module computes them again at every call); `replan` after a change. The sums are
-FP32 (`pyspk.candidate.sincnet`), the library's FP32 error, in either math. Inference
-only."""
+stock module computes them again at every call); `replan` after a change. In FP32 math
+the sums are FP32 fused multiply-adds in tap order (the library's FP32 error, on the
+H200 its bits); in TF32 math FP16 tensor-core products of split operands, about 22
+significant bits a product (`pyspk.candidate.sincnet`). The pyannote integration plans
+the FP32 form in both maths. Inference only."""
 
 from __future__ import annotations
 
@@ -14,7 +16,13 @@ from torch import nn
 
 from pyspk.candidate.errors import GeometryUnimplemented
 from pyspk.candidate.sincnet import SINC_FILTERS, SINC_TAPS, SincFrontPlan, plan_sinc_front
-from pyspk.candidate.sincnet.plan import SINC_POOL, SINC_STRIDE, sinc_pooled
+from pyspk.candidate.sincnet.plan import (
+    HALVES_KERNEL,
+    KERNEL,
+    SINC_POOL,
+    SINC_STRIDE,
+    sinc_pooled,
+)
 from pyspk.cuda.errors import ClosedError
 from pyspk.cuda.math import CudaMath
 from pyspk.torch import (
@@ -62,13 +70,16 @@ def sinc_front_unsupported(encoder: nn.Module, pool: nn.Module) -> str | None:
 
 class PlannedSincFront(_OnePlan):
     """`forward(x)` of `[batch, 1, samples]` float32 returns `pool(abs(encoder(x)))`,
-    `[batch, 80, frames]`. Refuses, with `GeometryUnimplemented`, another stage.
+    `[batch, 80, frames]`, in `math`. Refuses, with `GeometryUnimplemented`, another stage.
     `served_batches`, when set, names the batch sizes the plan serves; a call of another
     size takes the library stage (as where only the sizes whose bits were compared with
     the library's may run on the plan)."""
 
-    def __init__(self, encoder: nn.Module, pool: nn.Module) -> None:
+    def __init__(
+        self, encoder: nn.Module, pool: nn.Module, math: CudaMath | str = CudaMath.FP32
+    ) -> None:
         super().__init__()
+        self.math = CudaMath.parse(math)
         reason = sinc_front_unsupported(encoder, pool)
         if reason is not None:
             raise GeometryUnimplemented(CONTEXT, reason)
@@ -92,7 +103,7 @@ class PlannedSincFront(_OnePlan):
         with torch.no_grad(), library_math(CudaMath.FP32):
             filters = self.encoder.get_filters()  # type: ignore[operator]
         weights = filters.detach().reshape(SINC_FILTERS, SINC_TAPS).to(torch.float32).cpu()
-        self._plan = plan_sinc_front(shared_runtime(self._ordinal), weights.numpy())
+        self._plan = plan_sinc_front(shared_runtime(self._ordinal), weights.numpy(), self.math)
         self._state = tensor_state(parameters)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -134,4 +145,4 @@ class PlannedSincFront(_OnePlan):
         return self.pool(torch.abs(self.encoder(x)))
 
     def entries(self) -> str:
-        return "spk_sinc_front"
+        return HALVES_KERNEL if self.math is CudaMath.TF32 else KERNEL

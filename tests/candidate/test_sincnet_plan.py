@@ -1,6 +1,7 @@
 """The sincnet area without a GPU (the fake driver): the pooled length, the filters'
-upload, the plan's checks, its persistent launch, and the sm75 tier's refusal. The
-kernel's results are tested on the H200 (tests/gpu/test_sincnet_gpu.py)."""
+upload and the tensor-core kernel's packing of them, the plan's checks, its persistent
+launch in either math, and the sm75 tier's refusal. The kernels' results are tested on
+the H200 (tests/gpu/test_sincnet_gpu.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 
 from pyspk.candidate.sincnet import plan as sincnet
-from pyspk.cuda import CudaRuntime
+from pyspk.cuda import CudaMath, CudaRuntime
 from pyspk.cuda.manifest import KernelModule, Manifest
 from pyspk.cuda.tier import PtxTier
 from pyspk.errors import (
@@ -40,9 +41,63 @@ def test_the_pooled_length_is_max_pool_over_the_convolution(samples: int, pooled
 
 
 @pytest.mark.parametrize("tier", [PtxTier.SM75, PtxTier.SM80], ids=str)
-def test_the_launch_signature_is_the_shipped_entry(tier: PtxTier) -> None:
+@pytest.mark.parametrize("kernel", [sincnet.KERNEL, sincnet.HALVES_KERNEL])
+def test_the_launch_signature_is_the_shipped_entry(tier: PtxTier, kernel: str) -> None:
     entries = Manifest.load().module(KernelModule.SINCNET).tiers[tier].entries
-    assert list(entries[sincnet.KERNEL]) == ptx_kinds(sincnet.SIGNATURE)
+    assert list(entries[kernel]) == ptx_kinds(sincnet.SIGNATURE)
+
+
+def unpacked_halves(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(high, low) [80, 256] float64 values and the 80 inverse scales, read back from
+    `pack_sinc_halves`'s words by the layout its docstring gives."""
+    words = packed[: sincnet.SINC_HALF_WORDS].view(np.uint32)
+    parts = np.zeros((2, 80, 256))
+    for index, word in enumerate(words):
+        lane_word, i = divmod(index, 4)
+        lane_row, lane = divmod(lane_word, 32)
+        step, tile = divmod(lane_row, 10)
+        k = 16 * step + 2 * (lane % 4) + 8 * (i % 2)
+        pair = np.array([word & 0xFFFF, word >> 16], np.uint16).view(np.float16)
+        parts[i // 2, 8 * tile + lane // 4, k : k + 2] = pair
+    return parts[0], parts[1], packed[sincnet.SINC_HALF_WORDS :].astype(np.float64)
+
+
+def test_the_tensor_core_filters_are_split_scaled_and_in_fragment_order() -> None:
+    """High plus low, unscaled, is each tap to about 22 bits (the split's residual below
+    2^-22 of the filter's largest magnitude); each filter's largest scaled magnitude lies
+    in [2^14, 2^15); the padded taps are zero."""
+    filters = random_filters() * np.exp(np.random.default_rng(1).standard_normal((80, 1)))
+    filters = filters.astype(np.float32)
+    high, low, inverse = unpacked_halves(sincnet.pack_sinc_halves(filters))
+    assert high.shape == (80, 256) and inverse.shape == (80,)
+    assert not np.any(high[:, 251:]) and not np.any(low[:, 251:])
+    largest = np.abs(high).max(axis=1)
+    assert np.all((largest >= 2.0**14) & (largest <= 2.0**15))
+    assert np.array_equal(np.log2(inverse), np.round(np.log2(inverse)))  # powers of two
+    restored = (high + low)[:, :251] * inverse[:, None]
+    error = np.abs(restored - filters).max(axis=1) / np.abs(filters).max(axis=1)
+    assert error.max() < 2.0**-22
+
+
+def test_the_tf32_plan_launches_the_tensor_core_kernel(fake: FakeApi) -> None:
+    """Its own entry, block and shared memory (the packed filters and a tile's sample
+    pairs: 16 x 10 x 32 x 4 words and 5 rounds of 256 pairs of 8 bytes), and two blocks
+    an sm_90 holds."""
+    assert sincnet.SINC_HALF_SHARED_BYTES == 20480 * 4 + 5 * 256 * 8 == 92160
+    assert sincnet.resident_blocks(232448, sincnet.SINC_HALF_SHARED_BYTES) == 2
+    runtime = CudaRuntime(0)
+    items, samples = 3, 160000
+    x = runtime.alloc_zeros(items * samples)
+    y = runtime.alloc_zeros(items * 80 * 5325)
+    with sincnet.plan_sinc_front(runtime, random_filters(), CudaMath.TF32) as plan:
+        fake.read_params = (1, 3, 5)
+        plan.enqueue(x, y, items=items, samples=samples)
+    (launch,) = fake.launches
+    assert launch[0] == f"fn:{sincnet.HALVES_KERNEL}"
+    assert launch[2:4] == ((sincnet.SINC_HALF_THREADS, 1, 1), sincnet.SINC_HALF_SHARED_BYTES)
+    words = sincnet.SINC_HALF_WORDS + 80
+    assert fake.param_values == [(launch[0], items * samples, words, items * 80 * 5325)]
+    runtime.close()
 
 
 def test_the_filters_are_uploaded_tap_major(fake: FakeApi, runtime: CudaRuntime) -> None:
@@ -129,3 +184,80 @@ def test_the_sm75_tier_refuses(fake: FakeApi) -> None:
         pytest.raises(DeviceUnsupported, match="sm80 tier"),
     ):
         sincnet.plan_sinc_front(runtime, random_filters())
+
+
+def _pair_values(words: np.ndarray) -> np.ndarray:
+    """FP16 pair words (low half first) -> [..., 2] float64 values."""
+    halves = np.stack([words & 0xFFFF, words >> 16], axis=-1).astype(np.uint16)
+    return halves.view(np.float16).astype(np.float64)
+
+
+def test_a_model_of_the_tensor_core_kernels_data_flow_gives_the_float64_stage() -> None:
+    """The kernel's addressing, modelled in numpy for one tile: the sample pairs each lane
+    reads (15 pairs a row, rows 4 (r % 4) + r / 4, the last step's taps past 250 masked),
+    the packed filters each lane reads, both placed by mma.m16n8k16's fragment layouts
+    (a: rows g, g + 8 and k pairs t, t + 4; b: k pairs t, t + 4 of column g; c: rows g,
+    g + 8, columns 2t, 2t + 1), the three products summed exactly. The result is the
+    float64 stage to the split's 22 bits."""
+    from pyspk import reference
+    from pyspk.candidate.segdense.packing import f16_bits, half_scale
+
+    rng = np.random.default_rng(3)
+    filters = random_filters(2) * np.exp(rng.standard_normal((80, 1))).astype(np.float32)
+    samples, tile = 32001, 3
+    x = rng.standard_normal(samples).astype(np.float32)
+    packed = sincnet.pack_sinc_halves(filters)
+    words = packed[: sincnet.SINC_HALF_WORDS].view(np.uint32).reshape(16, 10, 32, 4)
+    first = 64 * tile
+    raw = np.zeros(2 * 1280, np.float32)
+    span = x[30 * first : 30 * first + 2 * (30 * 63 + 20 + 256) // 2]
+    raw[: len(span)] = span
+    scale, inverse = half_scale(np.abs(raw).max())
+    high = f16_bits(raw * scale)
+    low = f16_bits(raw * scale - high.view(np.float16).astype(np.float32))
+    pairs = [
+        part.astype(np.uint32)[0::2] | part.astype(np.uint32)[1::2] << 16 for part in (high, low)
+    ]
+    lanes = np.arange(32)
+    g, t = lanes >> 2, lanes & 3
+    out = np.zeros((80, 64))
+    for warp in range(8):
+        row = 16 * (warp % 4) + 4 * (g % 4) + g // 4  # [32]
+        acc = np.zeros((3, 5, 16, 8))  # [m tile][n tile] as the c fragment's rows, columns
+        for step in range(16):
+            keep = np.where(t == 0, 0xFFFFFFFF, np.where(t == 1, 0xFFFF, 0)).astype(np.uint32)
+            for j in range(3):
+                base = 15 * row + t + 5 * j + 8 * step
+                a = []
+                for part in pairs:
+                    regs = [part[base], part[base + 30], part[base + 4], part[base + 34]]
+                    if step == 15:
+                        regs[2], regs[3] = regs[2] & keep, regs[3] & keep
+                    matrix = np.zeros((16, 16))
+                    for (rows, k0), reg in zip(
+                        [(g, 2 * t), (g + 8, 2 * t), (g, 2 * t + 8), (g + 8, 2 * t + 8)],
+                        regs,
+                        strict=True,
+                    ):
+                        matrix[rows[:, None], k0[:, None] + np.arange(2)] = _pair_values(reg)
+                    a.append(matrix)
+                for n in range(5):
+                    lane_words = words[step, 5 * (warp // 4) + n]  # [32][4]
+                    b = []
+                    for i0 in (0, 2):
+                        matrix = np.zeros((16, 8))
+                        for i, k0 in ((i0, 2 * t), (i0 + 1, 2 * t + 8)):
+                            values = _pair_values(lane_words[:, i])
+                            matrix[k0, g], matrix[k0 + 1, g] = values[:, 0], values[:, 1]
+                        b.append(matrix)
+                    acc[j, n] += a[1] @ b[0] + a[0] @ b[1] + a[0] @ b[0]
+        pooled = np.abs(acc).max(axis=0)  # [n tile][16][8]
+        for n in range(5):
+            filters_at = 8 * (5 * (warp // 4) + n)
+            rows = 16 * (warp % 4) + 4 * (np.arange(16) % 4) + np.arange(16) // 4
+            out[filters_at : filters_at + 8, rows] = pooled[n].T
+    inverses = packed[sincnet.SINC_HALF_WORDS :].astype(np.float64)
+    out *= float(inverse) * inverses[:, None]
+    truth = reference.sinc_front(x[None], filters)[0][:, first : first + 64]
+    error = np.linalg.norm(out - truth) / np.linalg.norm(truth)
+    assert error < 2.0**-22

@@ -80,6 +80,17 @@ __device__ __forceinline__ u32 f16_pair(float low, float high) {
     return bits;
 }
 
+// (a, b) rounded to FP16 as one pair word (`high`), and the pair of their residuals
+// a - high, b - high (exact in FP32) rounded to FP16 (`low`).
+__device__ __forceinline__ void f16_split(float a, float b, u32& high, u32& low) {
+    high = f16_pair(a, b);
+    float ha, hb;
+    asm("{ .reg .b16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h; }"
+        : "=f"(ha), "=f"(hb)
+        : "r"(high));
+    low = f16_pair(a - ha, b - hb);
+}
+
 // The power of two s = 2^(14 - e), e the exponent of `largest`, that puts `largest` in
 // [2^14, 2^15), and 1 / s; the shift is clamped to -113..126 so both are normal floats,
 // as `half_scale` computes it on the host.

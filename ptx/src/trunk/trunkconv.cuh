@@ -210,17 +210,6 @@ struct WarpTiles {
 
 namespace spk {
 
-// (a, b) rounded to FP16 as one pair word (`high`), and the pair of their residuals
-// a - high, b - high (exact in FP32) rounded to FP16 (`low`).
-__device__ __forceinline__ void f16_split(float a, float b, u32& high, u32& low) {
-    high = f16_pair(a, b);
-    float ha, hb;
-    asm("{ .reg .b16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h; }"
-        : "=f"(ha), "=f"(hb)
-        : "r"(high));
-    low = f16_pair(a - ha, b - hb);
-}
-
 // The epilogue of one tile (rows m0 on, this thread's fragment rows, L's, and columns
 // n0 + nj * 8 + 2 t): the sums times the row's and the column's inverse scales (exact), + bias,
 // + residual (read here, or `held`: this thread's pairs, read earlier), ReLU, stored NHWC
