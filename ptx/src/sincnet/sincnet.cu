@@ -186,12 +186,6 @@ __device__ __forceinline__ void sinc_front(const float* __restrict__ x, u64 x_le
 // words, one 16-byte read a lane and n tile), then the tile's samples as pairs
 // [high pair, low pair] (8 bytes a pair of samples).
 
-__device__ __forceinline__ uint2 lds_pair(saddr address) {
-    uint2 v;
-    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(address));
-    return v;
-}
-
 __device__ __forceinline__ void sinc_front_halves(const float* __restrict__ x, u64 x_len,
                                                   const float* __restrict__ w, u64 w_len,
                                                   float* __restrict__ y, u64 y_len, u32 items,
@@ -263,9 +257,8 @@ __device__ __forceinline__ void sinc_front_halves(const float* __restrict__ x, u
         for (u32 m = 0; m < SINC_THREAD_PAIRS; ++m) {
             u32 high, low;
             f16_split(raw[m][0] * scale, raw[m][1] * scale, high, low);
-            asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(
-                             span + 8 * (threadIdx.x + m * SINC_HALF_THREADS)),
-                         "r"(high), "r"(low));
+            sts2(span + 8 * (threadIdx.x + m * SINC_HALF_THREADS), __uint_as_float(high),
+                 __uint_as_float(low));
         }
         __syncthreads();
         const u64 next = tile + gridDim.x;
@@ -279,10 +272,11 @@ __device__ __forceinline__ void sinc_front_halves(const float* __restrict__ x, u
 #pragma unroll
             for (u32 j = 0; j < SINC_POOL; ++j) {
                 const saddr at = a_at + 8 * (5 * j + 8 * ks);
-                const uint2 p0 = lds_pair(at), p1 = lds_pair(at + 8 * 30);
-                const uint2 p2 = lds_pair(at + 8 * 4), p3 = lds_pair(at + 8 * 34);
-                a_high[j] = make_uint4(p0.x, p1.x, p2.x, p3.x);
-                a_low[j] = make_uint4(p0.y, p1.y, p2.y, p3.y);
+                // [high pair, low pair] of rows g and g + 8 (row + 2), k pairs t and t + 4
+                const float2 p0 = lds2(at), p1 = lds2(at + 8 * 30);
+                const float2 p2 = lds2(at + 8 * 4), p3 = lds2(at + 8 * 34);
+                a_high[j] = bits4(make_float4(p0.x, p1.x, p2.x, p3.x));
+                a_low[j] = bits4(make_float4(p0.y, p1.y, p2.y, p3.y));
             }
             if (ks == SINC_K_STEPS - 1) {  // taps 248 + 2t, 249 + 2t: past 250 are padding
                 const u32 keep = t == 0 ? 0xffffffffu : t == 1 ? 0x0000ffffu : 0u;
