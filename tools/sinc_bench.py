@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     from pyspk import reference
     from pyspk.cuda import CudaMath
     from pyspk.testing import graph_replay_ms, relative_errors, torch_graph
+    from pyspk.testing.benchmark import device_slug
     from pyspk.torch import library_math
     from pyspk.torch.sincnet import PlannedSincFront
 
@@ -98,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     report = {"device": device, "samples": SAMPLES, "rounds": args.rounds}
     report |= {"errors": errors, "rows": rows}
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "h200-sincnet.json").write_text(json.dumps(report, indent=2) + "\n")
+    stem = args.out / f"{device_slug(device)}-sincnet"
+    stem.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
     lines = [
         "# SincNet's first stage: pyspk's fused kernel against the stock stage",
         "",
@@ -125,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         + ", ".join(f"{arm} {high:.3g} and {norm:.3g}" for arm, (high, norm) in errors.items())
         + ".",
     ]
-    (args.out / "h200-sincnet.md").write_text("\n".join(lines) + "\n")
+    stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
     front.close()
     front_tf32.close()
     return 0
