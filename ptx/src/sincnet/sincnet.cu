@@ -234,13 +234,13 @@ __device__ __forceinline__ void sinc_front_halves(const float* __restrict__ x, u
     __syncthreads();  // tile_largest cleared
     u32 parity = 0;
     for (u64 tile = blockIdx.x; tile < tiles; tile += gridDim.x, parity ^= 1) {
-        float largest = 0.0f;  // of the finite samples: a non-finite one stays so alone
+        float largest = 0.0f;  // of the finite samples (at most FLT_MAX): NaN and inf stay so
 #pragma unroll
         for (u32 m = 0; m < SINC_THREAD_PAIRS; ++m) {
 #pragma unroll
             for (u32 e = 0; e < 2; ++e) {
                 const float magnitude = fabsf(raw[m][e]);
-                largest = magnitude <= 3.4e38f ? fmaxf(largest, magnitude) : largest;
+                largest = magnitude <= 3.40282347e38f ? fmaxf(largest, magnitude) : largest;
             }
         }
         largest = warp_max(largest);
