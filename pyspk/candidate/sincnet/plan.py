@@ -103,7 +103,7 @@ def pack_sinc_halves(filters: np.ndarray) -> np.ndarray:
     Then each filter's `1 / s`."""
     weights = np.zeros((SINC_FILTERS, SINC_K), np.float32)
     weights[:, :SINC_TAPS] = filters
-    largest = np.fmax.reduce(np.abs(weights), axis=1, initial=np.float32(0.0))
+    largest = np.asarray(np.fmax.reduce(np.abs(weights), axis=1, initial=np.float32(0.0)))
     scale, inverse = half_scale(largest)
     scaled = weights * scale[:, None]  # a power of two: exact
     high = f16_bits(scaled)
