@@ -289,10 +289,18 @@ __device__ __forceinline__ void sinc_front_halves(const float* __restrict__ x, u
 #pragma unroll
             for (u32 n = 0; n < 5; ++n) {
                 const uint4 b = bits4(lds4(b_at + 16 * 32 * (ks * SINC_N_TILES + n)));
+                // each sum takes x_lo w_hi, x_hi w_lo, x_hi w_hi in turn; the three m tiles'
+                // sums interleave, so no mma waits on the one just issued
 #pragma unroll
                 for (u32 j = 0; j < SINC_POOL; ++j) {
                     mma_f16(acc[j][n], a_low[j], b.x, b.y);
+                }
+#pragma unroll
+                for (u32 j = 0; j < SINC_POOL; ++j) {
                     mma_f16(acc[j][n], a_high[j], b.z, b.w);
+                }
+#pragma unroll
+                for (u32 j = 0; j < SINC_POOL; ++j) {
                     mma_f16(acc[j][n], a_high[j], b.x, b.y);
                 }
             }
