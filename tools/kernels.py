@@ -665,10 +665,11 @@ def python_kernels() -> dict[str, dict[str, str]]:
     for splits in range(1, shapes.EMBED_MAX_SPLITS + 1):
         segdense.setdefault(shapes.Reduction.shape(splits).kernel, f"Reduction.shape({splits})")
     trunk = {
-        site.kernel(math, tier): f"TrunkSite.{site.name}.kernel({math}, {tier})"
+        site.kernel(math, tier, halves): f"TrunkSite.{site.name}.kernel({math}, {tier}, {halves})"
         for site in TrunkSite
         for math in CudaMath
         for tier in (None, PtxTier.SM90)
+        for halves in (False, True)
     }
     trunk[trunk_shapes.CLEAR_KERNEL] = "shapes.CLEAR_KERNEL"
     trunk[trunk_shapes.CHUNK_MAX_KERNEL] = "shapes.CHUNK_MAX_KERNEL"

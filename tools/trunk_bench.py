@@ -4,8 +4,8 @@ at batch 32 chunks on pyspk's trunk plans against the library (cuDNN through PyT
 the stock module with its BatchNorms) in FP32 and TF32 math, and optionally against
 `torch.compile` (FP32, default mode), in one process on one GPU. Where the device loads
 a trunk tier above sm80 (sm90's wgmma strips on an H100 or H200), the sm80 tier's plans
-run as arms of their own beside it; on the sm90 tier, so do FP32 plans with the strips of
-layers 2 to 4 in the form the default plans do not run (strips or halves), and where
+run as arms of their own beside it; on the sm90 tier, so do plans in both maths with the
+strips of layers 2 to 4 in the form the default plans do not run (strips or halves), and where
 the strips stage by the async copy engine, arms with them staged by the threads' copies
 ("threads' copies") too.
 
@@ -92,10 +92,11 @@ def main(argv: list[str] | None = None) -> int:
         sm80 = CudaRuntime(torch.cuda.current_device(), ptx_tier=PtxTier.SM80)
         sm80.load_kernels(KernelModule.TRUNK)
         planned = {f"pyspk {math} {tier}": plan for math, plan in own.items()}
-        if tier is PtxTier.SM90:  # the FP32 strips of layers 2 to 4 in the other form
-            halves = not own[CudaMath.FP32].plan.halves
-            name = f"pyspk fp32 {tier} {'halves' if halves else 'strips'}"
-            planned[name] = PlannedTrunk(resnet, CudaMath.FP32, halves=halves)
+        if tier is PtxTier.SM90:  # the strips of layers 2 to 4 in the other form
+            for math in CudaMath:
+                halves = not own[math].plan.halves
+                name = f"pyspk {math} {tier} {'halves' if halves else 'strips'}"
+                planned[name] = PlannedTrunk(resnet, math, halves=halves)
         if own[CudaMath.FP32].plans[0].strips_by_tma:  # the strips' copies both ways
             for math in CudaMath:
                 threads = PlannedTrunk(resnet, math)

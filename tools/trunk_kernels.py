@@ -7,7 +7,7 @@ Runs ncu (`--clock-control none`, `gpu__time_duration.sum`, the spk_trunk kernel
 this script's `forward` mode: one TrunkPlan forward of TrunkWeights.random(3) on a random
 fbank at batch 32 per math and tier (sm80, and the device's own where that is higher).
 Prints, and writes to FILE, each kernel's launches, total and per-launch microseconds per
-tier and math (on sm90, FP32 math with the halves form too, and whether its output has
+tier and math (on sm90, both maths with the halves form too, and whether its output has
 the strip form's bits): the breakdown of where a forward's time goes, not the trunk's
 time (`tools/trunk_bench.py` measures that).
 """
@@ -33,7 +33,7 @@ def forward(tier_name: str, math_name: str, save: Path | None = None, halves: bo
     prints the artifacts it loaded (folder and file) and the output's SHA-256 (the same
     weights and fbank every run: builds whose outputs are the same bits print the same
     digest). With `save`, writes the first ERROR_CHUNKS chunks' output there (.npy);
-    `halves` plans the FP32 strips of layers 2 to 4 in their halves form (sm90)."""
+    `halves` plans the strips of layers 2 to 4 in their halves form (sm90)."""
     import hashlib
 
     import numpy as np
@@ -150,9 +150,9 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"{'tier math kernel':<48} {'launches':>8} {'total us':>10} {'us each':>9}",
     ]
-    # each tier's forms: both maths, and on sm90 FP32 math with the halves form too
+    # each tier's forms: both maths, and on sm90 with the halves form too
     forms = [(tier, math, False) for tier in tiers for math in ("fp32", "tf32")]
-    forms += [(PtxTier.SM90, "fp32", True)] if PtxTier.SM90 in tiers else []
+    forms += [(PtxTier.SM90, math, True) for math in ("fp32", "tf32") if PtxTier.SM90 in tiers]
     digests: dict[tuple[PtxTier, str, bool], str] = {}
     for tier, math, halves in forms:
         totals, digests[(tier, math, halves)], _ = kernel_times(str(tier), math, halves=halves)
@@ -166,8 +166,9 @@ def main(argv: list[str] | None = None) -> int:
             )
         lines.append(f"{f'{name} all, per chunk':<48} {'':>8} {grand / 32:>10.1f}")
     if PtxTier.SM90 in tiers:
-        same = digests[(PtxTier.SM90, "fp32", True)] == digests[(PtxTier.SM90, "fp32", False)]
-        lines.append(f"sm90 fp32: the halves form's output the strip form's bits: {same}")
+        for math in ("fp32", "tf32"):
+            same = digests[(PtxTier.SM90, math, True)] == digests[(PtxTier.SM90, math, False)]
+            lines.append(f"sm90 {math}: the halves form's output the strip form's bits: {same}")
     report = "\n".join(lines) + "\n"
     print(report)
     if args.out is not None:

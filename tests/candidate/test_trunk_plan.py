@@ -384,30 +384,32 @@ def test_the_strips_copied_by_threads_take_no_tensor_map(hopper, weights) -> Non
         plan.close()
 
 
-def test_the_strips_of_layers_2_to_4_have_a_halves_form_in_fp32_math_on_sm90() -> None:
-    """Asked for, the halves form serves the strips of layers 2 to 4 in FP32 math on sm90
-    alone, with the strip form's grid and blocks, and as many blocks an SM of an H200 as
-    the strip form has (one for layers 3 and 4, two for layer2); every other site, math
-    and tier keeps its kernel and launch."""
+def test_the_strips_of_layers_2_to_4_have_a_halves_form_in_both_maths_on_sm90() -> None:
+    """Asked for, the halves form serves the strips of layers 2 to 4 on sm90 alone, in
+    either math (FP32: `_f16x3`, high and low operands; TF32: `_f16`, high ones), with
+    the strip form's grid and blocks, and as many blocks an SM of an H200 as the strip
+    form has (one for layers 3 and 4, two for layer2); every other site and tier keeps
+    its kernel and launch."""
     sites = {TrunkSite.LAYER2_CONV: 2, TrunkSite.LAYER3_CONV: 3, TrunkSite.LAYER4_CONV: 4}
     for site, layer in sites.items():
-        assert site.in_halves(CudaMath.FP32, PtxTier.SM90, True)
-        assert (
-            site.kernel(CudaMath.FP32, PtxTier.SM90, True) == f"spk_trunk_layer{layer}_halves_f16x3"
-        )
-        grid, threads, shared = site.launch(CudaMath.FP32, PtxTier.SM90, True)
-        assert (grid, threads) == (site.shape.grid, site.shape.threads)
-        # two slots of the strip (258 rows of 64 bytes) and of the weights (3 steps of 64
-        # bytes a column), and one set of the taps' operands (3 taps x high, low x 2
-        # planes x 260 rows of 16 bytes) a block of an SM's 16 warps
-        columns, blocks = (64, 2) if layer == 2 else (128, 1)
-        operands = 12 * 260 * 16
-        assert shared == 2 * (258 * 64 + 3 * columns * 64) + operands * (3 - blocks)
-        assert blocks * (shared + 1024) <= 228 * 1024 and threads * blocks == 512
+        for math, suffix, parts in ((CudaMath.FP32, "f16x3", 2), (CudaMath.TF32, "f16", 1)):
+            assert site.in_halves(math, PtxTier.SM90, True)
+            assert (
+                site.kernel(math, PtxTier.SM90, True) == f"spk_trunk_layer{layer}_halves_{suffix}"
+            )
+            grid, threads, shared = site.launch(math, PtxTier.SM90, True)
+            assert (grid, threads) == (site.shape.grid, site.shape.threads)
+            # two slots of the strip (258 rows of 64 bytes) and of the weights (3 steps of
+            # 64 bytes a column), and one set of the taps' operands (3 taps x parts x 2
+            # planes x 260 rows of 16 bytes) a block of an SM's 16 warps
+            columns, blocks = (64, 2) if layer == 2 else (128, 1)
+            operands = 3 * parts * 2 * 260 * 16
+            assert shared == 2 * (258 * 64 + 3 * columns * 64) + operands * (3 - blocks)
+            assert blocks * (shared + 1024) <= 228 * 1024 and threads * blocks == 512
     for site in TrunkSite:
         for math in CudaMath:
             for tier in (None, PtxTier.SM80, PtxTier.SM90):
-                if site in sites and math is CudaMath.FP32 and tier is PtxTier.SM90:
+                if site in sites and tier is PtxTier.SM90:
                     continue
                 assert not site.in_halves(math, tier, True)
                 assert site.kernel(math, tier, True) == site.kernel(math, tier)
@@ -417,8 +419,8 @@ def test_the_strips_of_layers_2_to_4_have_a_halves_form_in_fp32_math_on_sm90() -
 @pytest.mark.parametrize("halves", [None, False, True], ids=str)
 def test_a_trunk_plan_launches_the_halves_form_where_asked(hopper, weights, halves) -> None:
     """On compute capability 9.0, a plan with `halves` launches the stride-1 convolutions
-    of layers 2 to 4 (7, 11 and 5) on the halves form in FP32 math, and nothing else
-    changes; by default (None) and in TF32 math, the strip form."""
+    of layers 2 to 4 (7, 11 and 5) on the halves form in either math, and nothing else
+    changes; by default (None), the strip form."""
     from pyspk.candidate.trunk.plan import HALVES_DEFAULT
     from pyspk.cuda import CudaRuntime
 
@@ -432,7 +434,7 @@ def test_a_trunk_plan_launches_the_halves_form_where_asked(hopper, weights, halv
             kernels = [launch[0].removeprefix("fn:") for launch in launches[1:]]
             assert kernels == [site.kernel(math, PtxTier.SM90, asked) for site in expected]
             on = [name for name in kernels if "_halves_" in name]
-            assert len(on) == (7 + 11 + 5 if asked and math is CudaMath.FP32 else 0)
+            assert len(on) == (7 + 11 + 5 if asked else 0)
             for launch, site in zip(launches[1:], expected, strict=True):
                 grid, threads, shared = site.launch(math, PtxTier.SM90, asked)
                 assert launch[1:4] == (grid, (threads, 1, 1), shared)

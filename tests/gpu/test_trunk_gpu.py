@@ -212,17 +212,18 @@ def test_reruns_partial_batches_and_replays_give_the_same_bits(
     assert torch.equal(full, replayed)
 
 
-def test_the_halves_form_has_the_bits_of_the_strip_form(runtime, torch, weights) -> None:
-    """On the sm90 tier the FP32 strips of layers 2 to 4 have a halves form (the block
-    converts each strip once; its tiles span two chunks, the last batch's run past the
-    chunks): the same FP16 operands, products and sums as the strip form, so the whole
-    trunk's output must be the same bits, at a full batch and partial ones, with its
-    copies by the async copy engine or by the threads."""
+@pytest.mark.parametrize("math", list(CudaMath), ids=str)
+def test_the_halves_form_has_the_bits_of_the_strip_form(runtime, torch, weights, math) -> None:
+    """On the sm90 tier the strips of layers 2 to 4 have a halves form in both maths (the
+    block converts each strip once; its tiles span two chunks, the last batch's run past
+    the chunks): the same FP16 operands, products and sums as the strip form, so the
+    whole trunk's output must be the same bits, at a full batch and partial ones, with
+    its copies by the async copy engine or by the threads."""
     fbank = torch.randn(TRUNK_BATCH, 998, 80, device="cuda")
     stream = torch.cuda.current_stream().cuda_stream
     with (
-        plan_trunk(runtime, CudaMath.FP32, weights, halves=True) as halves,
-        plan_trunk(runtime, CudaMath.FP32, weights, halves=False) as strips,
+        plan_trunk(runtime, math, weights, halves=True) as halves,
+        plan_trunk(runtime, math, weights, halves=False) as strips,
     ):
         if halves.tier is not PtxTier.SM90:
             pytest.skip("the halves form exists on the sm90 tier only")

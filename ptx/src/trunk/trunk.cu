@@ -190,18 +190,18 @@ spk_trunk_chunk_max(const float* __restrict__ x, u64 x_len, u32 item_len,
 #else
 #define SPK_TILES_BODY(SHAPE, SPLIT) SPK_TIER_STUB()
 #endif
-// the halves form (the FP32 strips of layers 2 to 4) likewise: by the async copy engine
+// the halves form (the strips of layers 2 to 4) likewise: by the async copy engine
 // where given a tensor map of the input (TrunkPlan's) and its shape takes one, else by
 // every thread's copies (ConvPlan)
 #if defined(SPK_WGMMA)
-#define SPK_HALVES_BODY(SHAPE)                                                    \
-    if (spk::HalvesShape<SHAPE>::TMA_COPIES && x_map != nullptr) {                \
-        spk::trunk_conv_halves_by<SHAPE, true>(SPK_CONV_ARGUMENTS);              \
+#define SPK_HALVES_BODY(SHAPE, SPLIT)                                             \
+    if (spk::HalvesShape<SHAPE, SPLIT>::TMA_COPIES && x_map != nullptr) {         \
+        spk::trunk_conv_halves_by<SHAPE, SPLIT, true>(SPK_CONV_ARGUMENTS);       \
     } else {                                                                      \
-        spk::trunk_conv_halves_by<SHAPE, false>(SPK_CONV_ARGUMENTS);             \
+        spk::trunk_conv_halves_by<SHAPE, SPLIT, false>(SPK_CONV_ARGUMENTS);      \
     }
 #else
-#define SPK_HALVES_BODY(SHAPE) SPK_TIER_STUB()
+#define SPK_HALVES_BODY(SHAPE, SPLIT) SPK_TIER_STUB()
 #endif
 #define SPK_TRUNK_ENTRY(NAME, LAUNCH, BODY)                                                     \
     extern "C" __global__ void __launch_bounds__(LAUNCH::THREADS, LAUNCH::MIN_BLOCKS) NAME(     \
@@ -251,10 +251,13 @@ SPK_TRUNK_SHAPE(layer3_conv, Layer3Conv)
 SPK_TRUNK_SHAPE(layer4_down, Layer4Down)
 SPK_TRUNK_SPLIT(layer4_shortcut, Layer4Shortcut)
 SPK_TRUNK_SHAPE(layer4_conv, Layer4Conv)
-// the FP32 strips of layers 2 to 4 converted once per block (the sm90 tier's; trunkhalves.cuh)
-SPK_TRUNK_ENTRY(spk_trunk_layer2_halves_f16x3, Layer2Conv, SPK_HALVES_BODY(Layer2Conv))
-SPK_TRUNK_ENTRY(spk_trunk_layer3_halves_f16x3, Layer3Conv, SPK_HALVES_BODY(Layer3Conv))
-SPK_TRUNK_ENTRY(spk_trunk_layer4_halves_f16x3, Layer4Conv, SPK_HALVES_BODY(Layer4Conv))
+// the strips of layers 2 to 4 converted once per block (the sm90 tier's; trunkhalves.cuh)
+#define SPK_TRUNK_HALVES(SITE, SHAPE)                                                  \
+    SPK_TRUNK_ENTRY(spk_trunk_##SITE##_halves_f16, SHAPE, SPK_HALVES_BODY(SHAPE, false)) \
+    SPK_TRUNK_ENTRY(spk_trunk_##SITE##_halves_f16x3, SHAPE, SPK_HALVES_BODY(SHAPE, true))
+SPK_TRUNK_HALVES(layer2, Layer2Conv)
+SPK_TRUNK_HALVES(layer3, Layer3Conv)
+SPK_TRUNK_HALVES(layer4, Layer4Conv)
 
 // Statistics pooling of the trunk's output (pyannote's StatsPool with (batch, speakers,
 // frames) weights, after TSTP's reshape): for chunk i, speaker s and feature row r of

@@ -1,5 +1,6 @@
-// The stride-1 3x3s of layers 2 to 4 in FP32 math on the sm90 tier, the strip converted
-// once per block ("halves"): both wgmma operands in shared memory.
+// The stride-1 3x3s of layers 2 to 4 on the sm90 tier, the strip converted once per
+// block ("halves"): both wgmma operands in shared memory. FP32 math (SPLIT) converts to
+// high and low FP16 parts for three products; TF32 math to the high part, one product.
 //
 // In the strip form (trunkconv.cuh, group_stage_split) every warp converts its own a
 // fragments of every step (in layer3 and layer4 again for each of two column tiles: 192
@@ -13,7 +14,8 @@
 //
 // The products, their order and their fresh sums are the strip form's (per row tile and
 // column tile, a stage's three taps' a_lo b_hi, a_hi b_lo, a_hi b_hi in one fresh sum,
-// added once), on the same FP16 operands: the outputs are the same bits.
+// added once; in TF32 math each tap's a_hi b straight into the running sums), on the
+// same FP16 operands: the outputs are the same bits.
 //
 // One barrier a stage where a block has the SM to itself (128 columns: layers 3 and 4).
 // Stage j's products read halves set j % 2 and weights slot j % 2; while a warpgroup's
@@ -43,14 +45,17 @@ struct Unsigned<true> {
     using type = u64;
 };
 
-template <class S>
+template <class S, bool SPLIT>
 struct HalvesShape : S {
     static constexpr u32 A_BYTES = S::A_ROWS * CONV_BK * 4;  // a stage's FP32 strip
-    static constexpr u32 B_BYTES = S::STEPS * S::BN * CONV_BK * 4;  // its weights, high and low
+    // its weights in the strip form's slot: high then low plane a step (TF32: the high
+    // plane alone, the rest of the slot unused)
+    static constexpr u32 B_BYTES = S::STEPS * S::BN * CONV_BK * 4;
     static constexpr u32 PAD_ROWS = HALVES_PAD_ROWS, OPERAND_ROWS = CONV_BM + 2 * PAD_ROWS;
     static constexpr u32 PLANE = OPERAND_ROWS * 16;  // bytes between an operand's two k planes
     static constexpr u32 OPERAND = 2 * PLANE;        // one tap's high (or low) part
-    static constexpr u32 SET = S::STEPS * 2 * OPERAND;  // a stage's three taps, high and low
+    static constexpr u32 PARTS = SPLIT ? 2 : 1;      // high and low, or high alone
+    static constexpr u32 SET = S::STEPS * PARTS * OPERAND;  // a stage's three taps' parts
     // sets of converted operands: two where a block has the SM to itself (128 columns),
     // so the next stage converts while this one's products run; one where two blocks
     // share an SM (64 columns), each converting while the other's products run
@@ -89,7 +94,7 @@ __device__ __forceinline__ void halves_products(float (&fresh)[L::FRESH][4], sad
 #pragma unroll
     for (u32 dx = 0; dx < S::KS; ++dx) {
         const u64 b = wgmma_b_desc(b_stage + dx * S::BN * CONV_BK * 4) + nt * TILE_STEP;
-        const saddr high = set + dx * 2 * P::OPERAND + mi * L::ROW_STEP * 16;
+        const saddr high = set + dx * P::PARTS * P::OPERAND + mi * L::ROW_STEP * 16;
         const u64 a_high = wgmma_desc(high, P::PLANE, 128);
         wgmma_f16_shared(fresh, wgmma_desc(high + P::OPERAND, P::PLANE, 128), b, dx > 0);
         wgmma_f16_shared(fresh, a_high, b + LOW_PLANE, 1);
@@ -97,7 +102,33 @@ __device__ __forceinline__ void halves_products(float (&fresh)[L::FRESH][4], sad
     }
     wgmma_commit();
 }
-template <class S, bool TMA>
+// A stage's products in one-product (TF32) math: per row tile and column tile, each
+// tap's a_hi b straight into the running sums, in tap order as the strip form adds them
+// (group_products); committed as one group.
+template <class S, class L, class P>
+__device__ __forceinline__ void halves_products_one(float (&acc)[L::MI][L::NJ][4], saddr set,
+                                                    saddr b_stage) {
+    // descriptors count 16-byte units: each operand is a constant offset from the first
+    constexpr u64 TILE_STEP = L::FRESH * 256 / 16, B_TAP = S::BN * CONV_BK * 4 / 16;
+    constexpr u64 A_TAP = P::OPERAND / 16, A_ROWS = L::ROW_STEP * 16 / 16;
+    const u64 a = wgmma_desc(set, P::PLANE, 128), b = wgmma_b_desc(b_stage);
+    wgmma_fence();  // after the last stage's waits on the sums
+#pragma unroll
+    for (u32 mi = 0; mi < L::MI; ++mi) {
+#pragma unroll
+        for (u32 nt = 0; nt < L::NT; ++nt) {
+            float (&tile)[L::FRESH][4] =
+                *reinterpret_cast<float(*)[L::FRESH][4]>(&acc[mi][nt * L::FRESH]);
+#pragma unroll
+            for (u32 dx = 0; dx < S::KS; ++dx) {
+                wgmma_f16_shared(tile, a + dx * A_TAP + mi * A_ROWS, b + dx * B_TAP + nt * TILE_STEP,
+                                 1);
+            }
+        }
+    }
+    wgmma_commit();
+}
+template <class S, bool SPLIT, bool TMA>
 __device__ __forceinline__ void trunk_conv_halves_by(const float* __restrict__ x, u64 x_len,
                                                   const float* __restrict__ w, u64 w_len,
                                                   const float* __restrict__ bias, u64 bias_len,
@@ -107,7 +138,7 @@ __device__ __forceinline__ void trunk_conv_halves_by(const float* __restrict__ x
                                                   u64 in_max_len, u32* __restrict__ out_max,
                                                   u64 out_max_len, u32 items, u32 flags,
                                                   const void* __restrict__ x_map) {
-    using P = HalvesShape<S>;
+    using P = HalvesShape<S, SPLIT>;
     using L = GroupTiles<S>;
     constexpr u32 NJ = L::NJ, STAGES = S::KSTAGES;
     const bool valid = launch_is(S::GRID_X, S::GRID_Y, 1, S::THREADS) & (items >= 1) &
@@ -173,12 +204,13 @@ __device__ __forceinline__ void trunk_conv_halves_by(const float* __restrict__ x
                 copy_strip<S>(strip_slot, x, first, rows, strip % S::CBLOCKS, tid);
             }
             if (weight < STAGES) {
-                copy_weights<S, L, true>(weight_slot, w, weight, n0, tid);
+                copy_weights<S, L, SPLIT>(weight_slot, w, weight, n0, tid);
             }
             cp_async_commit();
             return;
         }
-        const u32 bytes = (strip < STAGES ? P::A_BYTES : 0) + (weight < STAGES ? P::B_BYTES : 0);
+        const u32 bytes = (strip < STAGES ? P::A_BYTES : 0) +
+                          (weight < STAGES ? tma_weight_bytes<S, SPLIT>() : 0);
         if ((tid == 0) & (bytes != 0)) {
             mbarrier_expect(bar, bytes);
             fence_proxy_async();  // after the block's reads of the slots' last stages
@@ -186,13 +218,13 @@ __device__ __forceinline__ void trunk_conv_halves_by(const float* __restrict__ x
                 tma_strip<S>(strip_slot, x_map, first, strip % S::CBLOCKS, bar);
             }
             if (weight < STAGES) {
-                tma_weights<S, true>(weight_slot, w, weight, n0, bar);
+                tma_weights<S, SPLIT>(weight_slot, w, weight, n0, bar);
             }
         }
     };
     // this thread's four words of operand row r = s - dx (a pad row outside the tile)
     auto operand_row = [&](saddr set, u32 s, u32 dx) {
-        return set + dx * 2 * P::OPERAND + (P::PAD_ROWS + s - dx) * 16 + chunk * 4;
+        return set + dx * P::PARTS * P::OPERAND + (P::PAD_ROWS + s - dx) * 16 + chunk * 4;
     };
     // stage j's strip as the three taps' FP16 operands, high and low, in set j % 2: every
     // strip row into each tap's operand, then zeros over the rows whose tap leaves the
@@ -201,22 +233,30 @@ __device__ __forceinline__ void trunk_conv_halves_by(const float* __restrict__ x
         const u32 dy = j / S::CBLOCKS;
         const int first = int(m0) + (int(dy) - 1) * int(S::WIN) - 1;
         const saddr strip = strips + j % 2 * P::A_BYTES, set = halves + j % P::SETS * P::SET;
-#pragma unroll
+        // (one product: a round at a time, beside the sums of every tile in flight)
+#pragma unroll(SPLIT ? P::ROUNDS : 1)
         for (u32 i = 0; i < P::ROUNDS; ++i) {
             const u32 s = tid / 4 + i * (S::THREADS / 4);
             if (i + 1 < P::ROUNDS || s < S::A_ROWS) {
                 const float4 v = lds4(strip + (s * S::A_STRIDE + chunk * 4) * 4);
                 const float scale = first + int(s) < second ? scales[0] : scales[1];
                 u32 high[2], low[2];
-                f16_split(v.x * scale, v.y * scale, high[0], low[0]);
-                f16_split(v.z * scale, v.w * scale, high[1], low[1]);
+                if constexpr (SPLIT) {
+                    f16_split(v.x * scale, v.y * scale, high[0], low[0]);
+                    f16_split(v.z * scale, v.w * scale, high[1], low[1]);
+                } else {
+                    high[0] = f16_pair(v.x * scale, v.y * scale);
+                    high[1] = f16_pair(v.z * scale, v.w * scale);
+                }
 #pragma unroll
                 for (u32 dx = 0; dx < S::KS; ++dx) {
                     const saddr at = operand_row(set, s, dx);
                     sts1(at, high[0]);
                     sts1(at + P::PLANE, high[1]);
-                    sts1(at + P::OPERAND, low[0]);
-                    sts1(at + P::OPERAND + P::PLANE, low[1]);
+                    if constexpr (SPLIT) {
+                        sts1(at + P::OPERAND, low[0]);
+                        sts1(at + P::OPERAND + P::PLANE, low[1]);
+                    }
                 }
             }
         }
@@ -230,8 +270,10 @@ __device__ __forceinline__ void trunk_conv_halves_by(const float* __restrict__ x
                         const saddr at = operand_row(set, tid / 4 + i * (S::THREADS / 4), dx);
                         sts1(at, 0u);
                         sts1(at + P::PLANE, 0u);
-                        sts1(at + P::OPERAND, 0u);
-                        sts1(at + P::OPERAND + P::PLANE, 0u);
+                        if constexpr (SPLIT) {
+                            sts1(at + P::OPERAND, 0u);
+                            sts1(at + P::OPERAND + P::PLANE, 0u);
+                        }
                     }
                 }
             }
@@ -278,19 +320,34 @@ __device__ __forceinline__ void trunk_conv_halves_by(const float* __restrict__ x
         }
         const saddr set = halves + j % P::SETS * P::SET + (P::PAD_ROWS * 16 + group_rows);
         const saddr b_stage = weights + j % 2 * P::B_BYTES;
-        // per row tile and column tile, the strip form's order (group_stage_split); the
-        // first tile's products run while the block converts the next stage (two sets)
-        halves_products<S, L, P>(fresh, set, b_stage, 0, 0);
-        if constexpr (P::SETS == 2) {
-            if (j + 1 < STAGES) {
-                convert(j + 1);
+        if constexpr (SPLIT) {
+            // per row tile and column tile, the strip form's order (group_stage_split); the
+            // first tile's products run while the block converts the next stage (two sets)
+            halves_products<S, L, P>(fresh, set, b_stage, 0, 0);
+            if constexpr (P::SETS == 2) {
+                if (j + 1 < STAGES) {
+                    convert(j + 1);
+                }
             }
-        }
-        add_fresh_tile<L>(acc, fresh, 0, 0);
+            add_fresh_tile<L>(acc, fresh, 0, 0);
 #pragma unroll
-        for (u32 tile = 1; tile < L::MI * L::NT; ++tile) {
-            halves_products<S, L, P>(fresh, set, b_stage, tile / L::NT, tile % L::NT);
-            add_fresh_tile<L>(acc, fresh, tile / L::NT, tile % L::NT);
+            for (u32 tile = 1; tile < L::MI * L::NT; ++tile) {
+                halves_products<S, L, P>(fresh, set, b_stage, tile / L::NT, tile % L::NT);
+                add_fresh_tile<L>(acc, fresh, tile / L::NT, tile % L::NT);
+            }
+        } else {
+            // every tile's products in flight while the block converts the next stage
+            halves_products_one<S, L, P>(acc, set, b_stage);
+            if constexpr (P::SETS == 2) {
+                if (j + 1 < STAGES) {
+                    convert(j + 1);
+                }
+            }
+            wgmma_wait<0>();
+#pragma unroll
+            for (u32 mi = 0; mi < L::MI; ++mi) {
+                register_fence(acc[mi]);
+            }
         }
         if constexpr (P::SETS == 1) {
             if (j + 1 < STAGES) {

@@ -87,10 +87,10 @@ FBANK_ITEM = TRUNK_FRAMES * TRUNK_BINS  # floats of one chunk's fbank
 OUTPUT_ITEM = OUTPUT_SHAPE[0] * OUTPUT_SHAPE[1] * OUTPUT_SHAPE[2]
 
 
-# Whether plans run the FP32 strips of layers 2 to 4 in their halves form on the sm90
-# tier by default: not, since on the H200 (with the async copy engine's copies) it was
+# Whether plans run the strips of layers 2 to 4 in their halves form on the sm90 tier by
+# default: not, since on the H200 (with the async copy engine's copies) the FP32 form was
 # 1.9% and 0.4% faster in layers 3 and 4 and 17% slower in layer2 (docs/performance.md,
-# "The strips' halves form").
+# "The strips' halves form"); the TF32 form is not yet measured.
 HALVES_DEFAULT = False
 
 
@@ -445,7 +445,7 @@ def plan_conv(
     runtime: CudaRuntime, math: CudaMath | str, conv: FoldedConv, *, halves: bool | None = None
 ) -> ConvPlan:
     """A plan of one trunk convolution (folded); `DeviceUnsupported` below the sm80
-    tier. `halves`: run the FP32 strips of layers 2 to 4 in their halves form on the
+    tier. `halves`: run the strips of layers 2 to 4 in their halves form on the
     sm90 tier (`TrunkSite.in_halves`; None: `HALVES_DEFAULT`)."""
     return ConvPlan(runtime, CudaMath.parse(math), conv, halves)
 

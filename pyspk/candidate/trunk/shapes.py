@@ -49,7 +49,7 @@ TILE_ROWS = 4
 TILE_FRAMES = 64
 TILE_TILES = 8
 TILE_AHEAD = 1
-# the halves form of the FP32 strips of layers 2 to 4 (the sm90 tier:
+# the halves form of the strips of layers 2 to 4 (the sm90 tier:
 # `TrunkSite.in_halves`): pad rows either side of an FP16 operand's 256
 HALVES_PAD_ROWS = 2
 STEM_THREADS = 256
@@ -184,16 +184,17 @@ class ConvShape:
         weights = self.k * self.cout * (4 if split else 2)
         return (-(-count // tiles), 1, 1), 128 * groups, weights + slabs
 
-    def halves_launch(self) -> tuple[tuple[int, int, int], int, int]:
+    def halves_launch(self, split: bool = True) -> tuple[tuple[int, int, int], int, int]:
         """(grid, block threads, dynamic shared bytes) of the halves form
         (`ptx/src/trunk/trunkhalves.cuh`): the strip form's grid and blocks; two slots
         each of a stage's FP32 strip (CONV_BM + 2 rows of CONV_BK floats) and of its three
-        steps' weights (FP16 high and low: CONV_BK words a column), and one or two sets (two
-        where a block of 128 columns has the SM to itself) of its three taps' FP16 operands
-        (high and low, two k planes of CONV_BM + 2 HALVES_PAD_ROWS rows of 16 bytes)."""
+        steps' weights (room for FP16 high and low: CONV_BK words a column; one product
+        fills the high half), and one or two sets (two where a block of 128 columns has
+        the SM to itself) of its three taps' FP16 operands (`split`: high and low, else
+        high; two k planes of CONV_BM + 2 HALVES_PAD_ROWS rows of 16 bytes each)."""
         strip = (CONV_BM + 2) * CONV_BK * 4
         weights = 3 * self.block_channels * CONV_BK * 4
-        operands = 3 * 2 * 2 * (CONV_BM + 2 * HALVES_PAD_ROWS) * 16
+        operands = 3 * (2 if split else 1) * 2 * (CONV_BM + 2 * HALVES_PAD_ROWS) * 16
         sets = 2 if self.block_channels == 128 else 1
         return self.grid, self.threads, 2 * (strip + weights) + sets * operands
 
@@ -231,7 +232,7 @@ class TrunkSite(enum.Enum):
         the others are `_f16x3` (three scaled FP16 products, FP32 math) or `_f16` (one,
         TF32 math), but the 1x1 shortcuts run `_f16x3` in both: a small share of the
         work, and the library keeps at least one of them in FP32 under TF32 math.
-        Layer1's convolutions on the sm90 tier: `TILES_KERNEL`'s; with `halves`, the FP32
+        Layer1's convolutions on the sm90 tier: `TILES_KERNEL`'s; with `halves`, the
         strips of layers 2 to 4 there: their halves form's (`in_halves`)."""
         if self is TrunkSite.STEM:
             return KERNEL_PREFIX + self.value
@@ -249,11 +250,9 @@ class TrunkSite(enum.Enum):
     def in_halves(self, math: CudaMath | None, tier: PtxTier | None, halves: bool) -> bool:
         """Whether the site runs its halves form (`ptx/src/trunk/trunkhalves.cuh`: the
         block converts each stage's strip to FP16 once, both wgmma operands in shared
-        memory), where `halves` asks for it: the strips of layers 2 to 4 in FP32 math on
-        the sm90 tier. The outputs are the strip form's bits."""
-        return (
-            halves and self.value in HALVES_SITES and math is CudaMath.FP32 and tier is PtxTier.SM90
-        )
+        memory), where `halves` asks for it: the strips of layers 2 to 4 in either math
+        on the sm90 tier. The outputs are the strip form's bits."""
+        return halves and self.value in HALVES_SITES and math is not None and tier is PtxTier.SM90
 
     def splits(self, math: CudaMath) -> bool:
         """Whether the site's kernel takes three products of split operands (and reads
@@ -282,8 +281,8 @@ class TrunkSite(enum.Enum):
         """(grid, block threads, dynamic shared bytes) of `kernel(math, tier, halves)`."""
         if math is not None and self.in_tiles(math, tier):
             return self.shape.tile_launch(self.splits(math))
-        if self.in_halves(math, tier, halves):
-            return self.shape.halves_launch()
+        if math is not None and self.in_halves(math, tier, halves):
+            return self.shape.halves_launch(self.splits(math))
         if self is TrunkSite.STEM:
             tiles = TRUNK_BINS // STEM_TILE_BINS * -(-TRUNK_FRAMES // STEM_TILE_FRAMES)
             return (tiles, TRUNK_BATCH, 1), STEM_THREADS, 0
