@@ -47,17 +47,22 @@ def test_the_launch_signature_is_the_shipped_entry(tier: PtxTier, kernel: str) -
     assert list(entries[kernel]) == ptx_kinds(sincnet.SIGNATURE)
 
 
+def _pair_values(words: np.ndarray) -> np.ndarray:
+    """FP16 pair words (low half first) -> [..., 2] float64 values."""
+    halves = np.stack([words & 0xFFFF, words >> 16], axis=-1).astype(np.uint16)
+    return halves.view(np.float16).astype(np.float64)
+
+
 def unpacked_halves(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(high, low) [80, 256] float64 values and the 80 inverse scales, read back from
     `pack_sinc_halves`'s words by the layout its docstring gives."""
-    words = packed[: sincnet.SINC_HALF_WORDS].view(np.uint32)
+    pairs = _pair_values(packed[: sincnet.SINC_HALF_WORDS].view(np.uint32))
     parts = np.zeros((2, 80, 256))
-    for index, word in enumerate(words):
+    for index, pair in enumerate(pairs):
         lane_word, i = divmod(index, 4)
         lane_row, lane = divmod(lane_word, 32)
         step, tile = divmod(lane_row, 10)
         k = 16 * step + 2 * (lane % 4) + 8 * (i % 2)
-        pair = np.array([word & 0xFFFF, word >> 16], np.uint16).view(np.float16)
         parts[i // 2, 8 * tile + lane // 4, k : k + 2] = pair
     return parts[0], parts[1], packed[sincnet.SINC_HALF_WORDS :].astype(np.float64)
 
@@ -184,12 +189,6 @@ def test_the_sm75_tier_refuses(fake: FakeApi) -> None:
         pytest.raises(DeviceUnsupported, match="sm80 tier"),
     ):
         sincnet.plan_sinc_front(runtime, random_filters())
-
-
-def _pair_values(words: np.ndarray) -> np.ndarray:
-    """FP16 pair words (low half first) -> [..., 2] float64 values."""
-    halves = np.stack([words & 0xFFFF, words >> 16], axis=-1).astype(np.uint16)
-    return halves.view(np.float16).astype(np.float64)
 
 
 def test_a_model_of_the_tensor_core_kernels_data_flow_gives_the_float64_stage() -> None:

@@ -59,6 +59,11 @@ static_assert(SINC_TILE == 64 && SINC_POOL == 3 && SINC_STRIDE == 10, "the rows'
 __device__ __forceinline__ float max_nan(float kept, float value) {
     return (value > kept) | (value != value) ? value : kept;
 }
+// A pooled output: the largest |sum| of its SINC_POOL positions, in position order
+__device__ __forceinline__ float pooled_abs(float first, float second, float third) {
+    static_assert(SINC_POOL == 3, "three positions a pooled output");
+    return max_nan(max_nan(fabsf(first), fabsf(second)), fabsf(third));
+}
 
 // Whether a launch is one an entry takes (1-D blocks of `threads`, a row of blocks, the
 // lengths of `items` chunks of `samples` and of `w_words` filter words, `shared` bytes of
@@ -154,12 +159,7 @@ __device__ __forceinline__ void sinc_front(const float* __restrict__ x, u64 x_le
             float* out = y + (u64(item) * SINC_FILTERS + 16 * group) * pooled + p;
 #pragma unroll
             for (u32 f = 0; f < 16; ++f) {
-                float kept = fabsf(acc[0][f]);
-#pragma unroll
-                for (u32 j = 1; j < SINC_POOL; ++j) {
-                    kept = max_nan(kept, fabsf(acc[j][f]));
-                }
-                out[u64(f) * pooled] = kept;
+                out[u64(f) * pooled] = pooled_abs(acc[0][f], acc[1][f], acc[2][f]);
             }
         }
     }
@@ -313,11 +313,7 @@ __device__ __forceinline__ void sinc_front_halves(const float* __restrict__ x, u
 #pragma unroll
             for (u32 e = 0; e < 4; ++e) {
                 const u32 p = first + row + (e < 2 ? 0 : 2);
-                float kept = fabsf(acc[0][n][e]);
-#pragma unroll
-                for (u32 j = 1; j < SINC_POOL; ++j) {
-                    kept = max_nan(kept, fabsf(acc[j][n][e]));
-                }
+                const float kept = pooled_abs(acc[0][n][e], acc[1][n][e], acc[2][n][e]);
                 const u32 f = 8 * (first_tile + n) + 2 * t + (e & 1);
                 if (p < pooled) {
                     y[(u64(item) * SINC_FILTERS + f) * pooled + p] =
