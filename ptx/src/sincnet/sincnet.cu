@@ -330,13 +330,10 @@ __device__ __forceinline__ void sinc_front_halves(const float* __restrict__ x, u
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define SPK_SINC_BODY() spk::sinc_front(x, x_len, w, w_len, y, y_len, items, samples)
-#else
-#define SPK_SINC_BODY() SPK_TIER_STUB()
-#endif
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define SPK_SINC_HALVES_BODY() \
     spk::sinc_front_halves(x, x_len, w, w_len, y, y_len, items, samples)
 #else
+#define SPK_SINC_BODY() SPK_TIER_STUB()
 #define SPK_SINC_HALVES_BODY() SPK_TIER_STUB()
 #endif
 

@@ -279,6 +279,14 @@ __device__ __forceinline__ void trunk_conv_halves_by(const float* __restrict__ x
             }
         }
     };
+    // two sets: stage j + 1 converts into the other set while stage j's products run
+    auto convert_beside = [&](u32 j) {
+        if constexpr (P::SETS == 2) {
+            if (j + 1 < STAGES) {
+                convert(j + 1);
+            }
+        }
+    };
 
     // Batches: before the loop strip 0 (on mbarrier 1), then strip 1 and weights 0 (on
     // mbarrier 0); stage j, past its barrier, strip j + 2 and weights j + 1, batch j + 1 on
@@ -324,11 +332,7 @@ __device__ __forceinline__ void trunk_conv_halves_by(const float* __restrict__ x
             // per row tile and column tile, the strip form's order (group_stage_split); the
             // first tile's products run while the block converts the next stage (two sets)
             halves_products<S, L, P>(fresh, set, b_stage, 0, 0);
-            if constexpr (P::SETS == 2) {
-                if (j + 1 < STAGES) {
-                    convert(j + 1);
-                }
-            }
+            convert_beside(j);
             add_fresh_tile<L>(acc, fresh, 0, 0);
 #pragma unroll
             for (u32 tile = 1; tile < L::MI * L::NT; ++tile) {
@@ -338,11 +342,7 @@ __device__ __forceinline__ void trunk_conv_halves_by(const float* __restrict__ x
         } else {
             // every tile's products in flight while the block converts the next stage
             halves_products_one<S, L, P>(acc, set, b_stage);
-            if constexpr (P::SETS == 2) {
-                if (j + 1 < STAGES) {
-                    convert(j + 1);
-                }
-            }
+            convert_beside(j);
             wgmma_wait<0>();
 #pragma unroll
             for (u32 mi = 0; mi < L::MI; ++mi) {

@@ -184,7 +184,7 @@ class ConvShape:
         weights = self.k * self.cout * (4 if split else 2)
         return (-(-count // tiles), 1, 1), 128 * groups, weights + slabs
 
-    def halves_launch(self, split: bool = True) -> tuple[tuple[int, int, int], int, int]:
+    def halves_launch(self, split: bool) -> tuple[tuple[int, int, int], int, int]:
         """(grid, block threads, dynamic shared bytes) of the halves form
         (`ptx/src/trunk/trunkhalves.cuh`): the strip form's grid and blocks; two slots
         each of a stage's FP32 strip (CONV_BM + 2 rows of CONV_BK floats) and of its three
