@@ -101,14 +101,16 @@ def test_the_tf32_fronts_error_is_far_below_cudnn_tf32s(torch, stage) -> None:
 def test_the_tf32_front_scales_each_tile_so_the_level_does_not_matter(torch, stage) -> None:
     """The samples take a power-of-two scale per tile: items 2^40 louder or quieter give
     the same outputs times 2^40 or 2^-40, bit for bit, in one batch with the item as it
-    is."""
+    is; so does an item 2^110 louder, whose scaled sums times the tile's inverse scale
+    alone would pass FP32's range."""
     from pyspk.torch.sincnet import PlannedSincFront
 
     front = PlannedSincFront(*stage, "tf32")
     x = inputs(torch, 1, seed=10, samples=32001)
-    levels = torch.cat([x, x * 2.0**40, x * 2.0**-40])
+    levels = torch.cat([x, x * 2.0**40, x * 2.0**-40, x * 2.0**110])
     y = planned(torch, front, levels)
     assert torch.equal(y[1], y[0] * 2.0**40) and torch.equal(y[2], y[0] * 2.0**-40)
+    assert torch.equal(y[3], y[0] * 2.0**110)
     front.close()
 
 

@@ -316,8 +316,10 @@ __device__ __forceinline__ void sinc_front_halves(const float* __restrict__ x, u
                 const float kept = pooled_abs(acc[0][n][e], acc[1][n][e], acc[2][n][e]);
                 const u32 f = 8 * (first_tile + n) + 2 * t + (e & 1);
                 if (p < pooled) {
+                    // the two powers of two multiplied first, exactly: one rounding, and
+                    // kept * inverse cannot overflow for signals past about 2^100
                     y[(u64(item) * SINC_FILTERS + f) * pooled + p] =
-                        kept * inverse * __ldg(filter_inverse + 8 * n + (e & 1));
+                        kept * (inverse * __ldg(filter_inverse + 8 * n + (e & 1)));
                 }
             }
         }
