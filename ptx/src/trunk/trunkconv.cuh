@@ -448,12 +448,9 @@ __device__ __forceinline__ void trunk_conv(const float* __restrict__ x, u64 x_le
     // issues a stage's boxes of the strip and its weight runs, and every thread waits on
     // the slot's mbarrier. Without one, every thread copies its share (cp.async).
     const bool tma = S::STRIP && L::WGMMA && x_map != nullptr;
-    // words per column per step: the four b words of each t (high pairs, then low),
-    // or without SPLIT the two high ones
-    constexpr u32 B_WORDS = SPLIT ? CONV_BK : CONV_BK / 2;
     const bool valid = launch_is(S::GRID_X, S::GRID_Y, 1, S::THREADS) & (items >= 1) &
                        (items <= TRUNK_BATCH) & (x_len >= items * S::X_ITEM) &
-                       (w_len == u64(S::K) * S::COUT * B_WORDS / CONV_BK) & (bias_len == 2 * S::COUT) &
+                       (w_len == packed_weight_words<S, SPLIT>()) & (bias_len == 2 * S::COUT) &
                        ((residual_len == 0) | (residual_len >= items * S::Y_ITEM)) &
                        (y_len >= items * S::Y_ITEM) & (in_max_len >= items) &
                        ((out_max_len == 0) | (out_max_len >= items)) & (flags < 4) &

@@ -143,7 +143,7 @@ __device__ __forceinline__ void trunk_conv_halves_by(const float* __restrict__ x
     constexpr u32 NJ = L::NJ, STAGES = S::KSTAGES;
     const bool valid = launch_is(S::GRID_X, S::GRID_Y, 1, S::THREADS) & (items >= 1) &
                        (items <= TRUNK_BATCH) & (x_len >= items * S::X_ITEM) &
-                       (w_len == u64(S::K) * S::COUT) & (bias_len == 2 * S::COUT) &
+                       (w_len == packed_weight_words<S, SPLIT>()) & (bias_len == 2 * S::COUT) &
                        ((residual_len == 0) | (residual_len >= items * S::Y_ITEM)) &
                        (y_len >= items * S::Y_ITEM) & (in_max_len >= items) &
                        ((out_max_len == 0) | (out_max_len >= items)) & (flags < 4) &

@@ -33,6 +33,13 @@ __device__ __forceinline__ void copy_strip(saddr a_base, const float* __restrict
     }
 }
 
+// Words of a convolution's packed weights (FoldedConv.packed): FP16 high and low
+// parts of every k and column (SPLIT), else the high parts alone, half as many. Both
+// forms of a strip refuse any other length.
+template <class S, bool SPLIT>
+__device__ __forceinline__ constexpr u64 packed_weight_words() {
+    return u64(S::K) * S::COUT / (SPLIT ? 1 : 2);
+}
 // This thread's copies of ring stage ks's weights: each step's k block (tap, cb), one
 // 16-byte run per thread (SPLIT) or per thread of the first half. GroupTiles' weights hold
 // a step's high plane, then its low one, each [COUT / 8][2][8][8] FP16 (wgmma_b_desc):
