@@ -257,7 +257,7 @@ def _accelerate_trunk(resnet: ResNet, acceleration: Acceleration) -> None:
 def _accelerate_pyannet(model: PyanNet, acceleration: Acceleration, lstm: bool = False) -> None:
     math = acceleration.math
     convs, norms = model.sincnet.conv1d, model.sincnet.norm1d
-    _accelerate_sinc_front(model.sincnet, acceleration)
+    _accelerate_sinc_front(model.sincnet, acceleration, math)
     for index, site in ((1, SegConvSite.CONV1), (2, SegConvSite.CONV2)):
         conv = cast(nn.Conv1d, convs[index])  # SincNet's conv1d[1] and [2] are Conv1d
         # InstanceNorm subtracts each channel's own mean only without running statistics
@@ -300,12 +300,14 @@ def _accelerate_pyannet(model: PyanNet, acceleration: Acceleration, lstm: bool =
     acceleration.on_undo(lambda: _restore_attribute(model, "forward", before))
 
 
-def _accelerate_sinc_front(sincnet: nn.Module, acceleration: Acceleration) -> None:
-    """SincNet's first stage (conv1d[0], its abs and pool1d[0]) on a `PlannedSincFront`,
-    and the SincNet's `forward` on one that calls it in their place."""
+def _accelerate_sinc_front(sincnet: nn.Module, acceleration: Acceleration, math: CudaMath) -> None:
+    """SincNet's first stage (conv1d[0], its abs and pool1d[0]) on a `PlannedSincFront`
+    in `math`, and the SincNet's `forward` on one that calls it in their place."""
     convs, pools = cast(nn.ModuleList, sincnet.conv1d), cast(nn.ModuleList, sincnet.pool1d)
     encoder, pool = convs[0], pools[0]
-    acceleration.replace("sincnet.conv1d.0", convs, 0, lambda: PlannedSincFront(encoder, pool))
+    acceleration.replace(
+        "sincnet.conv1d.0", convs, 0, lambda: PlannedSincFront(encoder, pool, math)
+    )
     if "sincnet.conv1d.0" not in acceleration.modules:
         return
     before = sincnet.__dict__.get("forward")
@@ -327,7 +329,7 @@ def _library_bits_sinc_front(
     if not isinstance(model, PyanNet):
         acceleration.skipped["sincnet.conv1d.0"] = f"{type(model).__name__} is not a PyanNet"
         return acceleration
-    _accelerate_sinc_front(model.sincnet, acceleration)
+    _accelerate_sinc_front(model.sincnet, acceleration, CudaMath.FP32)  # the library's bits
     front = acceleration.modules.get("sincnet.conv1d.0")
     if not isinstance(front, PlannedSincFront):
         return acceleration

@@ -218,8 +218,11 @@ def test_the_accelerated_pyannet_runs_the_front_and_undo_restores_it(torch) -> N
         before = sincnet(x)
         with pyannote.accelerate(model, "fp32") as acceleration:
             assert isinstance(sincnet.conv1d[0], PlannedSincFront)
+            assert sincnet.conv1d[0].entries() == "spk_sinc_front"
             assert "sincnet.conv1d.0" in acceleration.modules
             ours = sincnet(x)
+        with pyannote.accelerate(model, "tf32"):  # the tensor-core form
+            assert sincnet.conv1d[0].entries() == "spk_sinc_front_f16x3"
         after = sincnet(x)
     assert not isinstance(sincnet.conv1d[0], PlannedSincFront)
     assert "forward" not in sincnet.__dict__
