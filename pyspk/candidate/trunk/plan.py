@@ -88,10 +88,10 @@ OUTPUT_ITEM = OUTPUT_SHAPE[0] * OUTPUT_SHAPE[1] * OUTPUT_SHAPE[2]
 
 
 # Whether plans run the strips of layers 2 to 4 in their halves form on the sm90 tier by
-# default: not, since on the H200 (with the async copy engine's copies) the FP32 form was
-# 1.9% and 0.4% faster in layers 3 and 4 and 17% slower in layer2 (docs/performance.md,
-# "The strips' halves form"); the TF32 form is not yet measured.
-HALVES_DEFAULT = False
+# default, per math. FP32: not, since on the H200 (with the async copy engine's copies)
+# the halves form was 1.9% and 0.4% faster in layers 3 and 4 and 17% slower in layer2
+# (docs/performance.md, "The strips' halves form"). TF32: not yet measured.
+HALVES_DEFAULT = {CudaMath.FP32: False, CudaMath.TF32: False}
 
 
 def _check_items(items: int) -> int:
@@ -181,7 +181,7 @@ class ConvPlan(OrderedPlanLifetime):
         self.tier = _check_tier(runtime)  # sm90: the strips on wgmma
         self.math = math
         self.site = conv.site
-        self.halves = HALVES_DEFAULT if halves is None else halves
+        self.halves = HALVES_DEFAULT[math] if halves is None else halves
         self._conv = _Uploaded(runtime, math, conv, self.halves)
         try:
             self._chunk_max = _maxima_kernel(runtime, CHUNK_MAX_KERNEL)
@@ -264,7 +264,7 @@ class TrunkPlan(OrderedPlanLifetime):
     ) -> None:
         self.tier = _check_tier(runtime)  # sm90: the strips on wgmma
         self.math = math
-        self.halves = HALVES_DEFAULT if halves is None else halves
+        self.halves = HALVES_DEFAULT[math] if halves is None else halves
         if not isinstance(weights, TrunkWeights):
             raise GeometryInvalid(CONTEXT, f"weights must be TrunkWeights, not {weights!r}")
         owned: list[DeviceBuffer] = []
@@ -446,7 +446,7 @@ def plan_conv(
 ) -> ConvPlan:
     """A plan of one trunk convolution (folded); `DeviceUnsupported` below the sm80
     tier. `halves`: run the strips of layers 2 to 4 in their halves form on the
-    sm90 tier (`TrunkSite.in_halves`; None: `HALVES_DEFAULT`)."""
+    sm90 tier (`TrunkSite.in_halves`; None: `HALVES_DEFAULT` for `math`)."""
     return ConvPlan(runtime, CudaMath.parse(math), conv, halves)
 
 
