@@ -88,9 +88,10 @@ OUTPUT_ITEM = OUTPUT_SHAPE[0] * OUTPUT_SHAPE[1] * OUTPUT_SHAPE[2]
 
 
 # Whether plans run the strips of layers 2 to 4 in their halves form on the sm90 tier by
-# default, per math. FP32: not, since on the H200 (with the async copy engine's copies)
-# the halves form was 1.9% and 0.4% faster in layers 3 and 4 and 17% slower in layer2
-# (docs/performance.md, "The strips' halves form"). TF32: not yet measured.
+# default, per math: in neither. On the H200 (docs/performance.md, "The strips' halves
+# form"), with the async copy engine's copies, the FP32 halves form was 2% and 0.5%
+# faster in layers 3 and 4 and 18% slower in layer2 (0.355 against 0.337 ms a chunk for
+# the trunk); the TF32 one slower in all three, by 21%, 4% and 31% (0.228 against 0.210).
 HALVES_DEFAULT = {CudaMath.FP32: False, CudaMath.TF32: False}
 
 
