@@ -69,11 +69,19 @@ def torch_layer(torch, site: TrunkSite, conv: FoldedConv, x, residual):
     return out.permute(0, 2, 3, 1).contiguous()
 
 
+@pytest.mark.parametrize("halves", [False, True], ids=["default", "halves"])
 @pytest.mark.parametrize("math", list(CudaMath), ids=str)
 @pytest.mark.parametrize("site", list(TrunkSite), ids=str)
-def test_each_site_within_its_bound_and_cudnns_error(runtime, torch, site, math) -> None:
+def test_each_site_within_its_bound_and_cudnns_error(runtime, torch, site, math, halves) -> None:
+    """Each site's kernel (and, with `halves`, its halves form, where the loaded tier
+    has one) against float64 and cuDNN: an entry that refused its launch would leave
+    its output unwritten and fail the bound."""
+    from pyspk.cuda import KernelModule
     from pyspk.torch import library_math
 
+    tier = runtime.load_kernels(KernelModule.TRUNK).tier
+    if halves and not site.in_halves(math, tier, True):
+        pytest.skip(f"{site} has no halves form on the {tier} tier")
     items = 2  # a partial batch: the plan's grid covers 32, the absent chunks are skipped
     rng = np.random.default_rng(7)
     shape = site.shape
@@ -92,8 +100,8 @@ def test_each_site_within_its_bound_and_cudnns_error(runtime, torch, site, math)
         res_host = rng.normal(0, 1, (items, shape.hout, shape.wout, shape.cout)).astype(np.float32)
     x = torch.from_numpy(x_host).cuda()
     residual = None if res_host is None else torch.from_numpy(res_host).cuda()
-    y = torch.empty((items, shape.hout, shape.wout, shape.cout), device="cuda")
-    with plan_conv(runtime, math, conv) as plan:
+    y = torch.full((items, shape.hout, shape.wout, shape.cout), float("nan"), device="cuda")
+    with plan_conv(runtime, math, conv, halves=halves) as plan:
         # the stem reads the fbank layout [item, frame, bin]
         plan_input = x[..., 0].transpose(1, 2).contiguous() if stem else x
         plan.enqueue(
