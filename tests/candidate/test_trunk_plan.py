@@ -420,14 +420,14 @@ def test_the_strips_of_layers_2_to_4_have_a_halves_form_in_both_maths_on_sm90() 
 def test_a_trunk_plan_launches_the_halves_form_where_asked(hopper, weights, halves) -> None:
     """On compute capability 9.0, a plan with `halves` launches the stride-1 convolutions
     of layers 2 to 4 (7, 11 and 5) on the halves form in either math, and nothing else
-    changes; by default (None), the form `HALVES_DEFAULT` names for the math."""
+    changes; by default (None), the strip form."""
     from pyspk.candidate.trunk.plan import HALVES_DEFAULT
     from pyspk.cuda import CudaRuntime
 
     fake = hopper
+    asked = HALVES_DEFAULT if halves is None else halves
     with CudaRuntime(0) as runtime:
         for math in CudaMath:
-            asked = HALVES_DEFAULT[math] if halves is None else halves
             plan, _, _, launches = trunk_launches(fake, runtime, math, weights, halves=halves)
             assert plan.halves is asked
             expected = [conv.site for conv in weights.convs()]

@@ -88,11 +88,11 @@ OUTPUT_ITEM = OUTPUT_SHAPE[0] * OUTPUT_SHAPE[1] * OUTPUT_SHAPE[2]
 
 
 # Whether plans run the strips of layers 2 to 4 in their halves form on the sm90 tier by
-# default, per math: in neither. On the H200 (docs/performance.md, "The strips' halves
+# default: not, in either math. On the H200 (docs/performance.md, "The strips' halves
 # form"), with the async copy engine's copies, the FP32 halves form was 2% and 0.5%
 # faster in layers 3 and 4 and 18% slower in layer2 (0.355 against 0.337 ms a chunk for
 # the trunk); the TF32 one slower in all three, by 21%, 4% and 31% (0.228 against 0.210).
-HALVES_DEFAULT = {CudaMath.FP32: False, CudaMath.TF32: False}
+HALVES_DEFAULT = False
 
 
 def _check_items(items: int) -> int:
@@ -182,7 +182,7 @@ class ConvPlan(OrderedPlanLifetime):
         self.tier = _check_tier(runtime)  # sm90: the strips on wgmma
         self.math = math
         self.site = conv.site
-        self.halves = HALVES_DEFAULT[math] if halves is None else halves
+        self.halves = HALVES_DEFAULT if halves is None else halves
         self._conv = _Uploaded(runtime, math, conv, self.halves)
         try:
             self._chunk_max = _maxima_kernel(runtime, CHUNK_MAX_KERNEL)
@@ -265,7 +265,7 @@ class TrunkPlan(OrderedPlanLifetime):
     ) -> None:
         self.tier = _check_tier(runtime)  # sm90: the strips on wgmma
         self.math = math
-        self.halves = HALVES_DEFAULT[math] if halves is None else halves
+        self.halves = HALVES_DEFAULT if halves is None else halves
         if not isinstance(weights, TrunkWeights):
             raise GeometryInvalid(CONTEXT, f"weights must be TrunkWeights, not {weights!r}")
         owned: list[DeviceBuffer] = []
@@ -447,7 +447,7 @@ def plan_conv(
 ) -> ConvPlan:
     """A plan of one trunk convolution (folded); `DeviceUnsupported` below the sm80
     tier. `halves`: run the strips of layers 2 to 4 in their halves form on the
-    sm90 tier (`TrunkSite.in_halves`; None: `HALVES_DEFAULT` for `math`)."""
+    sm90 tier (`TrunkSite.in_halves`; None: `HALVES_DEFAULT`)."""
     return ConvPlan(runtime, CudaMath.parse(math), conv, halves)
 
 
