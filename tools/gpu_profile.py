@@ -3,7 +3,8 @@ agglomerative pipeline under `accelerate_pipeline`, its kernels traced by PyTorc
 profiler (CUPTI, which also sees the driver-API launches and the kernels of CUDA-graph
 replays), summed per kernel name and per family.
 
-    PYTHONPATH=. python3 tools/gpu_profile.py [--length 600] [--math fp32 tf32] [--out FILE]
+    PYTHONPATH=. python3 tools/gpu_profile.py [--length 600] [--math fp32 tf32]
+        [--segmentation-batch 128 512] [--out FILE]
 
 The GPU part of a run is the same in both pipeline shapes (they differ after the
 embeddings), so one shape is traced. The trace adds host overhead, so its wall time is
@@ -143,6 +144,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--length", type=float, default=600)
     parser.add_argument("--math", nargs="+", default=["fp32", "tf32"])
     parser.add_argument("--top", type=int, default=30)
+    parser.add_argument(
+        "--segmentation-batch",
+        type=int,
+        nargs="+",
+        default=[None],
+        help="chunks a segmentation forward, one traced run each (default: the engine's)",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
 
@@ -163,9 +171,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     file = recording(args.length, seed=0).as_file("profiled")
     warm_file = recording(60, seed=100).as_file("warm")
     lines = [f"# GPU kernels of one {args.length:g} s recording, accelerated, agglomerative", ""]
-    for name in args.math:
+    for name, batch in ((name, batch) for name in args.math for batch in args.segmentation_batch):
         math = CudaMath.parse(name)
-        acceleration = pa.accelerate_pipeline(pipeline, math)
+        acceleration = pa.accelerate_pipeline(pipeline, math, segmentation_batch=batch)
         pipeline(warm_file)
         pipeline(file)
         torch.cuda.synchronize()
@@ -177,7 +185,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         run = acceleration.engine.last_run
         assert run is not None
         label = (
-            f"{math}: traced run {seconds:.2f} s, engine steps "
+            f"{math}, segmentation batch {acceleration.engine.segmentation_batch}: "
+            f"traced run {seconds:.2f} s, engine steps "
             + ", ".join(f"{key} {value:.3f}" for key, value in run.steps.items())
             + f"; speakers {len(output.speaker_diarization.labels())}"
         )
