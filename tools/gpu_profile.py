@@ -16,6 +16,7 @@ a family's time alone (no other family's kernel running) is what it adds to the 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import re
 import time
@@ -171,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     file = recording(args.length, seed=0).as_file("profiled")
     warm_file = recording(60, seed=100).as_file("warm")
     lines = [f"# GPU kernels of one {args.length:g} s recording, accelerated, agglomerative", ""]
-    for name, batch in ((name, batch) for name in args.math for batch in args.segmentation_batch):
+    for name, batch in itertools.product(args.math, args.segmentation_batch):
         math = CudaMath.parse(name)
         acceleration = pa.accelerate_pipeline(pipeline, math, segmentation_batch=batch)
         pipeline(warm_file)
