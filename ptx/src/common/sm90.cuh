@@ -111,6 +111,18 @@ __device__ __forceinline__ void bulk_load(saddr dst, const void* src, u32 bytes,
         : "memory");
 }
 
+// This lane's part of a 16 x 16 FP16 fragment in the m16n8k16 A layout (wgmma_f16's a),
+// read from shared memory: lane l gives the address of row (l & 7) + 8 ((l >> 3) & 1) of
+// the k half l >> 4, each row 16 contiguous bytes.
+__device__ __forceinline__ uint4 ldmatrix4(saddr address) {
+    uint4 v;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(address)
+                 : "memory");
+    return v;
+}
+
 // Pins each register of `values` at this point of the program: a read of a wgmma's
 // result placed after its wait stays after it.
 template <u32 A, u32 B>

@@ -231,6 +231,22 @@ __device__ __forceinline__ void store_tile(const float (&acc)[L::MI][L::NJ][4],
         const u32 n = n0 + nj * 8 + 2 * t;
         const float2 bias_pair = __ldg(reinterpret_cast<const float2*>(bias + n));
         const float2 column_inverse = __ldg(reinterpret_cast<const float2*>(bias + S::COUT + n));
+        // In the sm90 strips the column tile's residual pairs are all read before the first
+        // is added: read where each was added, every pair waited on the L2 in turn (a third
+        // of layer2's warp samples in FP32 math, most of them on those reads). Elsewhere
+        // the registers are not there (the sm80 tier and the sm90 shortcuts spilled).
+        constexpr bool READ_FIRST = L::WGMMA && S::STRIP;
+        float2 read[L::MI][2];
+#pragma unroll
+        for (u32 mi = 0; mi < L::MI; ++mi) {
+#pragma unroll
+            for (u32 half = 0; half < 2; ++half) {
+                const u32 m = m0 + row0 + mi * L::ROW_STEP + half * 8 + g;
+                const bool in = READ_FIRST & (residual_len != 0) & (held == nullptr) & (m < rows);
+                read[mi][half] = in ? __ldg(reinterpret_cast<const float2*>(residual + m * S::COUT + n))
+                                    : make_float2(0.0f, 0.0f);
+            }
+        }
 #pragma unroll
         for (u32 mi = 0; mi < L::MI; ++mi) {
 #pragma unroll
@@ -250,8 +266,9 @@ __device__ __forceinline__ void store_tile(const float (&acc)[L::MI][L::NJ][4],
                     fmaf(acc[mi][nj][2 * half + 1] * row_inverse, column_inverse.y, bias_pair.y);
                 if (residual_len != 0) {
                     const float2 r =
-                        held != nullptr
-                            ? held[mi][nj][half]
+                        held != nullptr ? held[mi][nj][half]
+                        : READ_FIRST
+                            ? read[mi][half]
                             : __ldg(reinterpret_cast<const float2*>(residual + m * S::COUT + n));
                     v0 += r.x;
                     v1 += r.y;

@@ -1,5 +1,7 @@
-// Layer1's 3x3 convolutions on the sm90 tier in 2D tiles, both wgmma operands in shared
-// memory: one FP16 product (TF32 math) or, SPLIT, three of high and low parts (FP32).
+// Layer1's 3x3 convolutions on the sm90 tier in 2D tiles, the activations converted once
+// a stage into FP16 in shared memory: one FP16 product (TF32 math, both wgmma operands in
+// shared memory) or, SPLIT, three of high and low parts (FP32, the a fragments read
+// from there into registers, each serving up to three output rows).
 //
 // In the strip form every warp converts its own a fragments for every tap, and with 32
 // output channels each converted fragment serves only 32 columns: layer1 took 2.4x a
@@ -23,8 +25,8 @@
 // slots and the block converts it into FP16. One product: into one of two FP16 slabs, and
 // each warpgroup issues its 9 x TILE_ROWS products without waiting: they run while the
 // block converts the next stage. SPLIT: into one set of high and low slabs, the stage's
-// products complete before the next conversion (tile_products). One chunk's scale serves
-// the whole tile.
+// products complete before the next conversion (tile_products_held). One chunk's scale
+// serves the whole tile.
 
 #pragma once
 
@@ -37,6 +39,7 @@ constexpr u32 TILE_ROWS = 4;     // output rows a warpgroup
 constexpr u32 TILE_FRAMES = 64;  // output frames a tile row: wgmma's M
 constexpr u32 TILE_TILES = 8;    // tiles a block takes in turn
 constexpr u32 TILE_AHEAD = 1;    // slab copies in flight ahead of the stage converted
+constexpr u32 CONVERT_BATCH = 4;  // a thread's slab reads in flight in a conversion
 
 template <class S, bool SPLIT>
 struct SlabShape : S {
@@ -79,77 +82,163 @@ namespace spk {
 // clocks of tensor work at m64n32k16, so a fresh sum is added only FRESH_SETS - 1
 // rounds after its products were issued.
 constexpr u32 FRESH_SETS = 2;
-// Taps a fresh sum of the SPLIT form takes (1, 3 or 9): a round is one output row's
-// FRESH_TAPS consecutive taps, their 3 x FRESH_TAPS products in one fresh sum, added to
-// the running sums once. At 3 a fresh sum spans 48 k, as a strip stage's does, with a
-// third of the adds (16 a round) and three times the tensor work a wait covers.
-constexpr u32 FRESH_TAPS = 1;
+constexpr u32 HELD_AHEAD = 1;  // row and offset pairs whose fragments are read ahead
 
-// One stage's products of a warpgroup: for each of its TILE_ROWS output rows and each
-// tap, a_desc the slab rows the tap reads, b the tap's weights. One product: straight
-// into the running sums, committed as one group that runs on while the block converts
-// the next stage. SPLIT: a round's taps' three products each in one fresh sum (the
-// first product starts it), added to the running sums once complete, in the order of
-// the rounds, as the strip form does per stage; FRESH_SETS fresh sums take turns, so
-// the sums are added while later rounds' products run.
-template <class S, class P, bool SPLIT>
+// One stage's products of a warpgroup in one product (TF32 math): for each of its
+// TILE_ROWS output rows and each tap, the slab rows the tap reads (by descriptor) times
+// the tap's weights, straight into the running sums, committed as one group that runs on
+// while the block converts the next stage.
+template <class S, class P>
 __device__ __forceinline__ void tile_products(float (&acc)[TILE_ROWS][S::BN / 8][4], saddr slab,
                                               saddr weights, u32 cb) {
-    constexpr u32 NJ = S::BN / 8, LOW_PLANE = S::COUT * 32;  // bytes from high to low weights
-    constexpr u32 TAPS = SPLIT ? FRESH_TAPS : 1, ROW_ROUNDS = 9 / TAPS;
-    constexpr u32 ROUNDS = TILE_ROWS * ROW_ROUNDS, LAG = FRESH_SETS - 1;
-    static_assert(9 % FRESH_TAPS == 0, "whole rounds of taps");
+    wgmma_fence();
+#pragma unroll
+    for (u32 mi = 0; mi < TILE_ROWS; ++mi) {
+#pragma unroll
+        for (u32 tap = 0; tap < 9; ++tap) {
+            const saddr rows = slab + ((mi + tap / 3) * P::SLAB_PIXELS + tap % 3) * 16;
+            const saddr b_at = weights + (tap * S::CBLOCKS + cb) * S::COUT * 32;
+            wgmma_f16_shared(acc[mi], wgmma_desc(rows, P::PLANE, 128), wgmma_b_desc(b_at), 1);
+        }
+    }
+    wgmma_commit();
+}
+
+// One stage's products of a warpgroup in three (SPLIT, FP32 math). A round is one output
+// row mi and tap: a_lo b_hi, a_hi b_lo, a_hi b_hi in one fresh sum (the first product
+// starts it), added to the row's running sums once complete, in the order of the
+// rounds; FRESH_SETS fresh sums take turns, so the sums are added while later rounds'
+// products run. The a fragments are held in registers: a warp reads slab row s's high
+// and low fragments from frame dx on once (ldmatrix, HELD_AHEAD pairs before their
+// products) and issues the rounds of every output row that reads them, mi = s - dy for
+// dy = 0 .. 2. With wgmma reading them from shared memory for each round and product,
+// a round read 9 KB there, now 3 KB and 4 KB a row and offset pair. A row's taps still
+// come in order (s = mi + dy ascending, then dx).
+template <class S, class P>
+__device__ __forceinline__ void tile_products_held(float (&acc)[TILE_ROWS][S::BN / 8][4],
+                                                   saddr slab, saddr weights, u32 cb) {
+    // FRESH_SETS - 1 rounds stay in flight, and a pair's fragments are read HELD_AHEAD
+    // pairs before its products: a set of fragments is read again only once every round
+    // that used it is complete (each pair has at least one round)
+    constexpr u32 NJ = S::BN / 8, LOW_PLANE = S::COUT * 32, LAG = FRESH_SETS - 1;
+    constexpr u32 PAIRS = (TILE_ROWS + 2) * 3, A_SETS = FRESH_SETS + HELD_AHEAD;
+    const u32 lane = threadIdx.x & 31;
+    const saddr lane_rows = slab + ((threadIdx.x >> 5) % 4 * 16 + (lane & 7) + (lane & 8)) * 16 +
+                            (lane >> 4) * P::PLANE;
     float fresh[FRESH_SETS][NJ][4];
-    // round r's fresh sum into the running sums of its output row
-    auto add_fresh = [&](u32 r) {
-        register_fence(fresh[r % FRESH_SETS]);
+    uint4 a_hi[A_SETS], a_lo[A_SETS];
+    u32 row_of[FRESH_SETS];  // each fresh sum's output row
+    auto add_fresh = [&](u32 set) {
+        register_fence(fresh[set]);
 #pragma unroll
         for (u32 nj = 0; nj < NJ; ++nj) {
 #pragma unroll
             for (u32 e = 0; e < 4; ++e) {
-                acc[r / ROW_ROUNDS][nj][e] += fresh[r % FRESH_SETS][nj][e];
+                acc[row_of[set]][nj][e] += fresh[set][nj][e];
             }
         }
     };
-    wgmma_fence();
+    // pair = slab row s x 3 + frame offset dx
+    auto load_pair = [&](u32 pair) {
+        const saddr rows = lane_rows + (pair / 3 * P::SLAB_PIXELS + pair % 3) * 16;
+        a_hi[pair % A_SETS] = ldmatrix4(rows);
+        a_lo[pair % A_SETS] = ldmatrix4(rows + P::HALF_BYTES);
+    };
 #pragma unroll
-    for (u32 n = 0; n < ROUNDS; ++n) {
-        const u32 mi = n / ROW_ROUNDS;
+    for (u32 pair = 0; pair < HELD_AHEAD; ++pair) {
+        load_pair(pair);
+    }
+    u32 n = 0;
 #pragma unroll
-        for (u32 i = 0; i < TAPS; ++i) {
-            const u32 tap = n % ROW_ROUNDS * TAPS + i, dy = tap / 3, dx = tap % 3;
-            const saddr rows = slab + ((mi + dy) * P::SLAB_PIXELS + dx) * 16;
-            const u64 a = wgmma_desc(rows, P::PLANE, 128);
-            const saddr b_at = weights + (tap * S::CBLOCKS + cb) * S::COUT * (SPLIT ? 64 : 32);
-            const u64 b = wgmma_b_desc(b_at);
-            if constexpr (SPLIT) {
-                float (&sum)[NJ][4] = fresh[n % FRESH_SETS];
-                if (n > 0 && i == 0) {
-                    wgmma_fence();  // after the reads of this fresh sum FRESH_SETS rounds back
-                }
-                wgmma_f16_shared(sum, wgmma_desc(rows + P::HALF_BYTES, P::PLANE, 128), b, i > 0);
-                wgmma_f16_shared(sum, a, wgmma_b_desc(b_at + LOW_PLANE), 1);
-                wgmma_f16_shared(sum, a, b, 1);
-            } else {
-                wgmma_f16_shared(acc[mi], a, b, 1);
-            }
+    for (u32 pair = 0; pair < PAIRS; ++pair) {
+        const u32 s = pair / 3, dx = pair % 3, set = pair % A_SETS;
+        if (pair + HELD_AHEAD < PAIRS) {
+            load_pair(pair + HELD_AHEAD);
         }
-        if constexpr (SPLIT) {
+#pragma unroll
+        for (u32 mi = s < 2 ? 0 : s - 2; mi <= s && mi < TILE_ROWS; ++mi) {
+            const u32 tap = (s - mi) * 3 + dx;
+            const saddr b_at = weights + (tap * S::CBLOCKS + cb) * S::COUT * 64;
+            const u64 b = wgmma_b_desc(b_at);
+            float (&sum)[NJ][4] = fresh[n % FRESH_SETS];
+            row_of[n % FRESH_SETS] = mi;
+            wgmma_fence();  // after the fragments' loads and the adds of this fresh sum
+            wgmma_f16<32>(sum, a_lo[set], b, 0);
+            wgmma_f16<32>(sum, a_hi[set], wgmma_b_desc(b_at + LOW_PLANE), 1);
+            wgmma_f16<32>(sum, a_hi[set], b, 1);
             wgmma_commit();
             if (n >= LAG) {
-                wgmma_wait<LAG>();  // the fresh sum of round n - LAG is complete
-                add_fresh(n - LAG);
+                wgmma_wait<LAG>();  // round n - LAG is complete
+                add_fresh((n - LAG) % FRESH_SETS);
+            }
+            ++n;
+        }
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (u32 r = n - LAG; r < n; ++r) {
+        add_fresh(r % FRESH_SETS);
+    }
+}
+
+// store_tile for a tile: all of its rows lie in one chunk (`item`), so no row is tested
+// against the batch or split between chunks, and each of a thread's outputs is at a
+// constant offset from its first (`first`, its position m0 + row0 + g). The arithmetic is
+// store_tile's, in its order; its row and chunk tests and divisions were about two thirds
+// of the tile epilogue's instructions and a quarter of the kernel's (sm_90a SASS).
+template <class S>
+__device__ __forceinline__ void store_slab_tile(const float (&acc)[TILE_ROWS][S::BN / 8][4],
+                                                float scale, u32 item, u32 items, u32 first,
+                                                u32 t, const float* __restrict__ bias,
+                                                u64 residual_len, float* __restrict__ y,
+                                                u32* __restrict__ out_max, u64 out_max_len,
+                                                u32 flags,
+                                                const float2 (&held)[TILE_ROWS][S::BN / 8][2]) {
+    const bool relu = flags & CONV_RELU, nchw = flags & CONV_NCHW;
+    const float row_inverse = __uint_as_float((254u << 23) - __float_as_uint(scale));
+    // NHWC: [m][COUT]; NCHW: [item][COUT][POS]
+    float* const out = nchw ? y + (u64(item) * S::COUT + 2 * t) * S::POS + first % S::POS
+                            : y + u64(first) * S::COUT + 2 * t;
+    const u32 row_step = nchw ? 1 : S::COUT, column_step = nchw ? S::POS : 1;
+    float largest = 0.0f;
+    float2 bias_pair[S::BN / 8], column_inverse[S::BN / 8];  // all read before the first use
+#pragma unroll
+    for (u32 nj = 0; nj < S::BN / 8; ++nj) {
+        const u32 n = nj * 8 + 2 * t;
+        bias_pair[nj] = __ldg(reinterpret_cast<const float2*>(bias + n));
+        column_inverse[nj] = __ldg(reinterpret_cast<const float2*>(bias + S::COUT + n));
+    }
+#pragma unroll
+    for (u32 nj = 0; nj < S::BN / 8; ++nj) {
+#pragma unroll
+        for (u32 mi = 0; mi < TILE_ROWS; ++mi) {
+#pragma unroll
+            for (u32 half = 0; half < 2; ++half) {
+                float v0 = fmaf(acc[mi][nj][2 * half] * row_inverse, column_inverse[nj].x,
+                                bias_pair[nj].x);
+                float v1 = fmaf(acc[mi][nj][2 * half + 1] * row_inverse, column_inverse[nj].y,
+                                bias_pair[nj].y);
+                if (residual_len != 0) {
+                    v0 += held[mi][nj][half].x;
+                    v1 += held[mi][nj][half].y;
+                }
+                if (relu) {
+                    v0 = fmaxf(v0, 0.0f);
+                    v1 = fmaxf(v1, 0.0f);
+                }
+                largest = fmaxf(largest, fmaxf(fabsf(v0), fabsf(v1)));
+                float* at = out + (mi * S::WOUT + half * 8) * row_step + nj * 8 * column_step;
+                if (nchw) {
+                    at[0] = v0;
+                    at[S::POS] = v1;
+                } else {
+                    stg2(at, make_float2(v0, v1));
+                }
             }
         }
     }
-    if constexpr (SPLIT) {
-        wgmma_wait<0>();
-#pragma unroll
-        for (u32 r = ROUNDS - LAG; r < ROUNDS; ++r) {
-            add_fresh(r);
-        }
-    } else {
-        wgmma_commit();
+    if (out_max_len != 0) {
+        raise_chunk_maxima<S::THREADS / 32>(out_max, item, items, largest, 0.0f);
     }
 }
 
@@ -224,41 +313,56 @@ __device__ __forceinline__ void trunk_conv_tiles(const float* __restrict__ x, u6
         }
     };
     // the FP32 slab of stage j, times the chunk's scale, as FP16 pairs in FRAGMENT_ORDER
-    // (SPLIT: high, and the low slab HALF_BYTES on)
+    // (SPLIT: high, and the low slab HALF_BYTES on): 16-byte copy c's four channels to
+    // bytes 4c of each plane. A thread's shared reads are issued CONVERT_BATCH at a time
+    // before their conversions: one read, then its use, had the conversion's products
+    // wait on each read in turn (short scoreboard, the most sampled stall of the SPLIT
+    // kernel).
     auto convert_stage = [&](u32 j, float scale) {
+        constexpr u32 ROUNDS = (P::COPIES + P::THREADS - 1) / P::THREADS;
         const saddr slot = raw + j % P::SLOTS * P::RAW_BYTES;
         const saddr target = half + j % P::HALF_SETS * P::SET_BYTES;
-        for (u32 c = tid; c < P::COPIES; c += P::THREADS) {
-            const float4 v = lds4(slot + c * 16);
-            const saddr at = target + c / 4 * 16 + c % 4 * 4;
-            if constexpr (SPLIT) {
-                u32 high[2], low[2];
-                f16_split(v.x * scale, v.y * scale, high[0], low[0]);
-                f16_split(v.z * scale, v.w * scale, high[1], low[1]);
-                sts1(at, high[0]);
-                sts1(at + P::PLANE, high[1]);
-                sts1(at + P::HALF_BYTES, low[0]);
-                sts1(at + P::HALF_BYTES + P::PLANE, low[1]);
-            } else {
-                sts1(at, f16_pair(v.x * scale, v.y * scale));
-                sts1(at + P::PLANE, f16_pair(v.z * scale, v.w * scale));
+#pragma unroll
+        for (u32 r0 = 0; r0 < ROUNDS; r0 += CONVERT_BATCH) {
+            float4 v[CONVERT_BATCH];
+#pragma unroll
+            for (u32 b = 0; b < CONVERT_BATCH; ++b) {
+                const u32 c = tid + (r0 + b) * P::THREADS;
+                if ((r0 + b < ROUNDS) && (c < P::COPIES)) {
+                    v[b] = lds4(slot + c * 16);
+                }
+            }
+#pragma unroll
+            for (u32 b = 0; b < CONVERT_BATCH; ++b) {
+                const u32 c = tid + (r0 + b) * P::THREADS;
+                if (!((r0 + b < ROUNDS) && (c < P::COPIES))) {
+                    continue;
+                }
+                const saddr at = target + c * 4;
+                if constexpr (SPLIT) {
+                    u32 high[2], low[2];
+                    f16_split(v[b].x * scale, v[b].y * scale, high[0], low[0]);
+                    f16_split(v[b].z * scale, v[b].w * scale, high[1], low[1]);
+                    sts1(at, high[0]);
+                    sts1(at + P::PLANE, high[1]);
+                    sts1(at + P::HALF_BYTES, low[0]);
+                    sts1(at + P::HALF_BYTES + P::PLANE, low[1]);
+                } else {
+                    sts1(at, f16_pair(v[b].x * scale, v[b].y * scale));
+                    sts1(at + P::PLANE, f16_pair(v[b].z * scale, v[b].w * scale));
+                }
             }
         }
     };
 
-    u32 m0 = 0;
+    u32 m0 = 0, tile_item = 0;
     float scale = 0.0f;
-    float row_scale[MI][2];
     auto enter_tile = [&](u32 tile) {
-        u32 item, h0, v0;
-        tile_at(tile, item, h0, v0);
-        m0 = item * S::POS + (h0 + group * TILE_ROWS) * S::WOUT + v0;
+        u32 h0, v0;
+        tile_at(tile, tile_item, h0, v0);
+        m0 = tile_item * S::POS + (h0 + group * TILE_ROWS) * S::WOUT + v0;
         float inverse;
-        half_scale_of(__uint_as_float(__ldg(in_max + item)), scale, inverse);
-#pragma unroll
-        for (u32 mi = 0; mi < MI; ++mi) {
-            row_scale[mi][0] = row_scale[mi][1] = scale;
-        }
+        half_scale_of(__uint_as_float(__ldg(in_max + tile_item)), scale, inverse);
     };
     enter_tile(tile0);
 
@@ -274,7 +378,6 @@ __device__ __forceinline__ void trunk_conv_tiles(const float* __restrict__ x, u6
         }
         cp_async_commit();
     }
-    const u32 rows = items * S::POS;
 #pragma unroll 1
     for (u32 j = 0; j < stage_count; ++j) {
         const u32 cb = j % S::CBLOCKS;
@@ -295,22 +398,23 @@ __device__ __forceinline__ void trunk_conv_tiles(const float* __restrict__ x, u6
         convert_stage(j, scale);
         fence_proxy_async();  // the FP16 slab and the weights, to wgmma's async proxy
         __syncthreads();
-        const u32 row0 = warp % 4 * 16;
+        const u32 first = m0 + warp % 4 * 16 + g;  // this thread's first output position
         // the residual, read while the tile's last products run: in a SPLIT stage, which
         // waits for its products, before them; else after they are issued
         float2 held[MI][NJ][2];
         auto hold_residual = [&] {
+            if (residual_len == 0) {
+                return;  // store_slab_tile reads none
+            }
+            const float* from = residual + (u64(first) * S::COUT + 2 * t);
 #pragma unroll
             for (u32 mi = 0; mi < MI; ++mi) {
 #pragma unroll
                 for (u32 nj = 0; nj < NJ; ++nj) {
 #pragma unroll
                     for (u32 h = 0; h < 2; ++h) {
-                        const u32 m = m0 + mi * S::WOUT + row0 + h * 8 + g;
-                        const float* at = residual + (m * S::COUT + nj * 8 + 2 * t);
-                        held[mi][nj][h] = residual_len != 0
-                                              ? __ldg(reinterpret_cast<const float2*>(at))
-                                              : make_float2(0.0f, 0.0f);
+                        const float* at = from + ((mi * S::WOUT + h * 8) * S::COUT + nj * 8);
+                        held[mi][nj][h] = __ldg(reinterpret_cast<const float2*>(at));
                     }
                 }
             }
@@ -322,7 +426,11 @@ __device__ __forceinline__ void trunk_conv_tiles(const float* __restrict__ x, u6
         // from frame dx on, 64 consecutive 16-byte rows of each plane
         const saddr slab = half + j % P::HALF_SETS * P::SET_BYTES +
                            (group * TILE_ROWS * P::SLAB_PIXELS) * 16;
-        tile_products<S, P, SPLIT>(acc, slab, weights, cb);
+        if constexpr (SPLIT) {
+            tile_products_held<S, P>(acc, slab, weights, cb);
+        } else {
+            tile_products<S, P>(acc, slab, weights, cb);
+        }
         if (!SPLIT && cb == S::CBLOCKS - 1) {
             hold_residual();
         }
@@ -332,8 +440,8 @@ __device__ __forceinline__ void trunk_conv_tiles(const float* __restrict__ x, u6
             for (u32 mi = 0; mi < MI; ++mi) {
                 register_fence(acc[mi]);
             }
-            store_tile<P, L>(acc, row_scale, m0, rows, items, row0, 0, g, t, bias, residual,
-                             residual_len, y, out_max, out_max_len, flags, held);
+            store_slab_tile<P>(acc, scale, tile_item, items, first, t, bias, residual_len, y,
+                               out_max, out_max_len, flags, held);
             zero(acc);
             if (j + 1 < stage_count) {
                 enter_tile(tile0 + (j + 1) / S::CBLOCKS);
