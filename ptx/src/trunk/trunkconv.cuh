@@ -212,8 +212,8 @@ namespace spk {
 
 // The epilogue of one tile (rows m0 on, this thread's fragment rows, L's, and columns
 // n0 + nj * 8 + 2 t): the sums times the row's and the column's inverse scales (exact), + bias,
-// + residual (read here, or `held`: this thread's pairs, read earlier), ReLU, stored NHWC
-// or NCHW; each chunk's largest output raised into out_max. Every thread of the block calls it.
+// + residual, ReLU, stored NHWC or NCHW; each chunk's largest output raised into out_max.
+// Every thread of the block calls it.
 template <class S, class L>
 __device__ __forceinline__ void store_tile(const float (&acc)[L::MI][L::NJ][4],
                                            const float (&row_scale)[L::MI][2], u32 m0, u32 rows,
@@ -221,8 +221,7 @@ __device__ __forceinline__ void store_tile(const float (&acc)[L::MI][L::NJ][4],
                                            const float* __restrict__ bias,
                                            const float* __restrict__ residual, u64 residual_len,
                                            float* __restrict__ y, u32* __restrict__ out_max,
-                                           u64 out_max_len, u32 flags,
-                                           const float2 (*held)[L::NJ][2] = nullptr) {
+                                           u64 out_max_len, u32 flags) {
     const bool relu = flags & CONV_RELU, nchw = flags & CONV_NCHW;
     const u32 first_item = m0 / S::POS;
     float largest_first = 0.0f, largest_next = 0.0f;  // of first_item's rows, the next item's
@@ -242,7 +241,7 @@ __device__ __forceinline__ void store_tile(const float (&acc)[L::MI][L::NJ][4],
 #pragma unroll
             for (u32 half = 0; half < 2; ++half) {
                 const u32 m = m0 + row0 + mi * L::ROW_STEP + half * 8 + g;
-                const bool in = READ_FIRST & (residual_len != 0) & (held == nullptr) & (m < rows);
+                const bool in = READ_FIRST & (residual_len != 0) & (m < rows);
                 read[mi][half] = in ? __ldg(reinterpret_cast<const float2*>(residual + m * S::COUT + n))
                                     : make_float2(0.0f, 0.0f);
             }
@@ -266,8 +265,7 @@ __device__ __forceinline__ void store_tile(const float (&acc)[L::MI][L::NJ][4],
                     fmaf(acc[mi][nj][2 * half + 1] * row_inverse, column_inverse.y, bias_pair.y);
                 if (residual_len != 0) {
                     const float2 r =
-                        held != nullptr ? held[mi][nj][half]
-                        : READ_FIRST
+                        READ_FIRST
                             ? read[mi][half]
                             : __ldg(reinterpret_cast<const float2*>(residual + m * S::COUT + n));
                     v0 += r.x;
