@@ -80,6 +80,9 @@ constexpr u32 CONV_SM90_DOWN_STAGES_WIDE = 6;
 // rows of a strip's box by the async copy engine (sm90): 86 rows of 64 bytes are a whole
 // number of 128 bytes, and three make the strip; the host's tensor maps use the same box
 constexpr u32 CONV_TMA_BOX = 86;
+// (sm90 strips) residual pairs a thread's epilogue reads before adding the first: four
+// column tiles of one row tile, two of two
+constexpr u32 EPILOGUE_PAIRS = 8;
 constexpr u32 CONV_RELU = 1;  // epilogue flags
 constexpr u32 CONV_NCHW = 2;
 
@@ -225,67 +228,80 @@ __device__ __forceinline__ void store_tile(const float (&acc)[L::MI][L::NJ][4],
     const bool relu = flags & CONV_RELU, nchw = flags & CONV_NCHW;
     const u32 first_item = m0 / S::POS;
     float largest_first = 0.0f, largest_next = 0.0f;  // of first_item's rows, the next item's
+    // In the sm90 strips a batch of column tiles' loads (bias, inverse scales, residual
+    // pairs) are all issued before the first is used: loaded where each was used, every
+    // pair waited on the L2 in turn (a third of layer2's warp samples in FP32 math, most
+    // of them on those reads), and one column tile at a time, each tile's loads still
+    // waited in turn (16 waits a tile in layer3's sm_90a SASS). Elsewhere the registers
+    // are not there (the sm80 tier and the sm90 shortcuts spilled): one column tile at a
+    // time, the residual read where it is added.
+    constexpr bool READ_FIRST = L::WGMMA && S::STRIP;
+    constexpr u32 BATCH = READ_FIRST ? EPILOGUE_PAIRS / (2 * L::MI) : 1;  // column tiles
+    static_assert(L::NJ % BATCH == 0, "whole batches of column tiles");
 #pragma unroll
-    for (u32 nj = 0; nj < L::NJ; ++nj) {
-        const u32 n = n0 + nj * 8 + 2 * t;
-        const float2 bias_pair = __ldg(reinterpret_cast<const float2*>(bias + n));
-        const float2 column_inverse = __ldg(reinterpret_cast<const float2*>(bias + S::COUT + n));
-        // In the sm90 strips the column tile's residual pairs are all read before the first
-        // is added: read where each was added, every pair waited on the L2 in turn (a third
-        // of layer2's warp samples in FP32 math, most of them on those reads). Elsewhere
-        // the registers are not there (the sm80 tier and the sm90 shortcuts spilled).
-        constexpr bool READ_FIRST = L::WGMMA && S::STRIP;
-        float2 read[L::MI][2];
+    for (u32 nj0 = 0; nj0 < L::NJ; nj0 += BATCH) {
+        float2 bias_pair[BATCH], column_inverse[BATCH], read[BATCH][L::MI][2];
 #pragma unroll
-        for (u32 mi = 0; mi < L::MI; ++mi) {
+        for (u32 b = 0; b < BATCH; ++b) {
+            const u32 n = n0 + (nj0 + b) * 8 + 2 * t;
+            bias_pair[b] = __ldg(reinterpret_cast<const float2*>(bias + n));
+            column_inverse[b] = __ldg(reinterpret_cast<const float2*>(bias + S::COUT + n));
 #pragma unroll
-            for (u32 half = 0; half < 2; ++half) {
-                const u32 m = m0 + row0 + mi * L::ROW_STEP + half * 8 + g;
-                const bool in = READ_FIRST & (residual_len != 0) & (m < rows);
-                read[mi][half] = in ? __ldg(reinterpret_cast<const float2*>(residual + m * S::COUT + n))
-                                    : make_float2(0.0f, 0.0f);
+            for (u32 mi = 0; mi < L::MI; ++mi) {
+#pragma unroll
+                for (u32 half = 0; half < 2; ++half) {
+                    const u32 m = m0 + row0 + mi * L::ROW_STEP + half * 8 + g;
+                    const bool in = READ_FIRST & (residual_len != 0) & (m < rows);
+                    read[b][mi][half] =
+                        in ? __ldg(reinterpret_cast<const float2*>(residual + m * S::COUT + n))
+                           : make_float2(0.0f, 0.0f);
+                }
             }
         }
 #pragma unroll
-        for (u32 mi = 0; mi < L::MI; ++mi) {
+        for (u32 b = 0; b < BATCH; ++b) {
+            const u32 nj = nj0 + b, n = n0 + nj * 8 + 2 * t;
 #pragma unroll
-            for (u32 half = 0; half < 2; ++half) {
-                const u32 m = m0 + row0 + mi * L::ROW_STEP + half * 8 + g;
-                if (m >= rows) {
-                    continue;
-                }
-                const u32 item = m / S::POS;
-                // 1 / the scale, exact: for a normal power of two 2^e the bits of 2^-e
-                // are (254 << 23) - its bits (derived, not kept: registers are the limit)
-                const float row_inverse =
-                    __uint_as_float((254u << 23) - __float_as_uint(row_scale[mi][half]));
-                float v0 =
-                    fmaf(acc[mi][nj][2 * half] * row_inverse, column_inverse.x, bias_pair.x);
-                float v1 =
-                    fmaf(acc[mi][nj][2 * half + 1] * row_inverse, column_inverse.y, bias_pair.y);
-                if (residual_len != 0) {
-                    const float2 r =
-                        READ_FIRST
-                            ? read[mi][half]
-                            : __ldg(reinterpret_cast<const float2*>(residual + m * S::COUT + n));
-                    v0 += r.x;
-                    v1 += r.y;
-                }
-                if (relu) {
-                    v0 = fmaxf(v0, 0.0f);
-                    v1 = fmaxf(v1, 0.0f);
-                }
-                const float big = fmaxf(fabsf(v0), fabsf(v1));
-                if (item == first_item) {
-                    largest_first = fmaxf(largest_first, big);
-                } else {
-                    largest_next = fmaxf(largest_next, big);
-                }
-                if (nchw) {
-                    y[(item * S::COUT + n) * S::POS + m % S::POS] = v0;
-                    y[(item * S::COUT + n + 1) * S::POS + m % S::POS] = v1;
-                } else {
-                    stg2(y + m * S::COUT + n, make_float2(v0, v1));
+            for (u32 mi = 0; mi < L::MI; ++mi) {
+#pragma unroll
+                for (u32 half = 0; half < 2; ++half) {
+                    const u32 m = m0 + row0 + mi * L::ROW_STEP + half * 8 + g;
+                    if (m >= rows) {
+                        continue;
+                    }
+                    const u32 item = m / S::POS;
+                    // 1 / the scale, exact: for a normal power of two 2^e the bits of 2^-e
+                    // are (254 << 23) - its bits (derived, not kept: registers are the limit)
+                    const float row_inverse =
+                        __uint_as_float((254u << 23) - __float_as_uint(row_scale[mi][half]));
+                    float v0 = fmaf(acc[mi][nj][2 * half] * row_inverse, column_inverse[b].x,
+                                    bias_pair[b].x);
+                    float v1 = fmaf(acc[mi][nj][2 * half + 1] * row_inverse, column_inverse[b].y,
+                                    bias_pair[b].y);
+                    if (residual_len != 0) {
+                        const float2 r =
+                            READ_FIRST
+                                ? read[b][mi][half]
+                                : __ldg(reinterpret_cast<const float2*>(residual + m * S::COUT + n));
+                        v0 += r.x;
+                        v1 += r.y;
+                    }
+                    if (relu) {
+                        v0 = fmaxf(v0, 0.0f);
+                        v1 = fmaxf(v1, 0.0f);
+                    }
+                    const float big = fmaxf(fabsf(v0), fabsf(v1));
+                    if (item == first_item) {
+                        largest_first = fmaxf(largest_first, big);
+                    } else {
+                        largest_next = fmaxf(largest_next, big);
+                    }
+                    if (nchw) {
+                        y[(item * S::COUT + n) * S::POS + m % S::POS] = v0;
+                        y[(item * S::COUT + n + 1) * S::POS + m % S::POS] = v1;
+                    } else {
+                        stg2(y + m * S::COUT + n, make_float2(v0, v1));
+                    }
                 }
             }
         }
