@@ -452,6 +452,7 @@ TRUNK_CONSTANTS = {
             "CONV_SM90_STRIP_STAGES_WIDE_SPLIT",
             "CONV_SM90_DOWN_STAGES_NARROW",
             "CONV_SM90_DOWN_STAGES_WIDE",
+            "CONV_SM90_WIDE_SPLIT_THREADS",
             "CONV_TMA_BOX",
             "CONV_RELU",
             "CONV_NCHW",

@@ -226,7 +226,7 @@ def test_a_single_convolution_measures_its_input_first(fake, runtime, monkeypatc
 def test_layer1_runs_its_tile_form_on_the_sm90_tier() -> None:
     """The 2D-tile form serves layer1's convolutions on sm90 alone, in both maths; every
     other site and tier keeps its kernel and launch (but the sm90 strips' deeper copy
-    ring, below)."""
+    ring, and the 128-wide strips' two warpgroups in FP32 math, below)."""
     from pyspk.candidate.trunk.shapes import TILES_KERNEL
 
     layer1 = TrunkSite.LAYER1_CONV
@@ -245,7 +245,12 @@ def test_layer1_runs_its_tile_form_on_the_sm90_tier() -> None:
                     continue
                 assert site.kernel(math, tier) == site.kernel(math)
                 grid, threads, shared = site.launch(math, tier)
-                assert (grid, threads) == site.launch()[:2]
+                wide_split = site.shape.strip and site.shape.block_channels == 128
+                if tier is PtxTier.SM90 and math is CudaMath.FP32 and wide_split:
+                    # layers 3 and 4: two warpgroups of m64n128 tiles, one block an SM
+                    assert (grid, threads) == (site.launch()[0], 256)
+                else:
+                    assert (grid, threads) == site.launch()[:2]
                 if not (tier is PtxTier.SM90 and site.on_warpgroups(tier)):
                     assert shared == site.launch()[2]
 

@@ -136,7 +136,7 @@ __device__ __forceinline__ void register_fence(float (&values)[A][B]) {
     }
 }
 
-// The asm output operands of a wgmma's sums d[J][4] (J = 4, 8: N = 32, 64), in order.
+// The asm output operands of a wgmma's sums d[J][4] (J = 4, 8, 16: N = 32, 64, 128), in order.
 #define SPK_WGMMA_SUMS16(d)                                                                    \
     "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), \
         "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]),             \
@@ -146,6 +146,14 @@ __device__ __forceinline__ void register_fence(float (&values)[A][B]) {
         "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]),             \
         "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),             \
         "+f"(d[7][2]), "+f"(d[7][3])
+#define SPK_WGMMA_SUMS64(d)                                                                    \
+    SPK_WGMMA_SUMS32(d), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),          \
+        "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]),            \
+        "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]),        \
+        "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]),        \
+        "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),        \
+        "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]),        \
+        "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
 
 // d = a b (+ d where `accumulate` is not 0) over one m64nNk16 tile of the warpgroup,
 // FP32 sums: a this warp's 16 x 16 FP16 fragment (the m16n8k16 A layout of mma.sync,
@@ -172,6 +180,19 @@ __device__ __forceinline__ void wgmma_f16<64>(float (&d)[8][4], uint4 a, u64 b, 
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
         "{%32, %33, %34, %35}, %36, p, 1, 1, 0; }"
         : SPK_WGMMA_SUMS32(d)
+        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(b), "r"(accumulate));
+}
+template <>
+__device__ __forceinline__ void wgmma_f16<128>(float (&d)[16][4], uint4 a, u64 b, u32 accumulate) {
+    asm volatile(
+        "{ .reg .pred p; setp.ne.b32 p, %69, 0; "
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "{%64, %65, %66, %67}, %68, p, 1, 1, 0; }"
+        : SPK_WGMMA_SUMS64(d)
         : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(b), "r"(accumulate));
 }
 

@@ -245,12 +245,22 @@ SPK_TRUNK_TILES(spk_trunk_layer1_tiles_f16x3, Layer1Conv, Layer1TilesSplit, true
 SPK_TRUNK_SHAPE(layer2_down, Layer2Down)
 SPK_TRUNK_SPLIT(layer2_shortcut, Layer2Shortcut)
 SPK_TRUNK_SHAPE(layer2_conv, Layer2Conv)
+// the 128-wide strips' three-product entries on the sm90 tier: m64n128 warpgroup tiles
+#if defined(SPK_WGMMA)
+typedef spk::WideGroups<Layer3Conv> Layer3ConvSplit;
+typedef spk::WideGroups<Layer4Conv> Layer4ConvSplit;
+#else
+typedef Layer3Conv Layer3ConvSplit;
+typedef Layer4Conv Layer4ConvSplit;
+#endif
 SPK_TRUNK_SHAPE(layer3_down, Layer3Down)
 SPK_TRUNK_SPLIT(layer3_shortcut, Layer3Shortcut)
-SPK_TRUNK_SHAPE(layer3_conv, Layer3Conv)
+SPK_TRUNK_CONV(spk_trunk_layer3_conv_f16, Layer3Conv, false)
+SPK_TRUNK_SPLIT(layer3_conv, Layer3ConvSplit)
 SPK_TRUNK_SHAPE(layer4_down, Layer4Down)
 SPK_TRUNK_SPLIT(layer4_shortcut, Layer4Shortcut)
-SPK_TRUNK_SHAPE(layer4_conv, Layer4Conv)
+SPK_TRUNK_CONV(spk_trunk_layer4_conv_f16, Layer4Conv, false)
+SPK_TRUNK_SPLIT(layer4_conv, Layer4ConvSplit)
 // the strips of layers 2 to 4 converted once per block (the sm90 tier's; trunkhalves.cuh)
 #define SPK_TRUNK_HALVES(SITE, SHAPE)                                                  \
     SPK_TRUNK_ENTRY(spk_trunk_##SITE##_halves_f16, SHAPE, SPK_HALVES_BODY(SHAPE, false)) \

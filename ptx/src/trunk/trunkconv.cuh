@@ -83,6 +83,11 @@ constexpr u32 CONV_TMA_BOX = 86;
 // (sm90 strips) residual pairs a thread's epilogue loads in one batch: four column tiles
 // of one row tile, two of two (16 pairs spilled in every sm90 strip)
 constexpr u32 EPILOGUE_PAIRS = 8;
+// (sm90 strips 128 wide, three products) threads a block: two warpgroups of two 64-row
+// tiles, each product m64n128, so one converted fragment serves all 128 columns (four
+// warpgroups of m64n64 products converted each fragment twice: 192 of a stage's 569
+// instructions a warp were conversions); at up to 255 registers, one block an SM
+constexpr u32 CONV_SM90_WIDE_SPLIT_THREADS = 256;
 constexpr u32 CONV_RELU = 1;  // epilogue flags
 constexpr u32 CONV_NCHW = 2;
 
@@ -156,9 +161,20 @@ struct ConvShape {
     static_assert(!STRIP || (TMA_BOXES * TMA_BOX == A_ROWS && STAGE_WORDS % 32 == 0 &&
                              TMA_BOX * A_STRIDE % 32 == 0),
                   "a strip's boxes and slots 128-byte aligned");
-    static_assert(THREADS == 4 * BN, "at most one B copy per thread");
+    // columns of a warpgroup's wgmma tile (GroupTiles): 64 keeps a tile's fresh sums at
+    // 32 registers a thread beside 16 warps an SM
+    static constexpr u32 GROUP_N = 64;
     static_assert(POS > CONV_BM, "a block's rows span at most two items");
     static_assert(u64(TRUNK_BATCH) * HIN * WIN * CIN < (1ull << 31), "32-bit offsets");
+};
+
+// Shape S launched as CONV_SM90_WIDE_SPLIT_THREADS threads of m64n128 warpgroup tiles
+// (the sm90 tier's 128-wide strips in FP32 math): the same rows, sums and ring.
+template <class S>
+struct WideGroups : S {
+    static constexpr u32 THREADS = CONV_SM90_WIDE_SPLIT_THREADS, MIN_BLOCKS = 1, GROUP_N = 128;
+    static constexpr u32 A_COPIES = (S::A_ROWS * 4 + THREADS - 1) / THREADS;
+    static_assert(S::STRIP && S::BN == GROUP_N, "the 128-wide strips");
 };
 
 // Raises maxima[item] and maxima[item + 1] to the largest of the block's `first` and

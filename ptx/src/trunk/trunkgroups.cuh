@@ -12,18 +12,21 @@ namespace spk {
 
 // GroupTiles: wgmma (the sm90 tier's 3x3s, strips and stride 2). The block's THREADS / 128 warpgroups split
 // its rows; a warpgroup owns GROUP_ROWS x BN as MI row tiles of 64 (warp w of the group
-// their rows 16 w .. 16 w + 15) by NT column tiles of NW, one wgmma m64nNWk16 each. NW
-// of at most 64 keeps a tile's fresh sums at 32 registers a thread.
+// their rows 16 w .. 16 w + 15) by NT column tiles of NW (S::GROUP_N or the block's
+// width), one wgmma m64nNWk16 each.
 template <class S>
 struct GroupTiles {
     static constexpr bool WGMMA = true;
     static constexpr u32 GROUPS = S::THREADS / 128, GROUP_ROWS = S::BM / GROUPS;
     static constexpr u32 MI = GROUP_ROWS / 64, NJ = S::BN / 8, ROW_STEP = 64;
-    static constexpr u32 NW = S::BN < 64 ? S::BN : 64, NT = S::BN / NW;
+    static constexpr u32 NW = S::BN < S::GROUP_N ? S::BN : S::GROUP_N, NT = S::BN / NW;
     static constexpr u32 FRESH = NW / 8;  // 8-column tiles of a tile's fresh sums
     // sets of a fragments in one-product kernels: two let a step's products run while
     // the next step converts, where they fit (the 32-wide layer's four row tiles spill)
     static constexpr u32 A_SETS = MI <= 2 ? 2 : 1;
+    // and of a_hi in three-product stages: two where a tile is one row tile, or 128
+    // wide (up to 255 registers); the 64-wide layers' two row tiles spilled a second set
+    static constexpr u32 SPLIT_SETS = MI == 1 || NW == 128 ? 2 : 1;
     static __device__ __forceinline__ u32 row0(u32 warp) {
         return warp / 4 * GROUP_ROWS + warp % 4 * 16;
     }
@@ -101,16 +104,16 @@ __device__ __forceinline__ void group_wait(float (&acc)[L::MI][L::NJ][4], u32 st
 // A stage (GroupTiles, SPLIT): per row tile and column tile, the stage's steps' three
 // products (a strip's three steps, a stride-2 3x3's one) in one fresh sum, added to the
 // running sums once: in the strips one wait a stage and tile, where a wait per step
-// drained the pipe three times as often. With one row tile a_hi alternates between two
-// sets, so the next step converts while this step's a_hi products run; with two (the
-// 64-wide layers) the second set spilled, so each step waits before the next converts.
+// drained the pipe three times as often. With L::SPLIT_SETS of two, a_hi alternates
+// between two sets, so the next step converts while this step's a_hi products run;
+// with one, each step waits before the next converts.
 template <class S, class L>
 __device__ __forceinline__ void group_stage_split(float (&acc)[L::MI][L::NJ][4],
                                                   float (&fresh)[L::FRESH][4], saddr a_stage,
                                                   u32 blocked_rows, u32 edges, u32 row0, u32 g,
                                                   u32 t, const float (&row_scale)[L::MI][2]) {
     constexpr u64 TILE_STEP = L::FRESH * 256 / 16, LOW_PLANE = S::BN * 32 / 16;
-    constexpr u32 SETS = L::MI == 1 ? 2 : 1;
+    constexpr u32 SETS = L::SPLIT_SETS;
     const saddr a_zero = a_stage + (S::ZERO_ROW * S::A_STRIDE + 4 * t) * 4;
     const saddr a_first = a_stage + ((row0 + g) * S::A_STRIDE + 4 * t) * 4;
     const saddr b_stage = a_stage + S::A_SLOT_ROWS * S::A_STRIDE * 4;

@@ -40,25 +40,29 @@ template <class S, bool SPLIT>
 __device__ __forceinline__ constexpr u64 packed_weight_words() {
     return u64(S::K) * S::COUT / (SPLIT ? 1 : 2);
 }
-// This thread's copies of ring stage ks's weights: each step's k block (tap, cb), one
-// 16-byte run per thread (SPLIT) or per thread of the first half. GroupTiles' weights hold
-// a step's high plane, then its low one, each [COUT / 8][2][8][8] FP16 (wgmma_b_desc):
-// the block's columns are one run of BN * 8 words per plane.
+// This thread's copies of ring stage ks's weights: each step's k block (tap, cb), 16-byte
+// runs tid, tid + THREADS, ... of its 4 BN (SPLIT) or 2 BN. GroupTiles' weights hold a
+// step's high plane, then its low one, each [COUT / 8][2][8][8] FP16 (wgmma_b_desc): the
+// block's columns are one run of BN * 8 words per plane.
 template <class S, class L, bool SPLIT>
 __device__ __forceinline__ void copy_weights(saddr b_base, const float* __restrict__ w, u32 ks,
                                              u32 n0, u32 tid) {
-    constexpr u32 B_WORDS = SPLIT ? S::BK : S::BK / 2;
+    constexpr u32 B_WORDS = SPLIT ? S::BK : S::BK / 2, RUNS = B_WORDS / 4 * S::BN;
     const u32 cb = ks % S::CBLOCKS;
 #pragma unroll
     for (u32 step = 0; step < S::STEPS; ++step) {
         const u32 tap = S::STRIP ? ks / S::CBLOCKS * S::KS + step : ks / S::CBLOCKS;
-        if (SPLIT || tid < S::THREADS / 2) {
-            const u64 k_block = tap * S::CBLOCKS + cb;
-            const float* source =
-                L::WGMMA ? w + (k_block * S::COUT * B_WORDS + tid / (2 * S::BN) * S::COUT * 8 +
-                                n0 * 8 + tid % (2 * S::BN) * 4)
-                         : w + (k_block * S::COUT + n0) * B_WORDS + tid * 4;
-            cp_async16_fill(b_base + (step * S::BN * S::BK + tid * 4) * 4, source, 16);
+#pragma unroll
+        for (u32 i = 0; i < (RUNS + S::THREADS - 1) / S::THREADS; ++i) {
+            const u32 run = tid + i * S::THREADS;
+            if (RUNS % S::THREADS == 0 || run < RUNS) {  // every thread's, or the first RUNS'
+                const u64 k_block = tap * S::CBLOCKS + cb;
+                const float* source =
+                    L::WGMMA ? w + (k_block * S::COUT * B_WORDS + run / (2 * S::BN) * S::COUT * 8 +
+                                    n0 * 8 + run % (2 * S::BN) * 4)
+                             : w + (k_block * S::COUT + n0) * B_WORDS + run * 4;
+                cp_async16_fill(b_base + (step * S::BN * S::BK + run * 4) * 4, source, 16);
+            }
         }
     }
 }

@@ -32,6 +32,8 @@ CONV_SM90_STRIP_STAGES_WIDE = 4
 CONV_SM90_STRIP_STAGES_WIDE_SPLIT = 2
 CONV_SM90_DOWN_STAGES_NARROW = 5
 CONV_SM90_DOWN_STAGES_WIDE = 6
+# (sm90 tier) threads of the strips 128 wide in FP32 math: two warpgroups of m64n128 tiles
+CONV_SM90_WIDE_SPLIT_THREADS = 256
 SM90_STRIP_STAGES = {
     (128, False): CONV_SM90_STRIP_STAGES_WIDE,
     (128, True): CONV_SM90_STRIP_STAGES_WIDE_SPLIT,
@@ -117,6 +119,14 @@ class ConvShape:
     @property
     def threads(self) -> int:
         return 4 * self.block_channels
+
+    def threads_on(self, warpgroups: bool, split: bool) -> int:
+        """`threads` for the kernel on warpgroups (the sm90 tier) or not, with three
+        products (`split`) or one: the strips 128 wide on warpgroups with three products
+        take `CONV_SM90_WIDE_SPLIT_THREADS`."""
+        if warpgroups and split and self.strip and self.block_channels == 128:
+            return CONV_SM90_WIDE_SPLIT_THREADS
+        return self.threads
 
     @property
     def strip(self) -> bool:
@@ -288,7 +298,8 @@ class TrunkSite(enum.Enum):
             return (tiles, TRUNK_BATCH, 1), STEM_THREADS, 0
         warpgroups = tier is not None and self.on_warpgroups(tier)
         split = math is None or self.splits(math)
-        return self.shape.grid, self.shape.threads, self.shape.shared_on(warpgroups, split)
+        threads = self.shape.threads_on(warpgroups, split)
+        return self.shape.grid, threads, self.shape.shared_on(warpgroups, split)
 
     @classmethod
     def of_block(cls, layer: int, block: int) -> tuple[TrunkSite, TrunkSite, TrunkSite | None]:
