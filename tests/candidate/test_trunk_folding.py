@@ -221,3 +221,20 @@ def test_the_float64_trunk_is_the_models() -> None:
     got = reference.trunk(fbank.numpy(), trunk_weights(resnet))
     assert got.shape == (1, *OUTPUT_SHAPE)
     assert np.abs(got - expected).max() <= 1e-12 * np.abs(expected).max()
+
+
+def test_each_packed_form_is_packed_once_and_kept_read_only() -> None:
+    """A trunk's two plans upload the same packed weights: the second call of a form
+    returns the first's array, which cannot be written, and the forms stay apart."""
+    conv = next(c for c in TrunkWeights.random(5).convs() if c.site is TrunkSite.LAYER2_CONV)
+    first = conv.packed(True, warpgroups=True)
+    assert conv.packed(True, warpgroups=True) is first
+    assert not first.flags.writeable
+    with pytest.raises(ValueError):
+        first[0] = 0.0
+    fresh = FoldedConv.of(conv.site, conv.weight, conv.bias)
+    assert np.array_equal(
+        first.view(np.uint32), fresh.packed(True, warpgroups=True).view(np.uint32)
+    )
+    assert conv.packed(False, warpgroups=True).size == first.size // 2
+    assert conv.packed(True).view(np.uint32).tolist() != first.view(np.uint32).tolist()
