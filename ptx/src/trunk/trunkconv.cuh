@@ -86,7 +86,8 @@ constexpr u32 EPILOGUE_PAIRS = 8;
 // (sm90 strips 128 wide, three products) threads a block: two warpgroups of two 64-row
 // tiles, each product m64n128, so one converted fragment serves all 128 columns (four
 // warpgroups of m64n64 products converted each fragment twice: 192 of a stage's 569
-// instructions a warp were conversions); at up to 255 registers, one block an SM
+// instructions a warp were conversions); at up to 255 registers, one block an SM. On an
+// H100 layer4 2% faster, layer3 0.3%; three or four ring slots gained nothing more
 constexpr u32 CONV_SM90_WIDE_SPLIT_THREADS = 256;
 constexpr u32 CONV_RELU = 1;  // epilogue flags
 constexpr u32 CONV_NCHW = 2;
