@@ -100,6 +100,11 @@ __device__ __forceinline__ void half_scale_of(float largest, float& scale, float
     scale = __uint_as_float(u32(shift + 127) << 23);
     inverse = __uint_as_float(u32(127 - shift) << 23);
 }
+// half_scale_of's inverse from its scale, exact: for a normal power of two 2^e the bits of
+// 2^-e are (254 << 23) - its bits (for epilogues whose registers cannot keep the inverse)
+__device__ __forceinline__ float inverse_of_scale(float scale) {
+    return __uint_as_float((254u << 23) - __float_as_uint(scale));
+}
 
 // A warp's running power-of-two scale for FP16 operands: `scale` puts the largest
 // magnitude the warp has shown so far in [2^14, 2^15) (half_scale_of), `inverse` is 1 / it.

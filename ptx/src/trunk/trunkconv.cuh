@@ -92,6 +92,10 @@ constexpr u32 CONV_SM90_WIDE_SPLIT_THREADS = 256;
 constexpr u32 CONV_RELU = 1;  // epilogue flags
 constexpr u32 CONV_NCHW = 2;
 
+// 16-byte A copies per thread and stage for `rows` rows of 16 channels (four copies a
+// row) among `threads` threads: the last round partly
+constexpr u32 a_copies(u32 rows, u32 threads) { return (rows * 4 + threads - 1) / threads; }
+
 template <u32 CIN_, u32 COUT_, u32 HIN_, u32 WIN_, u32 STRIDE_, u32 KS_>
 struct ConvShape {
     static constexpr u32 CIN = CIN_, COUT = COUT_, HIN = HIN_, WIN = WIN_;
@@ -148,8 +152,7 @@ struct ConvShape {
     // of 128 bytes (the pad row after the zero row)
     static constexpr u32 TMA_BOX = CONV_TMA_BOX, TMA_BOXES = A_ROWS / TMA_BOX;
     static constexpr u32 STAGE_WORDS = A_SLOT_ROWS * A_STRIDE + STEPS * BN * CONV_BK;
-    // 16-byte A copies per thread and stage (the last round of a strip's partly)
-    static constexpr u32 A_COPIES = (A_ROWS * 4 + THREADS - 1) / THREADS;
+    static constexpr u32 A_COPIES = a_copies(A_ROWS, THREADS);
     static constexpr u64 X_ITEM = u64(HIN) * WIN * CIN, Y_ITEM = u64(POS) * COUT;
     // Output tiles of CONV_BM rows per block (STRIP only): its ring runs on from one
     // tile's last stage to the next tile's first, so the 32-wide layer's short sums (K =
@@ -174,7 +177,7 @@ struct ConvShape {
 template <class S>
 struct WideGroups : S {
     static constexpr u32 THREADS = CONV_SM90_WIDE_SPLIT_THREADS, MIN_BLOCKS = 1, GROUP_N = 128;
-    static constexpr u32 A_COPIES = (S::A_ROWS * 4 + THREADS - 1) / THREADS;
+    static constexpr u32 A_COPIES = a_copies(S::A_ROWS, THREADS);
     static_assert(S::STRIP && S::BN == GROUP_N, "the 128-wide strips");
 };
 
@@ -287,10 +290,7 @@ __device__ __forceinline__ void store_tile(const float (&acc)[L::MI][L::NJ][4],
                         continue;
                     }
                     const u32 item = m / S::POS;
-                    // 1 / the scale, exact: for a normal power of two 2^e the bits of 2^-e
-                    // are (254 << 23) - its bits (derived, not kept: registers are the limit)
-                    const float row_inverse =
-                        __uint_as_float((254u << 23) - __float_as_uint(row_scale[mi][half]));
+                    const float row_inverse = inverse_of_scale(row_scale[mi][half]);
                     float v0 = fmaf(acc[mi][nj][2 * half] * row_inverse, column_inverse[b].x,
                                     bias_pair[b].x);
                     float v1 = fmaf(acc[mi][nj][2 * half + 1] * row_inverse, column_inverse[b].y,

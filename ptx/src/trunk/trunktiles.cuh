@@ -195,7 +195,7 @@ __device__ __forceinline__ void store_slab_tile(const float (&acc)[TILE_ROWS][S:
                                                 u32 flags,
                                                 const float2 (&held)[TILE_ROWS][S::BN / 8][2]) {
     const bool relu = flags & CONV_RELU, nchw = flags & CONV_NCHW;
-    const float row_inverse = __uint_as_float((254u << 23) - __float_as_uint(scale));
+    const float row_inverse = inverse_of_scale(scale);
     // NHWC: [m][COUT]; NCHW: [item][COUT][POS]
     float* const out = nchw ? y + (u64(item) * S::COUT + 2 * t) * S::POS + first % S::POS
                             : y + u64(first) * S::COUT + 2 * t;
