@@ -238,3 +238,29 @@ def test_each_packed_form_is_packed_once_and_kept_read_only() -> None:
     )
     assert conv.packed(False, warpgroups=True).size == first.size // 2
     assert conv.packed(True).view(np.uint32).tolist() != first.view(np.uint32).tolist()
+
+
+def test_two_threads_packing_one_convolution_get_the_same_words() -> None:
+    """Two plans built in two threads at once pack the same `FoldedConv`: each gets the
+    one form's words (a race may pack twice, never hand out a partial array), and one
+    array is kept for later calls."""
+    import threading
+
+    conv = next(c for c in TrunkWeights.random(6).convs() if c.site is TrunkSite.LAYER4_CONV)
+    expected = FoldedConv.of(conv.site, conv.weight, conv.bias).packed(True, warpgroups=True)
+    start = threading.Barrier(2)
+    got: list[np.ndarray] = []
+
+    def pack() -> None:
+        start.wait()
+        got.append(conv.packed(True, warpgroups=True))
+
+    threads = [threading.Thread(target=pack) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(got) == 2
+    for words in got:
+        assert np.array_equal(words.view(np.uint32), expected.view(np.uint32))
+    assert conv.packed(True, warpgroups=True) is conv.packed(True, warpgroups=True)
