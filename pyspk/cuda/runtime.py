@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from pyspk.cuda.kernels import LoadedKernels
     from pyspk.cuda.manifest import KernelModule
 
-__all__ = ["CudaRuntime", "Graph", "free_after_error"]
+__all__ = ["CudaRuntime", "Graph", "abandon_capture", "free_after_error"]
 
 _GRAPH_TOKENS = itertools.count(1)
 
@@ -393,12 +393,7 @@ class CudaRuntime:
             self._capture_users.append(user)
 
     def _abandon_capture(self) -> None:
-        try:
-            graph = driver.call("cuStreamEndCapture", self._stream)
-        except CudaError:
-            return  # an invalidated capture ends with an error and no graph
-        if graph is not None and int(graph):
-            _quietly(lambda: driver.call("cuGraphDestroy", graph))
+        abandon_capture(self._stream)
 
     # -- lifetime --------------------------------------------------------------------
 
@@ -526,6 +521,17 @@ class CudaRuntime:
 
     def _destroy_graph_quietly(self, executable: Any) -> None:
         _quietly(lambda: self._destroy_graph(executable))
+
+
+def abandon_capture(stream: Any) -> None:
+    """Ends the capture begun on `stream` (a `CUstream`) and drops what it captured; an
+    invalidated capture ends with an error and no graph, which is not raised."""
+    try:
+        graph = driver.call("cuStreamEndCapture", stream)
+    except CudaError:
+        return
+    if graph is not None and int(graph):
+        _quietly(lambda: driver.call("cuGraphDestroy", graph))
 
 
 def free_after_error(buffers: list[DeviceBuffer]) -> None:

@@ -9,7 +9,9 @@ from typing import Any
 
 import torch
 
-from pyspk.cuda.errors import InvalidArgument
+from pyspk.cuda import driver
+from pyspk.cuda.errors import CudaError, InvalidArgument
+from pyspk.cuda.runtime import abandon_capture
 
 __all__ = ["Forward"]
 
@@ -57,8 +59,8 @@ class Forward:
             assert self.graph is not None
             self.shared_pool = self.graph.pool()
         elif share is not None and pool is not None:
-            # PyTorch's allocator still records this failed capture into the pool, and
-            # refuses another capture into it ("already recording to mempool_id")
+            # a capture into the shared pool failed: the forwards after it take pools
+            # of their own, whatever the failure left of this one
             share.shared_pool = None
 
     def _capture(self, stream: torch.cuda.Stream, pool: Any) -> bool:
@@ -73,6 +75,8 @@ class Forward:
         current = torch.cuda.current_stream()
         current.wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
+        # a pool named here, not by PyTorch, so that a failed capture's can be let go
+        pool = torch.cuda.graph_pool_handle() if pool is None else pool
         try:
             # thread-local: what other threads do on their own streams meanwhile
             # (allocate, synchronize them) is none of this capture's business
@@ -80,8 +84,8 @@ class Forward:
                 graph, pool=pool, stream=stream, capture_error_mode="thread_local"
             ):
                 outputs = self.function(*self.inputs)
-        except RuntimeError as error:  # host work inside, or a device-wide synchronize
-            _after_failed_capture(current, stream)
+        except (RuntimeError, CudaError) as error:  # host work, a device-wide synchronize
+            _after_failed_capture(current, stream, pool)
             self.note = f"eager (capture failed: {' '.join(str(error).split())[:200]})"
             warnings.warn(
                 f"pyspk engine: the {self.name} forward runs eagerly, its CUDA graph "
@@ -89,7 +93,9 @@ class Forward:
                 RuntimeWarning,
                 stacklevel=2,
             )
-            torch.cuda.synchronize()
+            # this stream alone: a device-wide synchronize would break another thread's
+            # capture as this one was broken
+            stream.synchronize()
             return False
         self.graph, self.outputs, self.note = graph, outputs, "graph"
         return True
@@ -112,16 +118,41 @@ class Forward:
         self.graph, self.outputs, self.inputs = None, (), []
 
 
-def _after_failed_capture(current: torch.cuda.Stream, captured: torch.cuda.Stream) -> None:
-    """Undoes what `torch.cuda.graph` leaves behind when its capture fails after it began
-    (PyTorch 2.11): the thread's current stream is still the capture stream, and the
-    device's default generator still counts as capturing, so the next random draw on the
-    device raises "Offset increment outside graph capture" (measured on the H200, in a
-    later test). A copy of the generator's state (same seed and offset) that is not
-    capturing replaces it. A failure before the capture began (the thread on its own
-    stream) touched neither."""
+def _after_failed_capture(
+    current: torch.cuda.Stream, captured: torch.cuda.Stream, pool: Any
+) -> None:
+    """Undoes what `torch.cuda.graph` leaves behind when its capture fails (PyTorch 2.11):
+
+    - a capture that `capture_begin` began and then refused (its check that the capture
+      is active fails when another thread's device-wide synchronize lands in between)
+      is never ended, and every later use of the stream fails, an event recorded in a
+      tensor's destructor among them;
+    - a failed `capture_end` (the capture invalidated) leaves the caching allocator
+      routing into the capture's pool: from then on it holds back every freed block
+      that another stream used (the engine's masks, each file) and the pool's memory;
+    - the thread's current stream is still the capture stream, and the device's
+      default generator still counts as capturing, so the next random draw on the
+      device raises "Offset increment outside graph capture" (measured on the H200).
+      A copy of the generator's state (same seed and offset) that is not capturing
+      replaces it."""
+    _end_capture_left_open(captured)
+    _release_pool_left_routing(captured.device.index, pool)
     if torch.cuda.current_stream() != captured:
-        return
+        return  # a failure before the capture began touched neither
     torch.cuda.set_stream(current)
     generator = torch.cuda.default_generators[captured.device.index]
     generator.graphsafe_set_state(generator.clone_state())
+
+
+def _end_capture_left_open(stream: torch.cuda.Stream) -> None:
+    handle = driver.api().CUstream(stream.cuda_stream)
+    if int(driver.call("cuStreamIsCapturing", handle)) != 0:  # not NONE
+        abandon_capture(handle)
+
+
+def _release_pool_left_routing(device: int, pool: Any) -> None:
+    try:
+        torch._C._cuda_endAllocateToPool(device, pool)
+    except RuntimeError:
+        return  # not routing: capture_end ended it, or capture_begin never began it
+    torch._C._cuda_releasePool(device, pool)  # the reference capture_begin took

@@ -62,14 +62,23 @@ class _FakeCuda:
         self.modes: list[str] = []
         self.streams: list[object] = []
         self.pools: list[object] = []
+        self.handles = 0
         self.current = _FakeCuda.Stream()
         self.default_generators = [_FakeCuda.Generator()]
+        self.undone: list[tuple[str, object]] = []  # what a failed capture left, undone
 
     class Stream:
         device = types.SimpleNamespace(index=0)
 
         def wait_stream(self, other: object) -> None:
             pass
+
+        def synchronize(self) -> None:
+            pass
+
+    def graph_pool_handle(self) -> str:
+        self.handles += 1
+        return f"handle {self.handles - 1}"
 
     class Generator:
         def __init__(self) -> None:
@@ -109,7 +118,7 @@ class _FakeCuda:
         self.modes.append(capture_error_mode)
         self.streams.append(stream)
         self.pools.append(pool)
-        graph.pool_id = pool if pool is not None else f"pool {number}"
+        graph.pool_id = pool
         fail = number in self.fail
 
         @contextlib.contextmanager
@@ -124,16 +133,23 @@ class _FakeCuda:
 
         return capturing()
 
-    def synchronize(self) -> None:
-        pass
-
 
 def _fake_cuda(monkeypatch, fake: _FakeCuda) -> None:
     import torch
 
+    from pyspk.pyannote import _graphs
+
     names = ("Stream", "current_stream", "set_stream", "stream", "CUDAGraph", "graph")
-    for name in (*names, "synchronize", "default_generators"):
+    for name in (*names, "graph_pool_handle", "default_generators"):
         monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
+    monkeypatch.setattr(
+        _graphs, "_end_capture_left_open", lambda stream: fake.undone.append(("capture", stream))
+    )
+    monkeypatch.setattr(
+        _graphs,
+        "_release_pool_left_routing",
+        lambda device, pool: fake.undone.append(("pool", pool)),
+    )
 
 
 @pytest.mark.parametrize("fail", [False, True])
@@ -166,9 +182,12 @@ def test_capture_is_thread_local_and_a_fallback_is_said(monkeypatch, fail):
         assert forward.graph is None and forward.note.startswith("eager (capture failed")
         assert len(said) == 1 and "segmentation forward" in str(said[0].message)
         assert fake.default_generators[0].states == ["capturing", "a copy"]
+        # a capture left open on its stream, the allocator's routing into its pool
+        assert fake.undone == [("capture", replay), ("pool", "handle 0")]
     else:
         assert forward.note == "graph" and not said
         assert fake.default_generators[0].states == ["capturing"]
+        assert fake.undone == [] and forward.shared_pool == "handle 0"
     assert fake.current is before
 
 
@@ -190,12 +209,13 @@ def test_a_capture_refused_before_it_began_leaves_the_generator_alone(monkeypatc
         )
     assert forward.graph is None and fake.current is before
     assert fake.default_generators[0].states == ["capturing"]
+    assert [what for what, _ in fake.undone] == ["capture", "pool"]  # each finds nothing
 
 
 def test_smaller_forwards_share_the_inputs_and_pool_until_a_shared_capture_fails(monkeypatch):
     """A forward that `share`s a larger one's memory takes its static inputs' leading
-    items and captures into its pool; after a capture into that pool failed (PyTorch's
-    allocator then still records into it), the later forwards get pools of their own.
+    items and captures into its pool; after a capture into that pool failed, the later
+    forwards get pools of their own.
     Another item shape, or a larger batch, is refused."""
     import torch
 
@@ -219,9 +239,10 @@ def test_smaller_forwards_share_the_inputs_and_pool_until_a_shared_capture_fails
         warnings.simplefilter("ignore")
         quarter = forward("quarter", 2, full)
     eighth = forward("eighth", 1, full)
-    assert fake.pools == [None, "pool 0", "pool 0", None]
+    assert fake.pools == ["handle 0", "handle 0", "handle 0", "handle 1"]
     assert quarter.graph is None and eighth.note == "graph"
-    assert full.shared_pool is None and half.shared_pool == "pool 0"
+    assert full.shared_pool is None and half.shared_pool == "handle 0"
+    assert fake.undone[1] == ("pool", "handle 0")  # the failed capture's hold on it
     with pytest.raises(InvalidArgument, match="not full's items"):
         forward("other", 2, full, items=5)
     with pytest.raises(InvalidArgument, match="exceeds full's"):
