@@ -66,26 +66,33 @@ class Forward:
     def _capture(self, stream: torch.cuda.Stream, pool: Any) -> bool:
         """Captures on `stream`, the private stream the forward will replay on, after two
         eager runs there (lazy initialisation and workspaces). Not on PyTorch's default
-        capture stream: that one comes from PyTorch's shared pool (`private_stream`).
-        False when the capture failed, the forward then running eagerly."""
-        stream.wait_stream(torch.cuda.current_stream())
+        capture stream: that one comes from PyTorch's shared pool (`private_stream`). Not
+        through `torch.cuda.graph` either: it first synchronizes the whole device, which
+        CUDA refuses while another thread captures, breaking that thread's capture, and
+        empties the allocator's cache. False when the capture failed, the forward then
+        running eagerly."""
+        current = torch.cuda.current_stream()
+        stream.wait_stream(current)
         with torch.cuda.stream(stream):
             for _ in range(2):
                 self.function(*self.inputs)
-        current = torch.cuda.current_stream()
         current.wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         # a pool named here, not by PyTorch, so that a failed capture's can be let go
         pool = torch.cuda.graph_pool_handle() if pool is None else pool
+        attempted = False
         try:
-            # thread-local: what other threads do on their own streams meanwhile
-            # (allocate, synchronize them) is none of this capture's business
-            with torch.cuda.graph(
-                graph, pool=pool, stream=stream, capture_error_mode="thread_local"
-            ):
-                outputs = self.function(*self.inputs)
+            with torch.cuda.stream(stream):
+                attempted = True
+                # thread-local: what other threads do on their own streams meanwhile
+                # (allocate, synchronize them) is none of this capture's business
+                graph.capture_begin(pool=pool, capture_error_mode="thread_local")
+                try:
+                    outputs = self.function(*self.inputs)
+                finally:
+                    graph.capture_end()
         except (RuntimeError, CudaError) as error:  # host work, a device-wide synchronize
-            _after_failed_capture(current, stream, pool)
+            _after_failed_capture(stream, pool, attempted)
             self.note = f"eager (capture failed: {' '.join(str(error).split())[:200]})"
             warnings.warn(
                 f"pyspk engine: the {self.name} forward runs eagerly, its CUDA graph "
@@ -118,10 +125,9 @@ class Forward:
         self.graph, self.outputs, self.inputs = None, (), []
 
 
-def _after_failed_capture(
-    current: torch.cuda.Stream, captured: torch.cuda.Stream, pool: Any
-) -> None:
-    """Undoes what `torch.cuda.graph` leaves behind when its capture fails (PyTorch 2.11):
+def _after_failed_capture(captured: torch.cuda.Stream, pool: Any, attempted: bool) -> None:
+    """Undoes what PyTorch (2.11) leaves behind when a capture on `captured` into `pool`
+    fails (`attempted`: once `capture_begin` was called):
 
     - a capture that `capture_begin` began and then refused (its check that the capture
       is active fails when another thread's device-wide synchronize lands in between)
@@ -130,18 +136,15 @@ def _after_failed_capture(
     - a failed `capture_end` (the capture invalidated) leaves the caching allocator
       routing into the capture's pool: from then on it holds back every freed block
       that another stream used (the engine's masks, each file) and the pool's memory;
-    - the thread's current stream is still the capture stream, and the device's
-      default generator still counts as capturing, so the next random draw on the
-      device raises "Offset increment outside graph capture" (measured on the H200).
-      A copy of the generator's state (same seed and offset) that is not capturing
-      replaces it."""
+    - the device's default generator still counts as capturing, so the next random draw
+      on the device raises "Offset increment outside graph capture" (measured on the
+      H200). A copy of the generator's state (same seed and offset) that is not
+      capturing replaces it."""
     _end_capture_left_open(captured)
     _release_pool_left_routing(captured.device.index, pool)
-    if torch.cuda.current_stream() != captured:
-        return  # a failure before the capture began touched neither
-    torch.cuda.set_stream(current)
-    generator = torch.cuda.default_generators[captured.device.index]
-    generator.graphsafe_set_state(generator.clone_state())
+    if attempted:
+        generator = torch.cuda.default_generators[captured.device.index]
+        generator.graphsafe_set_state(generator.clone_state())
 
 
 def _end_capture_left_open(stream: torch.cuda.Stream) -> None:

@@ -192,7 +192,9 @@ class Engine:
                     graphs,
                     emb_stream,
                 )
-                torch.cuda.synchronize()
+                # the forwards' work, which this stream waited for: not the whole
+                # device's, which would break another thread's capture
+                torch.cuda.current_stream().synchronize()
         except BaseException:  # nothing half-made stays: the plans, forwards, streams
             self.close()
             raise

@@ -3,6 +3,8 @@ synthetic file as pyannote takes it, and an output's tracks to compare."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import Any
 
 
@@ -29,3 +31,23 @@ def tracks(output: Any) -> list:
         list(output.speaker_diarization.itertracks(yield_label=True)),
         list(output.exclusive_speaker_diarization.itertracks(yield_label=True)),
     ]
+
+
+def captured_beside(torch: Any, work: Callable[[], None]) -> bool:
+    """Runs `work` in another thread while this thread captures a small CUDA graph (in
+    thread-local mode, on a private stream); True when the capture completed and its
+    replay gives the graph's result."""
+    from pyspk.torch._streams import private_stream
+
+    x = torch.ones(8, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(
+        graph, stream=private_stream(torch.device("cuda")), capture_error_mode="thread_local"
+    ):
+        y = x * 2.0
+        worker = threading.Thread(target=work)
+        worker.start()
+        worker.join()
+    graph.replay()
+    torch.cuda.synchronize()
+    return bool((y == 2.0).all())

@@ -32,7 +32,7 @@ import pytest
 from pyspk.cuda import CudaMath
 from pyspk.pyannote._chunks import segmentation_sizes
 from pyspk.testing import torch_replay_matches_eager
-from tests.gpu.diarization import calibrated_pipeline, synthetic_file, tracks
+from tests.gpu.diarization import calibrated_pipeline, captured_beside, synthetic_file, tracks
 from tests.optional import required
 
 pytestmark = pytest.mark.gpu
@@ -490,15 +490,17 @@ def test_a_capture_while_another_thread_allocates_and_synchronizes(torch, pyanno
         assert tracks(pipeline(dict(file))) == serial
 
 
-def test_a_device_wide_synchronize_during_a_capture_leaves_eager_forwards(
+def test_device_wide_synchronizes_during_preparation_leave_the_serial_tracks(
     torch, pyannote, pipeline
 ):
-    """CUDA refuses a device-wide synchronize while any stream captures, and invalidates
-    the capture (measured on the H200: `torch.cuda.synchronize()` in another thread sent
-    the segmentation forward to eager). The engine then runs that forward eagerly, says
-    so in a warning and in `describe()`, and gives the same tracks; the thread's stream
-    is the one it had, and a random draw on the device works (measured: a failed capture
-    left the default generator capturing, and the next `torch.randn` raised)."""
+    """Another thread synchronizes the whole device over and over while the engine is
+    prepared. CUDA refuses a synchronize that lands while a stream captures, and breaks
+    that capture, which then runs eagerly and says so in a warning and in `describe()`
+    (measured on the H200). Whether one lands is a race: since the engine's captures
+    stopped synchronizing the device first, none broke in the one run on an H100
+    (benchmarks/h100-sxm-capture-failure.txt); tests/gpu/test_capture_failure_gpu.py
+    breaks captures on purpose. Either way the tracks are the serial ones, the thread
+    keeps its stream, and a random draw on the device works."""
     import threading
 
     file = synthetic_file(torch, 30.0, 27)
@@ -523,14 +525,14 @@ def test_a_device_wide_synchronize_during_a_capture_leaves_eager_forwards(
         worker.join()
     with acceleration:
         notes = acceleration.engine.describe()
-        eager = [name for name, note in notes.items() if note.startswith("eager (capture failed")]
-        assert eager, notes
-        assert torch.cuda.current_stream() == before
-        assert torch.isfinite(torch.randn(4, device="cuda")).all()
+        eager = [name for name, note in notes.items() if note != "graph"]
+        assert all(notes[name].startswith("eager (capture failed") for name in eager), notes
         assert all(
             any(f"the {name} forward runs eagerly" in str(w.message) for w in caught)
             for name in eager
         )
+        assert torch.cuda.current_stream() == before
+        assert torch.isfinite(torch.randn(4, device="cuda")).all()
         assert tracks(pipeline(dict(file))) == serial
 
 
@@ -540,14 +542,10 @@ def test_a_file_with_no_speaker_waits_for_its_own_work_not_the_devices(
     """A file where no one speaks (its speaker count zero throughout: the count is zeroed
     here, as the random-weight models hear speakers even in silence) returns once its
     own GPU work is done. It had waited with a device-wide synchronize, which CUDA
-    refuses while any stream captures (and which invalidates that capture:
-    `test_a_device_wide_synchronize_...` above), and which waited for every other
-    engine's work too: a capture in this thread now completes while another thread
-    diarizes such a file."""
-    import threading
-
+    refuses while any stream captures (and which invalidates that capture), and which
+    waited for every other engine's work too: a capture in this thread now completes
+    while another thread diarizes such a file."""
     from pyspk.pyannote import _steps
-    from pyspk.torch._streams import private_stream
 
     counted = _steps.speaker_count
 
@@ -569,15 +567,5 @@ def test_a_file_with_no_speaker_waits_for_its_own_work_not_the_devices(
     with pyannote.accelerate_pipeline(pipeline, "fp32"):
         alone = tracks(pipeline(dict(file)))
         assert alone == [[], []]  # no speaker: the path under test
-        x = torch.ones(8, device="cuda")
-        graph = torch.cuda.CUDAGraph()
-        stream = private_stream(torch.device("cuda"))
-        with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
-            y = x * 2.0
-            worker = threading.Thread(target=diarize)
-            worker.start()
-            worker.join()
-        graph.replay()
-        torch.cuda.synchronize()
+        assert captured_beside(torch, diarize)
     assert outcomes == [alone]
-    assert bool((y == 2.0).all())

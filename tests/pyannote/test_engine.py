@@ -53,9 +53,9 @@ def test_labels_are_the_stock_names_in_the_stock_order():
 
 class _FakeCuda:
     """Stand-ins for the torch.cuda calls of a graph capture, on the CPU: each capture
-    is recorded with its mode, stream and pool; the captures numbered in `fail` raise as
-    a failed capture does, after it began (the capture stream made current and left so)
-    or, with `early`, before (as a refused synchronize in `torch.cuda.graph`)."""
+    is recorded with its mode, the stream current at `capture_begin`, and its pool; the
+    captures numbered in `fail` raise as a failed capture does, in `capture_end` (the
+    capture invalidated) or, with `early`, in `capture_begin`."""
 
     def __init__(self, fail: set[int], early: bool = False) -> None:
         self.fail, self.early = fail, early
@@ -93,45 +93,42 @@ class _FakeCuda:
     def current_stream(self) -> _FakeCuda.Stream:
         return self.current
 
-    def set_stream(self, stream: _FakeCuda.Stream) -> None:
-        self.current = stream
-
-    def stream(self, stream: object):
+    def stream(self, stream: _FakeCuda.Stream):
         import contextlib
-
-        return contextlib.nullcontext()
-
-    class CUDAGraph:
-        def pool(self) -> object:
-            return self.pool_id
-
-    def graph(
-        self,
-        graph: _FakeCuda.CUDAGraph,
-        pool: object = None,
-        stream: object = None,
-        capture_error_mode: str = "global",
-    ):
-        import contextlib
-
-        number = len(self.modes)
-        self.modes.append(capture_error_mode)
-        self.streams.append(stream)
-        self.pools.append(pool)
-        graph.pool_id = pool
-        fail = number in self.fail
 
         @contextlib.contextmanager
-        def capturing():
-            if fail and self.early:
-                raise RuntimeError("operation not permitted when stream is capturing")
+        def current():
             before, self.current = self.current, stream
-            if fail:
-                raise RuntimeError("operation failed due to a previous error during capture")
-            yield
-            self.current = before
+            try:
+                yield
+            finally:
+                self.current = before
 
-        return capturing()
+        return current()
+
+    def CUDAGraph(self) -> _FakeGraph:
+        return _FakeGraph(self)
+
+
+class _FakeGraph:
+    def __init__(self, cuda: _FakeCuda) -> None:
+        self.cuda = cuda
+
+    def capture_begin(self, pool: object = None, capture_error_mode: str = "global") -> None:
+        cuda = self.cuda
+        self.number, self.pool_id = len(cuda.modes), pool
+        cuda.modes.append(capture_error_mode)
+        cuda.streams.append(cuda.current)
+        cuda.pools.append(pool)
+        if self.number in cuda.fail and cuda.early:
+            raise RuntimeError("the capture was invalidated as it began")
+
+    def capture_end(self) -> None:
+        if self.number in self.cuda.fail and not self.cuda.early:
+            raise RuntimeError("operation failed due to a previous error during capture")
+
+    def pool(self) -> object:
+        return self.pool_id
 
 
 def _fake_cuda(monkeypatch, fake: _FakeCuda) -> None:
@@ -139,8 +136,8 @@ def _fake_cuda(monkeypatch, fake: _FakeCuda) -> None:
 
     from pyspk.pyannote import _graphs
 
-    names = ("Stream", "current_stream", "set_stream", "stream", "CUDAGraph", "graph")
-    for name in (*names, "graph_pool_handle", "default_generators"):
+    names = ("Stream", "current_stream", "stream", "CUDAGraph", "graph_pool_handle")
+    for name in (*names, "default_generators"):
         monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
     monkeypatch.setattr(
         _graphs, "_end_capture_left_open", lambda stream: fake.undone.append(("capture", stream))
@@ -191,25 +188,25 @@ def test_capture_is_thread_local_and_a_fallback_is_said(monkeypatch, fail):
     assert fake.current is before
 
 
-def test_a_capture_refused_before_it_began_leaves_the_generator_alone(monkeypatch):
-    """A capture that fails before it began (`torch.cuda.graph`'s synchronize refused
-    while another thread captures) left neither the stream nor the generator capturing:
-    the forward runs eagerly and replaces nothing."""
+def test_a_capture_refused_as_it_begins_runs_eagerly(monkeypatch):
+    """A capture that `capture_begin` refuses (as PyTorch's check refuses a capture that
+    another thread invalidated as it began): the forward runs eagerly, the thread on its
+    own stream again, the generator's state a copy, and what the capture may have left
+    undone."""
     import torch
 
     from pyspk.pyannote import _graphs
 
     fake = _FakeCuda({0}, early=True)
     _fake_cuda(monkeypatch, fake)
-    before = fake.current
+    before, replay = fake.current, fake.Stream()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        forward = _graphs.Forward(
-            "x", lambda x: (x,), [(4, 3)], torch.device("cpu"), True, fake.Stream()
-        )
-    assert forward.graph is None and fake.current is before
-    assert fake.default_generators[0].states == ["capturing"]
-    assert [what for what, _ in fake.undone] == ["capture", "pool"]  # each finds nothing
+        forward = _graphs.Forward("x", lambda x: (x,), [(4, 3)], torch.device("cpu"), True, replay)
+    assert forward.graph is None and forward.note.startswith("eager (capture failed")
+    assert fake.current is before and fake.streams == [replay]
+    assert fake.default_generators[0].states == ["capturing", "a copy"]
+    assert fake.undone == [("capture", replay), ("pool", "handle 0")]
 
 
 def test_smaller_forwards_share_the_inputs_and_pool_until_a_shared_capture_fails(monkeypatch):
