@@ -154,8 +154,13 @@ def _end_capture_left_open(stream: torch.cuda.Stream) -> None:
 
 
 def _release_pool_left_routing(device: int, pool: Any) -> None:
+    # PyTorch's private calls (2.11): a PyTorch without them leaves the pool as it is
+    end = getattr(torch._C, "_cuda_endAllocateToPool", None)
+    release = getattr(torch._C, "_cuda_releasePool", None)
+    if end is None or release is None:
+        return
     try:
-        torch._C._cuda_endAllocateToPool(device, pool)
+        end(device, pool)
     except RuntimeError:
         return  # not routing: capture_end ended it, or capture_begin never began it
-    torch._C._cuda_releasePool(device, pool)  # the reference capture_begin took
+    release(device, pool)  # the reference capture_begin took

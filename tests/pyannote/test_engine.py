@@ -209,6 +209,45 @@ def test_a_capture_refused_as_it_begins_runs_eagerly(monkeypatch):
     assert fake.undone == [("capture", replay), ("pool", "handle 0")]
 
 
+@pytest.mark.parametrize("routing", ["routing", "not routing", "no such call"])
+def test_a_failed_captures_pool_is_released_only_where_the_allocator_still_routes_to_it(
+    monkeypatch, routing
+):
+    """`capture_begin` takes a reference to its pool and routes the allocator into it;
+    `capture_end` stops the routing. After a failure the pool is released once, and only
+    where the routing was still on (its end found it): a release without the reference
+    would free a pool that a graph still uses. A PyTorch without these private calls
+    leaves the pool alone."""
+    import torch
+
+    from pyspk.pyannote import _graphs
+
+    calls: list[tuple[str, int, object]] = []
+
+    def end(device: int, pool: object) -> None:
+        calls.append(("end", device, pool))
+        if routing == "not routing":
+            raise RuntimeError("endAllocatePool: not currently recording to mempool_id")
+
+    if routing == "no such call":
+        monkeypatch.delattr(torch._C, "_cuda_endAllocateToPool", raising=False)
+    else:
+        monkeypatch.setattr(torch._C, "_cuda_endAllocateToPool", end, raising=False)
+    monkeypatch.setattr(
+        torch._C,
+        "_cuda_releasePool",
+        lambda device, pool: calls.append(("release", device, pool)),
+        raising=False,
+    )
+    _graphs._release_pool_left_routing(0, (0, 7))
+    expected = {
+        "routing": [("end", 0, (0, 7)), ("release", 0, (0, 7))],
+        "not routing": [("end", 0, (0, 7))],
+        "no such call": [],
+    }
+    assert calls == expected[routing]
+
+
 def test_smaller_forwards_share_the_inputs_and_pool_until_a_shared_capture_fails(monkeypatch):
     """A forward that `share`s a larger one's memory takes its static inputs' leading
     items and captures into its pool; after a capture into that pool failed, the later
