@@ -141,8 +141,7 @@ class StreamOrder:
         """Makes `stream` (a `CUstream` or an int handle) wait for the last enqueue; False
         (and no wait) when `stream` captures."""
         stream = _stream(stream)
-        status = driver.call("cuStreamIsCapturing", stream)
-        if int(status) != 0:  # CU_STREAM_CAPTURE_STATUS_NONE
+        if stream_capturing(stream):
             return False
         # every enqueue after the first waits, on its own stream too: handles do not name
         # streams uniquely (each thread's per-thread default stream has the same one),
@@ -182,6 +181,13 @@ class OrderedPlanLifetime(PlanLifetime):
         super().close()
         if not self.runtime.closed:  # the context, and the event with it, are gone
             self._order.close()
+
+
+def stream_capturing(stream: Any) -> bool:
+    """Whether `stream` (a `CUstream` or an int handle) is in a capture, active or
+    invalidated (an invalidated one still holds the stream until it is ended)."""
+    status = driver.call("cuStreamIsCapturing", _stream(stream))
+    return int(status) != 0  # CU_STREAM_CAPTURE_STATUS_NONE
 
 
 def _stream(stream: Any) -> Any:

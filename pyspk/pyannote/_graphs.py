@@ -11,6 +11,7 @@ import torch
 
 from pyspk.cuda import driver
 from pyspk.cuda.errors import CudaError, InvalidArgument
+from pyspk.cuda.lifetime import stream_capturing
 from pyspk.cuda.runtime import abandon_capture
 
 __all__ = ["Forward"]
@@ -149,7 +150,7 @@ def _after_failed_capture(captured: torch.cuda.Stream, pool: Any, attempted: boo
 
 def _end_capture_left_open(stream: torch.cuda.Stream) -> None:
     handle = driver.api().CUstream(stream.cuda_stream)
-    if int(driver.call("cuStreamIsCapturing", handle)) != 0:  # not NONE
+    if stream_capturing(handle):
         abandon_capture(handle)
 
 

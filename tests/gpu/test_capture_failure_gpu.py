@@ -25,7 +25,7 @@ import warnings
 
 import pytest
 
-from pyspk.cuda import driver
+from pyspk.cuda.lifetime import stream_capturing
 from tests.gpu.diarization import calibrated_pipeline, captured_beside, synthetic_file, tracks
 
 pytestmark = pytest.mark.gpu
@@ -55,11 +55,6 @@ def _synchronize_from_another_thread(torch) -> None:
     thread = threading.Thread(target=synchronize)
     thread.start()
     thread.join()
-
-
-def _capturing(stream) -> bool:
-    status = driver.call("cuStreamIsCapturing", driver.api().CUstream(stream.cuda_stream))
-    return int(status) != 0  # CU_STREAM_CAPTURE_STATUS_NONE
 
 
 def _inject(torch, monkeypatch, where: str) -> list:
@@ -139,7 +134,9 @@ def test_a_capture_broken_part_way_leaves_nothing_behind(
         assert any(f"the {eager} forward runs eagerly" in str(w.message) for w in caught)
         side = pipeline._embedding.model_.resnet.forward_frames._side
         streams = [*acceleration.engine._streams, *([side] if side is not None else [])]
-        assert [_capturing(stream) for stream in streams] == [False] * len(streams)
+        assert [stream_capturing(stream.cuda_stream) for stream in streams] == [False] * len(
+            streams
+        )
         torch.cuda.synchronize()  # refused while any stream still captures
         assert torch.cuda.current_stream() == before
         assert torch.isfinite(torch.randn(4, device="cuda")).all()
