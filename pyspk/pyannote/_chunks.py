@@ -13,15 +13,23 @@ from pyspk.cuda.errors import InvalidArgument
 __all__ = [
     "check_crops",
     "chunk_count",
+    "embedding_sizes",
     "embedding_spans",
     "padded_length",
     "segmentation_sizes",
     "segmentation_spans",
+    "smallest_holding",
 ]
 
 SMALLEST_FORWARD = 32
 """The smallest segmentation forward: pyspk's segmentation plans serve multiples of 32, and
 below 32 chunks a forward's fixed cost dominates (docs/performance.md)."""
+
+
+EMBEDDING_TAILS = (8, 16, 24)
+"""The embedding forwards for a file's last chunks, below the full batch: a file's last
+embedding batch is 16 chunks short of full on average, and each padded chunk costs the
+trunk as much as a real one."""
 
 
 def chunk_count(num_samples: int, window: int, step: int) -> int:
@@ -51,6 +59,18 @@ def embedding_spans(done: int, stop: int, total: int, batch: int) -> list[tuple[
     return spans
 
 
+def embedding_sizes(batch: int) -> list[int]:
+    """The embedding forwards' batches, largest first: `batch`, and the sizes of
+    `EMBEDDING_TAILS` below it, for the file's last chunks."""
+    return [batch, *(size for size in EMBEDDING_TAILS if size < batch)]
+
+
+def smallest_holding(sizes: Sequence[int], count: int) -> int:
+    """The smallest of `sizes` that holds `count` chunks (the largest holds any
+    span)."""
+    return min((size for size in sizes if size >= count), default=max(sizes))
+
+
 def segmentation_sizes(batch: int) -> list[int]:
     """The segmentation forwards' batches, largest first: `batch`, and the powers of two
     from `SMALLEST_FORWARD` below it, for the file's last chunks."""
@@ -71,7 +91,7 @@ def segmentation_spans(total: int, sizes: Sequence[int]) -> list[tuple[int, int,
     whole = total - total % largest
     spans = [(first, first + largest, largest) for first in range(0, whole, largest)]
     if whole < total:
-        spans.append((whole, total, min(size for size in sizes if size >= total - whole)))
+        spans.append((whole, total, smallest_holding(sizes, total - whole)))
     return spans
 
 

@@ -151,7 +151,7 @@ class Engine:
         self._lock = threading.Lock()
         self.unserved = self._unserved(pipeline)
         self._segments: dict[int, Forward] = {}  # by batch, the largest first
-        self._embed: Forward | None = None
+        self._embeds: dict[int, Forward] = {}  # the same
         self._fbank: Fbank | None = None
         self._linkage: DeviceLinkage | None = None
         if self.unserved is not None:
@@ -184,14 +184,16 @@ class Engine:
                         seg_stream,
                         share=self._segments.get(segmentation_batch),
                     )
-                self._embed = Forward(
-                    "embedding",
-                    self._embed_eager,
-                    [(embedding_batch, 1, window), (embedding_batch, 3, self._mask_frames)],
-                    self.device,
-                    graphs,
-                    emb_stream,
-                )
+                for size in _chunks.embedding_sizes(embedding_batch):
+                    self._embeds[size] = Forward(
+                        "embedding" if size == embedding_batch else f"embedding {size}",
+                        self._embed_eager,
+                        [(size, 1, window), (size, 3, self._mask_frames)],
+                        self.device,
+                        graphs,
+                        emb_stream,
+                        share=self._embeds.get(embedding_batch),
+                    )
                 # the forwards' work, which this stream waited for: not the whole
                 # device's, which would break another thread's capture
                 torch.cuda.current_stream().synchronize()
@@ -217,17 +219,30 @@ class Engine:
     def _embed_eager(self, waveforms: torch.Tensor, masks: torch.Tensor) -> tuple[torch.Tensor]:
         resnet = self._embedding_model.resnet
         frames = resnet.forward_frames(cast(Fbank, self._fbank)(waveforms))  # set when served
+        if frames.shape[0] < self.embedding_batch:  # a file's last chunks
+            # the fbank and the trunk, each chunk's own, on these chunks alone; the pool
+            # and seg_1 on a full batch, the rest zero: seg_1's plan serves the full
+            # batch's rows (the library takes others), so each chunk gets its bits
+            frames, masks = (
+                torch.cat(
+                    [part, part.new_zeros((self.embedding_batch - part.shape[0], *part.shape[1:]))]
+                )
+                for part in (frames, masks)
+            )
         return (resnet.forward_embedding(frames, weights=masks)[1],)
 
     def describe(self) -> dict[str, str]:
         """How each forward runs ("graph", or "eager" and why)."""
         if self.unserved is not None:
             return {"engine": f"stock apply ({self.unserved})"}
-        assert self._segments and self._embed is not None  # made when served
-        segments = [*self._segments.values()]  # the full forward first
-        if len({forward.note for forward in segments}) == 1:  # all alike: one entry
-            segments = segments[:1]
-        return {forward.name: forward.note for forward in (*segments, self._embed)}
+        assert self._segments and self._embeds  # made when served
+        notes = {}
+        for ladder in (self._segments, self._embeds):
+            forwards = [*ladder.values()]  # the full forward first
+            if len({forward.note for forward in forwards}) == 1:  # all alike: one entry
+                forwards = forwards[:1]
+            notes.update({forward.name: forward.note for forward in forwards})
+        return notes
 
     def close(self) -> None:
         """Drops the captured graphs and their memory (before the plans they hold); a
@@ -236,7 +251,8 @@ class Engine:
             if self.closed:
                 return
             self.closed = True
-            parts = (*reversed(self._segments.values()), self._embed, self._linkage, self._fbank)
+            forwards = (*self._segments.values(), *self._embeds.values())
+            parts = (*reversed(forwards), self._linkage, self._fbank)
             steps = [part.close for part in parts if part is not None]
             if self.unserved is None:
                 steps.append(self._give_back)
@@ -370,7 +386,7 @@ class Engine:
         self, chunks: torch.Tensor, upload: PieceUpload, streams: tuple[torch.cuda.Stream, ...]
     ) -> _Queued:
         """`_enqueue`'s work, on its (segmentation, embedding) streams."""
-        assert self._segments and self._embed is not None
+        assert self._segments and self._embeds
         seg_stream, emb_stream = streams
         total = chunks.shape[0]
         queued = _Queued(torch.cuda.Event(enable_timing=True))
@@ -396,7 +412,8 @@ class Engine:
                     embedded, stop, total, self.embedding_batch
                 ):
                     weights = exclude(masks[start:last]).transpose(1, 2)
-                    (batch,) = self._embed(chunks[start:last], weights)
+                    size = _chunks.smallest_holding([*self._embeds], last - start)
+                    (batch,) = self._embeds[size](chunks[start:last], weights)
                     if embeddings is None:
                         embeddings = torch.empty((total, *batch.shape[1:]), device=self.device)
                     embeddings[start:last].copy_(batch[: last - start])

@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 
 from pyspk.cuda import CudaMath
-from pyspk.pyannote._chunks import segmentation_sizes
+from pyspk.pyannote._chunks import embedding_sizes, segmentation_sizes
 from pyspk.testing import torch_replay_matches_eager
 from tests.gpu.diarization import calibrated_pipeline, captured_beside, synthetic_file, tracks
 from tests.optional import required
@@ -138,6 +138,39 @@ def test_smaller_segmentation_forwards_give_the_full_forwards_bits(torch, pyanno
                     forward(chunks[: size - 3].flip(0))
             for mine, theirs in zip(kept, expected, strict=True):
                 assert torch.equal(mine, theirs)  # no smaller forward wrote over them
+        torch.cuda.synchronize()
+
+
+@pytest.mark.parametrize("math", list(CudaMath), ids=str)
+def test_smaller_embedding_forwards_give_the_full_forwards_bits(torch, pyannote, pipeline, math):
+    """The embedding forwards for a file's last chunks (8, 16 and 24, sharing the full
+    forward's inputs and graph memory: the fbank and the trunk on their chunks alone, the
+    pool and seg_1 on a full batch) give the full forward's bits chunk for chunk in both
+    maths, repeat them, and leave the full forward's outputs alone."""
+    generator = torch.Generator(device="cuda").manual_seed(7)
+    with pyannote.accelerate_pipeline(pipeline, math) as acceleration:
+        engine = acceleration.engine
+        forwards = engine._embeds
+        assert [*forwards] == embedding_sizes(engine.embedding_batch) == [32, 8, 16, 24]
+        full = forwards[engine.embedding_batch]
+        chunks = torch.randn(full.inputs[0].shape, generator=generator, device="cuda") * 0.1
+        shape = full.inputs[1].shape
+        masks = (torch.rand(shape, generator=generator, device="cuda") > 0.3).float()
+        engine._streams[1].wait_stream(torch.cuda.current_stream())  # inputs made there
+        with torch.inference_mode(), torch.cuda.stream(engine._streams[1]):
+            (expected,) = (output.clone() for output in full(chunks, masks))
+            for size, forward in forwards.items():
+                for count in (size - 3, size):  # a short last batch, and a whole one
+                    got = forward(chunks[:count], masks[:count])[0][:count].clone()
+                    forward(chunks[:count].flip(0), masks[:count].flip(0))  # other data
+                    again = forward(chunks[:count], masks[:count])[0][:count]
+                    assert torch.equal(got, again), (size, count)
+                    assert torch.equal(got, expected[:count]), (size, count)
+            (kept,) = full(chunks, masks)  # the full forward's own output, not a copy
+            for size, forward in forwards.items():
+                if forward is not full:
+                    forward(chunks[:size].flip(0), masks[:size].flip(0))
+            assert torch.equal(kept, expected)  # no smaller forward wrote over it
         torch.cuda.synchronize()
 
 

@@ -63,7 +63,7 @@ def test_a_closed_engine_refuses_with_one_clear_error():
     engine = Engine.__new__(Engine)
     engine.pipeline, engine.unserved, engine.closed = object(), None, False
     engine._lock = threading.Lock()
-    engine._segments, engine._embed, engine._linkage, engine._fbank = {}, None, None, None
+    engine._segments, engine._embeds, engine._linkage, engine._fbank = {}, {}, None, None
     given_back = []
     engine._give_back = lambda: given_back.append(True)
     engine.close()

@@ -10,10 +10,12 @@ import pytest
 
 from pyspk.pyannote._chunks import (
     chunk_count,
+    embedding_sizes,
     embedding_spans,
     padded_length,
     segmentation_sizes,
     segmentation_spans,
+    smallest_holding,
 )
 from tests.optional import importorskip
 
@@ -108,6 +110,27 @@ def test_the_hours_last_chunks_run_on_the_smallest_forward():
     padding them to 512 ran 505 chunks of zeros."""
     spans = segmentation_spans(3591, segmentation_sizes(512))
     assert len(spans) == 8 and spans[-1] == (3584, 3591, 32)
+
+
+@pytest.mark.parametrize(
+    ("batch", "sizes"), [(32, [32, 8, 16, 24]), (64, [64, 8, 16, 24]), (16, [16, 8]), (8, [8])]
+)
+def test_embedding_sizes_are_the_batch_then_the_tails_below_it(batch, sizes):
+    assert embedding_sizes(batch) == sizes
+
+
+@pytest.mark.parametrize("total", [*range(1, 70), 3591])
+def test_a_files_last_embedding_batch_runs_on_the_smallest_forward_that_holds_it(total):
+    """Full batches of 32, then the rest on 8, 16, 24 or 32 chunks: fewer than 8 chunks of
+    padding (the hour's 3591 chunks end with 7 on 8, which padded 25 chunks on 32)."""
+    sizes = embedding_sizes(32)
+    spans = embedding_spans(0, total, total, 32)
+    runs = [smallest_holding(sizes, last - first) for first, last in spans]
+    assert runs[:-1] == [32] * (len(spans) - 1)
+    first, last = spans[-1]
+    assert 0 <= runs[-1] - (last - first) < 8
+    if total == 3591:
+        assert spans[-1] == (3584, 3591) and runs[-1] == 8
 
 
 def test_chunks_must_start_on_whole_samples():
