@@ -14,7 +14,7 @@ from pyspk.cuda.errors import CudaError, InvalidArgument
 from pyspk.cuda.lifetime import stream_capturing
 from pyspk.cuda.runtime import abandon_capture
 
-__all__ = ["Forward"]
+__all__ = ["Forward", "padded"]
 
 
 class Forward:
@@ -124,6 +124,12 @@ class Forward:
 
     def close(self) -> None:
         self.graph, self.outputs, self.inputs = None, (), []
+
+
+def padded(items: torch.Tensor, count: int) -> torch.Tensor:
+    """`items` and zero items after them, `count` in all (as a short batch's static
+    inputs are padded)."""
+    return torch.cat([items, items.new_zeros((count - items.shape[0], *items.shape[1:]))])
 
 
 def _after_failed_capture(captured: torch.cuda.Stream, pool: Any, attempted: bool) -> None:

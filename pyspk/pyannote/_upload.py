@@ -3,9 +3,19 @@ starts on the first segmentation batch once that batch's samples have arrived.""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import torch
 
-__all__ = ["PieceUpload"]
+__all__ = ["PieceUpload", "float_waveform"]
+
+
+def float_waveform(file: Any) -> bool:
+    """False for an in-memory waveform of integer samples, which the stock models refuse
+    (and the engine leaves to them)."""
+    waveform = file.get("waveform") if isinstance(file, Mapping) else None
+    return not isinstance(waveform, torch.Tensor) or waveform.is_floating_point()
 
 
 class PieceUpload:

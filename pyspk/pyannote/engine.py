@@ -57,10 +57,10 @@ from pyspk.cuda import CudaMath
 from pyspk.cuda.errors import ClosedError, InvalidArgument
 from pyspk.errors import TooLongError, available_host_memory, run_all
 from pyspk.pyannote import _annotation, _chunks, _clustering, _steps
-from pyspk.pyannote._graphs import Forward
+from pyspk.pyannote._graphs import Forward, padded
 from pyspk.pyannote._report import RunReport
 from pyspk.pyannote._turns import DeviceTurns
-from pyspk.pyannote._upload import PieceUpload
+from pyspk.pyannote._upload import PieceUpload, float_waveform
 from pyspk.pyannote.fbank import Fbank, planned_fbank
 from pyspk.torch import library_math, shared_runtime
 from pyspk.torch._streams import STREAMS
@@ -220,15 +220,9 @@ class Engine:
         resnet = self._embedding_model.resnet
         frames = resnet.forward_frames(cast(Fbank, self._fbank)(waveforms))  # set when served
         if frames.shape[0] < self.embedding_batch:  # a file's last chunks
-            # the fbank and the trunk, each chunk's own, on these chunks alone; the pool
-            # and seg_1 on a full batch, the rest zero: seg_1's plan serves the full
-            # batch's rows (the library takes others), so each chunk gets its bits
-            frames, masks = (
-                torch.cat(
-                    [part, part.new_zeros((self.embedding_batch - part.shape[0], *part.shape[1:]))]
-                )
-                for part in (frames, masks)
-            )
+            # the fbank and the trunk (each chunk's own) on these alone, the pool and seg_1
+            # on a full batch: seg_1's plan serves its rows only, the library others
+            frames, masks = (padded(part, self.embedding_batch) for part in (frames, masks))
         return (resnet.forward_embedding(frames, weights=masks)[1],)
 
     def describe(self) -> dict[str, str]:
@@ -274,7 +268,7 @@ class Engine:
         pipeline = self.pipeline
         if self.closed:
             raise ClosedError("pyspk engine: closed (its acceleration was undone)")
-        if self.unserved is not None or pipeline.training or not _float_waveform(file):
+        if self.unserved is not None or pipeline.training or not float_waveform(file):
             # integer samples too: the stock apply refuses them as it does
             return type(pipeline).apply(
                 pipeline, file, num_speakers, min_speakers, max_speakers, hook, **kwargs
@@ -603,9 +597,3 @@ def unserved_configuration(pipeline: Any) -> str | None:
     if cast("AttributeDict", embedding.hparams).sample_rate != model.hparams.sample_rate:
         return "the two models read different sample rates"
     return None
-
-
-def _float_waveform(file: Any) -> bool:
-    """False for an in-memory waveform of integer samples, which the stock models refuse."""
-    waveform = file.get("waveform") if isinstance(file, Mapping) else None
-    return not isinstance(waveform, torch.Tensor) or waveform.is_floating_point()
