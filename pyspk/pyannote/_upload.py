@@ -1,5 +1,6 @@
-"""The engine's upload of a file's waveform to the device in pieces, so that the GPU
-starts on the first segmentation batch once that batch's samples have arrived."""
+"""The engine's transfers: a file's waveform uploaded to the device in pieces, so that
+the GPU starts on the first segmentation batch once that batch's samples have arrived,
+and its outputs copied back to the host."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["PieceUpload", "float_waveform"]
+__all__ = ["PieceUpload", "float_waveform", "to_host"]
 
 
 def float_waveform(file: Any) -> bool:
@@ -16,6 +17,23 @@ def float_waveform(file: Any) -> bool:
     (and the engine leaves to them)."""
     waveform = file.get("waveform") if isinstance(file, Mapping) else None
     return not isinstance(waveform, torch.Tensor) or waveform.is_floating_point()
+
+
+def to_host(
+    stream: torch.cuda.Stream, after: torch.cuda.Event, *tensors: torch.Tensor
+) -> tuple[list[torch.Tensor], torch.cuda.Event]:
+    """`tensors` copied into pinned host memory on `stream` once `after` has happened, and
+    the event that ends the copies. `stream` is one no capture uses (`HOST_COPY_STREAMS`:
+    the copied blocks may be freed at any time, and their reuse events are recorded on
+    it). The device tensors may be freed as soon as this returns."""
+    stream.wait_event(after)
+    with torch.cuda.stream(stream):
+        copies = [tensor.to("cpu", non_blocking=True) for tensor in tensors]
+        for tensor in tensors:
+            tensor.record_stream(stream)
+        done = torch.cuda.Event()
+        done.record(stream)
+    return copies, done
 
 
 class PieceUpload:

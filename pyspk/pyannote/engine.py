@@ -60,10 +60,10 @@ from pyspk.pyannote import _annotation, _chunks, _clustering, _steps
 from pyspk.pyannote._graphs import Forward, padded
 from pyspk.pyannote._report import RunReport
 from pyspk.pyannote._turns import DeviceTurns
-from pyspk.pyannote._upload import PieceUpload, float_waveform
+from pyspk.pyannote._upload import PieceUpload, float_waveform, to_host
 from pyspk.pyannote.fbank import Fbank, planned_fbank
 from pyspk.torch import library_math, shared_runtime
-from pyspk.torch._streams import STREAMS
+from pyspk.torch._streams import HOST_COPY_STREAMS, STREAMS
 
 if TYPE_CHECKING:
     from lightning.fabric.utilities.data import AttributeDict
@@ -163,10 +163,12 @@ class Engine:
         self._embedding_model = pipeline._embedding.model_
         # the clustering's distances and merges; its buffers grow to the largest file's
         self._linkage = DeviceLinkage(shared_runtime(self.device))
-        seg_stream, emb_stream = STREAMS.take(self.device, 2)
-        self._streams = (seg_stream, emb_stream)
-        # given back at close, or when an engine never closed is collected
-        self._give_back = weakref.finalize(self, STREAMS.give_back, [*self._streams])
+        self._streams = seg_stream, emb_stream = tuple(STREAMS.take(self.device, 2))
+        (self._copies,) = HOST_COPY_STREAMS.take(self.device, 1)  # to the host
+        self._give_back = [  # at close, or when an engine never closed is collected
+            weakref.finalize(self, STREAMS.give_back, [*self._streams]),
+            weakref.finalize(self, HOST_COPY_STREAMS.give_back, [self._copies]),
+        ]
         window = self._segmentation_model.audio.get_num_samples(inference.duration)
         started = time.perf_counter()
         try:
@@ -249,7 +251,7 @@ class Engine:
             parts = (*reversed(forwards), self._linkage, self._fbank)
             steps = [part.close for part in parts if part is not None]
             if self.unserved is None:
-                steps.append(self._give_back)
+                steps.extend(self._give_back)
             run_all(steps)  # each runs; the first error is raised after the last
 
     # -- apply ------------------------------------------------------------------------
@@ -414,15 +416,12 @@ class Engine:
                     queued.embedded.append(_recorded(emb_stream))
                     embedded = last
         assert scores is not None and masks is not None and embeddings is not None
-        with torch.cuda.stream(seg_stream):
-            queued.masks, queued.scores = (
-                masks.to("cpu", non_blocking=True),
-                scores.to("cpu", non_blocking=True),
-            )
-            queued.masks_copied = _recorded(seg_stream, timing=False)
-        with torch.cuda.stream(emb_stream):
-            queued.embeddings = embeddings.to("cpu", non_blocking=True)
-            queued.embeddings_copied = _recorded(emb_stream, timing=False)
+        (queued.masks, queued.scores), queued.masks_copied = to_host(
+            self._copies, queued.segmented[-1][1], masks, scores
+        )
+        (queued.embeddings,), queued.embeddings_copied = to_host(
+            self._copies, queued.embedded[-1], embeddings
+        )
         return queued
 
     def _collect(

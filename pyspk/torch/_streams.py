@@ -1,5 +1,6 @@
 """Private CUDA streams, shared over their users' lifetimes: `STREAMS.take(device, n)`
-and `STREAMS.give_back(streams)`."""
+and `STREAMS.give_back(streams)`, and `HOST_COPY_STREAMS` the same way for copies to
+pinned host memory."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import torch
 from pyspk.cuda import driver
 from pyspk.torch import _ordinal
 
-__all__ = ["STREAMS", "StreamPool", "private_stream"]
+__all__ = ["HOST_COPY_STREAMS", "STREAMS", "StreamPool", "private_stream"]
 
 
 def private_stream(device: torch.device) -> torch.cuda.Stream:
@@ -69,3 +70,11 @@ class StreamPool:
 
 
 STREAMS = StreamPool()
+
+HOST_COPY_STREAMS = StreamPool()
+"""Streams for copies into pinned host memory, which no capture ever uses. PyTorch's host
+allocator records a freed pinned block's reuse event on each stream that used the block.
+On a stream that is capturing, that record joins the capture, and the allocator's next
+query of the event fails ("invalid argument"), failing an unrelated pinned allocation
+later (measured on an H100: a file's host outputs freed while a later engine captured
+on the streams that had copied them)."""

@@ -1,5 +1,6 @@
-"""An engine capture that fails part way leaves nothing behind, and another thread's
-capture survives an engine being prepared.
+"""An engine capture that fails part way leaves nothing behind, another thread's capture
+survives an engine being prepared, and a file's host outputs freed during a later capture
+leave later files working.
 
 Another thread's device-wide synchronize invalidates a capture in progress (CUDA refuses
 the synchronize while a stream captures). Here that synchronize runs, from a thread joined
@@ -170,3 +171,39 @@ def test_another_threads_capture_survives_an_engine_being_prepared(
         assert set(acceleration.engine.describe().values()) == {"graph"}
         assert not [w for w in caught if "runs eagerly" in str(w.message)]
         assert tracks(pipeline(dict(file))) == serial
+
+
+def test_host_outputs_freed_during_a_later_capture_leave_later_files_working(
+    torch, pyannote, pipeline, file, serial, monkeypatch
+):
+    """A file's outputs on the host, freed while a later engine captures on a stream that
+    the first engine used. PyTorch's host allocator records a freed pinned block's reuse
+    event on each stream that used the block; recorded on a capturing stream, the event
+    joins the capture, and the allocator's next query of it fails. With its copies to the
+    host on the models' streams, the engine's next file failed with "CUDA error: invalid
+    argument" at that query; the engine now copies on streams that never capture."""
+    from pyspk.pyannote.engine import Engine
+
+    with pyannote.accelerate_pipeline(pipeline, "fp32") as acceleration:
+        pipeline(dict(file))
+        engine = acceleration.engine
+        held, engine.last_run = [engine.last_run], None  # the outputs' one reference
+        used = {stream.cuda_stream for stream in engine._streams}
+
+    def freeing(forward):
+        def run(self, *inputs):
+            stream = torch.cuda.current_stream().cuda_stream
+            if held and stream in used and torch.cuda.is_current_stream_capturing():
+                held.clear()
+            return forward(self, *inputs)
+
+        return run
+
+    for name in ("_segment_eager", "_embed_eager"):
+        monkeypatch.setattr(Engine, name, freeing(getattr(Engine, name)))
+    # the next engine takes streams from the same pool, and captures its forwards on them
+    with pyannote.accelerate_pipeline(pipeline, "fp32"):
+        monkeypatch.undo()
+        assert not held, "no capture ran on a stream that the first engine used"
+        for _ in range(2):
+            assert tracks(pipeline(dict(file))) == serial

@@ -65,7 +65,7 @@ def test_a_closed_engine_refuses_with_one_clear_error():
     engine._lock = threading.Lock()
     engine._segments, engine._embeds, engine._linkage, engine._fbank = {}, {}, None, None
     given_back = []
-    engine._give_back = lambda: given_back.append(True)
+    engine._give_back = [lambda: given_back.append(True)]
     engine.close()
     engine.close()
     assert given_back == [True]  # the streams, once

@@ -360,6 +360,7 @@ def test_an_engine_that_fails_to_prepare_closes_what_it_made(monkeypatch):
     monkeypatch.setattr(engine.Engine, "_unserved", staticmethod(lambda pipeline: None))
     monkeypatch.setattr(engine, "shared_runtime", lambda device: None)
     monkeypatch.setattr(engine, "STREAMS", streams)
+    monkeypatch.setattr(engine, "HOST_COPY_STREAMS", streams)
     for name in ("DeviceLinkage", "planned_fbank", "Forward"):
         monkeypatch.setattr(engine, name, part)
     monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
@@ -378,7 +379,8 @@ def test_an_engine_that_fails_to_prepare_closes_what_it_made(monkeypatch):
     # the linkage, the fbank and the segmentation's forwards (128, 64 and 32 chunks)
     assert len(made) == 2 + len(engine._chunks.segmentation_sizes(engine.SEGMENTATION_BATCH))
     assert all(made_part.closed for made_part in made)
-    assert len(given_back) == 1 and len(given_back[0]) == 2
+    # the two streams of the models and the one of the copies to the host
+    assert sorted(len(streams) for streams in given_back) == [1, 2]
 
 
 def _conversation_artefacts(seconds: float) -> tuple[dict, object, np.ndarray]:
