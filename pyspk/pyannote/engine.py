@@ -163,12 +163,11 @@ class Engine:
         self._embedding_model = pipeline._embedding.model_
         # the clustering's distances and merges; its buffers grow to the largest file's
         self._linkage = DeviceLinkage(shared_runtime(self.device))
+        # each given back at close, or when an engine never closed is collected
         self._streams = seg_stream, emb_stream = tuple(STREAMS.take(self.device, 2))
+        self._give_back = [weakref.finalize(self, STREAMS.give_back, [*self._streams])]
         (self._copies,) = HOST_COPY_STREAMS.take(self.device, 1)  # to the host
-        self._give_back = [  # at close, or when an engine never closed is collected
-            weakref.finalize(self, STREAMS.give_back, [*self._streams]),
-            weakref.finalize(self, HOST_COPY_STREAMS.give_back, [self._copies]),
-        ]
+        self._give_back.append(weakref.finalize(self, HOST_COPY_STREAMS.give_back, [self._copies]))
         window = self._segmentation_model.audio.get_num_samples(inference.duration)
         started = time.perf_counter()
         try:
