@@ -1,8 +1,10 @@
-"""Session fixtures of the GPU tests: one runtime and loaded module, and PyTorch."""
+"""Fixtures of the GPU tests: one runtime and loaded module, and PyTorch, for the session;
+each test's start, stamped for CUDA's error log, on request."""
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -10,6 +12,19 @@ import pytest
 from pyspk.cuda.kernels import LoadedKernels
 from pyspk.cuda.manifest import KernelModule
 from pyspk.cuda.runtime import CudaRuntime
+
+
+@pytest.fixture(autouse=True)
+def _start_stamped_as_cuda_logs(request: pytest.FixtureRequest) -> None:
+    """With PYSPK_TEST_STARTS=FILE, each GPU test's start appended to FILE, stamped as
+    CUDA's error log (CUDA_LOG_FILE) stamps its lines: sorted together, the two files
+    say which test made each failing call (docs/kernels.md, "GPU tests")."""
+    path = os.environ.get("PYSPK_TEST_STARTS")
+    if path:
+        now = time.time()
+        stamp = time.strftime("%H:%M:%S", time.localtime(now)) + f".{int(now * 1000) % 1000:03d}"
+        with open(path, "a") as starts:
+            starts.write(f"[{stamp}] start {request.node.nodeid}\n")
 
 
 @pytest.fixture(scope="session")
