@@ -31,9 +31,7 @@ def to_host(
         copies = [tensor.to("cpu", non_blocking=True) for tensor in tensors]
         for tensor in tensors:
             tensor.record_stream(stream)
-        done = torch.cuda.Event()
-        done.record(stream)
-    return copies, done
+    return copies, stream.record_event()
 
 
 class PieceUpload:

@@ -112,8 +112,8 @@ _Inferred = tuple[RunReport, SlidingWindowFeature, _steps.SegmentationFacts, np.
 """`Engine._infer`'s result (see there)."""
 
 
-def _recorded(stream: torch.cuda.Stream, timing: bool = True) -> torch.cuda.Event:
-    event = torch.cuda.Event(enable_timing=timing)
+def _recorded(stream: torch.cuda.Stream) -> torch.cuda.Event:
+    event = torch.cuda.Event(enable_timing=True)
     event.record(stream)
     return event
 
