@@ -15,7 +15,9 @@ the WAV files from disk and writes RTTM files; the stock arm runs in FP32 math o
 switches TF32 off whatever the caller asks) and counts the embeddings each file's
 clustering kept (outside its timing). Each run records whether every annotation (the
 RTTM text) equals the stock one, and the peaks of host memory (the process's resident
-set) and of device memory in use, sampled every 50 ms. Writes <device>-corpus.md and
+set) and of device memory in use, sampled every 50 ms, beside PyTorch's own peaks of
+allocated and reserved memory; PyTorch's cache is emptied before each arm, so that an
+arm's peaks are its own. Writes <device>-corpus.md and
 .json into --out; runs of another shape already there on the same corpus are kept, so
 one file holds both shapes. Corpus mode runs an arm per --engines value and per --turns
 value: the engines' files side by side on the GPU (off) or in turns (on,
@@ -27,6 +29,7 @@ engines, started and warmed (the workers' pipelines built) before its time start
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import tempfile
@@ -170,6 +173,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     device_used = gpu_used if on_gpu else None
 
+    def fresh_peaks() -> None:
+        """Before an arm: the allocator's cache from earlier arms given back (nothing
+        captures between arms), so that an arm's device peak is its own."""
+        if on_gpu:
+            gc.collect()
+            synchronize()
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(device)
+
     def rttms(out: Path) -> dict[str, str]:
         return {p.name: p.read_text() for p in sorted(out.glob("*.rttm"))}
 
@@ -198,6 +210,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             "failed": sum(entry["status"] != "done" for entry in entries),
             "host_peak_gb": peak.host_bytes / 1e9,
             "device_peak_gb": peak.device_bytes / 1e9,
+            # PyTorch's own peaks in this process (pyspk's plans allocate outside it)
+            "torch_allocated_peak_gb": torch.cuda.max_memory_allocated(device) / 1e9
+            if on_gpu
+            else 0.0,
+            "torch_reserved_peak_gb": torch.cuda.max_memory_reserved(device) / 1e9
+            if on_gpu
+            else 0.0,
             "gc_seconds": pauses.seconds,  # the collector's pauses, a full one costly
             "gc_full_collections": pauses.full,
             "per_file": [
@@ -252,6 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         synchronize()
         # the sequential arms' probe on one GPU, every GPU's memory on Dask's
         probe = all_used if gpus > 1 else device_used
+        fresh_peaks()
         with PeakMemory(probe) as peak, CollectorPauses() as pauses:
             started = time.perf_counter()
             corpus = corpus_run()
@@ -260,6 +280,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         manifest = [json.loads(line) for line in lines]
         run = record("corpus", math, seconds, out, manifest, peak, pauses)
         run.update(gpus=gpus, engines=engines, turns=turns, setup_seconds=corpus.setup_seconds)
+        if gpus > 1:  # PyTorch's peaks would be this process's, not the workers'
+            run.update(torch_allocated_peak_gb=None, torch_reserved_peak_gb=None)
         run["rtfx_after_setup"] = audio_seconds / (seconds - corpus.setup_seconds)
 
     def all_used() -> int:  # every GPU's memory in use, the Dask workers' too
@@ -271,6 +293,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     reference = "stock"  # what stock_rttms are, for the report
     clustered: list[int] = []
     if not args.no_stock:
+        fresh_peaks()
         with PeakMemory(device_used) as peak, CollectorPauses() as pauses:
             seconds, entries = sequential("stock", _Clustered(pipeline))
         stock_rttms = rttms(outputs / "stock")
@@ -281,6 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for math in args.math:
         with pa.accelerate_pipeline(pipeline, math):
             pipeline(warm)
+            fresh_peaks()
             with PeakMemory(device_used) as peak, CollectorPauses() as pauses:
                 seconds, entries = sequential(f"sequential-{math}")
         if not stock_rttms:  # --no-stock: the first math's accelerated run stands for it
@@ -335,7 +359,9 @@ def _markdown(meta: dict, runs: list[dict], hours: float) -> str:
         "Corpus mode: `diarize_corpus`, files decoded ahead, N engines, their files side "
         "by side on the GPU or in turns (`DeviceTurns`). Peaks: the "
         f"process's resident set and the device's memory in use, sampled every "
-        f"{meta['memory_sampling_s'] * 1000:.0f} ms.",
+        f"{meta['memory_sampling_s'] * 1000:.0f} ms, PyTorch's cache emptied before each "
+        "arm; of the device's, PyTorch's peaks of allocated and reserved memory (one GPU; "
+        "pyspk's plans allocate outside PyTorch).",
         "",
     ]
     for clustering, shape in meta["shapes"].items():
@@ -349,8 +375,8 @@ def _markdown(meta: dict, runs: list[dict], hours: float) -> str:
         "",
         "| clustering | path | math | GPUs | engines | GPU queue | seconds | x real time "
         "| of it, setup (s) | x real time after setup | host peak (GB) | device peak (GB) "
-        "| identical to stock | failed |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| PyTorch allocated / reserved peak (GB) | identical to stock | failed |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
         lines.append(
@@ -359,7 +385,8 @@ def _markdown(meta: dict, runs: list[dict], hours: float) -> str:
             f"| {_queue(run)} | {run['seconds']:.2f} | {run['rtfx']:.0f} "
             f"| {run.get('setup_seconds', 0.0):.2f} "
             f"| {run.get('rtfx_after_setup', run['rtfx']):.0f} | {run['host_peak_gb']:.2f} "
-            f"| {run['device_peak_gb']:.2f} | {'yes' if run['identical_to_stock'] else 'no'} "
+            f"| {run['device_peak_gb']:.2f} | {_torch_peaks(run)} "
+            f"| {'yes' if run['identical_to_stock'] else 'no'} "
             f"| {run['failed']} |"
         )
     return "\n".join(lines) + "\n"
@@ -438,6 +465,11 @@ def _one_gpu_arms(args: argparse.Namespace, gpus: int) -> list[tuple[str, int | 
     if gpus > 1:
         return [("off", None)]
     return [(freeze, batch) for freeze in args.freeze for batch in args.segmentation_batch]
+
+
+def _torch_peaks(run: dict) -> str:
+    allocated, reserved = run.get("torch_allocated_peak_gb"), run.get("torch_reserved_peak_gb")
+    return "" if allocated is None else f"{allocated:.2f} / {reserved:.2f}"
 
 
 def _queue(run: dict) -> str:
