@@ -66,21 +66,34 @@ class Forward:
 
     def _capture(self, stream: torch.cuda.Stream, pool: Any) -> bool:
         """Captures on `stream`, the private stream the forward will replay on, after two
-        eager runs there (lazy initialisation and workspaces). Not on PyTorch's default
-        capture stream: that one comes from PyTorch's shared pool (`private_stream`). Not
-        through `torch.cuda.graph` either: it first synchronizes the whole device, which
-        CUDA refuses while another thread captures, breaking that thread's capture, and
+        eager runs there (lazy initialisation and workspaces) whose memory comes from the
+        capture's pool (`_route_into`). Not on PyTorch's default capture stream: that one
+        comes from PyTorch's shared pool (`private_stream`). Not through
+        `torch.cuda.graph` either: it first synchronizes the whole device, which CUDA
+        refuses while another thread captures, breaking that thread's capture, and
         empties the allocator's cache. False when the capture failed, the forward then
         running eagerly."""
-        current = torch.cuda.current_stream()
-        stream.wait_stream(current)
-        with torch.cuda.stream(stream):
-            for _ in range(2):
-                self.function(*self.inputs)
-        current.wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
         # a pool named here, not by PyTorch, so that a failed capture's can be let go
         pool = torch.cuda.graph_pool_handle() if pool is None else pool
+        routing = _route_into(stream.device.index, pool)
+        try:
+            current = torch.cuda.current_stream()
+            stream.wait_stream(current)
+            try:
+                with torch.cuda.stream(stream):
+                    for _ in range(2):
+                        self.function(*self.inputs)
+            finally:
+                if routing is not None:
+                    routing.stop()
+            current.wait_stream(stream)
+            return self._capture_into(stream, pool)
+        finally:
+            if routing is not None:  # the graph holds the pool now, if it was made
+                routing.release()
+
+    def _capture_into(self, stream: torch.cuda.Stream, pool: Any) -> bool:
+        graph = torch.cuda.CUDAGraph()
         attempted = False
         try:
             with torch.cuda.stream(stream):
@@ -99,7 +112,7 @@ class Forward:
                 f"pyspk engine: the {self.name} forward runs eagerly, its CUDA graph "
                 f"capture failed ({' '.join(str(error).split())[:200]})",
                 RuntimeWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
             # this stream alone: a device-wide synchronize would break another thread's
             # capture as this one was broken
@@ -130,6 +143,34 @@ def padded(items: torch.Tensor, count: int) -> torch.Tensor:
     """`items` and zero items after them, `count` in all (as a short batch's static
     inputs are padded)."""
     return torch.cat([items, items.new_zeros((count - items.shape[0], *items.shape[1:]))])
+
+
+class _PoolRouting:
+    """This thread's allocations on `device` routed into `pool` (created if new, a
+    reference taken) from construction until `stop()`; `release()` lets the reference
+    go. PyTorch's private calls (2.11), as `capture_begin` makes them."""
+
+    def __init__(self, device: int, pool: Any) -> None:
+        self.device, self.pool = device, pool
+        torch._C._cuda_beginAllocateCurrentThreadToPool(device, pool)
+
+    def stop(self) -> None:
+        torch._C._cuda_endAllocateToPool(self.device, self.pool)
+
+    def release(self) -> None:
+        torch._C._cuda_releasePool(self.device, self.pool)
+
+
+def _route_into(device: int, pool: Any) -> _PoolRouting | None:
+    """The eager runs before a capture routed into the pool the capture then reuses, so
+    that their memory is not left in the allocator's cache, where only later eager work
+    on the stream could use it: two engines of a corpus run kept some gigabytes there
+    (`benchmarks/h100-sxm-capture-pools.txt`). None, nothing routed, in a PyTorch
+    without the private calls."""
+    names = ("_cuda_beginAllocateCurrentThreadToPool", "_cuda_endAllocateToPool")
+    if not all(hasattr(torch._C, name) for name in (*names, "_cuda_releasePool")):
+        return None
+    return _PoolRouting(device, pool)
 
 
 def _after_failed_capture(captured: torch.cuda.Stream, pool: Any, attempted: bool) -> None:

@@ -379,6 +379,27 @@ def test_accelerate_undo_cycles_give_the_memory_back(torch, pyannote, pipeline):
     assert before - after <= 4 * 2**20
 
 
+def test_preparing_an_engine_leaves_little_in_the_allocators_cache(torch, pyannote, pipeline):
+    """The eager runs before each capture allocate in the capture's pool, so what
+    preparing an engine in TF32 math leaves in PyTorch's cache (memory reserved but not
+    in use) is small beside what the engine holds (its graphs' pools and static
+    tensors). On an H100: 0 MiB left, the engine holding 5248 MiB; 4340 MiB before the
+    routing (`benchmarks/h100-sxm-capture-pools.txt`). FP32 math is left out: 2092 MiB
+    stayed there (3814 before), most likely from preparation's eager probe of SincNet's
+    first stage against the library, which no capture follows (not measured apart)."""
+    _free_device_memory(torch)
+    reserved = torch.cuda.memory_reserved()
+    with pyannote.accelerate_pipeline(pipeline, "tf32"):
+        torch.cuda.synchronize()
+        prepared = torch.cuda.memory_reserved()
+        torch.cuda.empty_cache()  # one thread, nothing capturing
+        held = torch.cuda.memory_reserved()
+    cached, engine = prepared - held, held - reserved
+    print(f"the engine holds {engine / 2**20:.0f} MiB, its preparation left "
+          f"{cached / 2**20:.0f} MiB in the cache")  # fmt: skip
+    assert cached <= engine / 4
+
+
 def test_an_engine_that_fails_to_prepare_gives_its_memory_back_at_once(
     torch, pyannote, pipeline, monkeypatch
 ):

@@ -66,6 +66,7 @@ class _FakeCuda:
         self.current = _FakeCuda.Stream()
         self.default_generators = [_FakeCuda.Generator()]
         self.undone: list[tuple[str, object]] = []  # what a failed capture left, undone
+        self.events: list[tuple[str, object]] = []  # routing into pools, and captures
 
     class Stream:
         device = types.SimpleNamespace(index=0)
@@ -120,10 +121,12 @@ class _FakeGraph:
         cuda.modes.append(capture_error_mode)
         cuda.streams.append(cuda.current)
         cuda.pools.append(pool)
+        cuda.events.append(("capture", pool))
         if self.number in cuda.fail and cuda.early:
             raise RuntimeError("the capture was invalidated as it began")
 
     def capture_end(self) -> None:
+        self.cuda.events.append(("captured", self.pool_id))
         if self.number in self.cuda.fail and not self.cuda.early:
             raise RuntimeError("operation failed due to a previous error during capture")
 
@@ -147,6 +150,19 @@ def _fake_cuda(monkeypatch, fake: _FakeCuda) -> None:
         "_release_pool_left_routing",
         lambda device, pool: fake.undone.append(("pool", pool)),
     )
+
+    class Routing:
+        def __init__(self, device: int, pool: object) -> None:
+            self.pool = pool
+            fake.events.append(("route", pool))
+
+        def stop(self) -> None:
+            fake.events.append(("stop", self.pool))
+
+        def release(self) -> None:
+            fake.events.append(("release", self.pool))
+
+    monkeypatch.setattr(_graphs, "_route_into", Routing)
 
 
 @pytest.mark.parametrize("fail", [False, True])
@@ -186,6 +202,42 @@ def test_capture_is_thread_local_and_a_fallback_is_said(monkeypatch, fail):
         assert fake.default_generators[0].states == ["capturing"]
         assert fake.undone == [] and forward.shared_pool == "handle 0"
     assert fake.current is before
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_the_eager_runs_before_a_capture_take_their_memory_from_its_pool(monkeypatch, fail):
+    """The two eager runs before a capture allocate in the pool the capture then takes
+    (not in the allocator's cache, where their memory would stay); the routing stops
+    before the capture begins, and its reference to the pool is let go after the capture,
+    whether the capture was made or failed."""
+    import torch
+
+    from pyspk.pyannote import _graphs
+
+    fake = _FakeCuda({0} if fail else set())
+    _fake_cuda(monkeypatch, fake)
+
+    def function(x: torch.Tensor) -> tuple[torch.Tensor]:
+        fake.events.append(("run", None))
+        return (x * 2,)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _graphs.Forward("x", function, [(4, 3)], torch.device("cpu"), True, fake.Stream())
+    pool = "handle 0"
+    assert fake.events == [
+        ("route", pool), ("run", None), ("run", None), ("stop", pool),
+        ("capture", pool), ("run", None), ("captured", pool), ("release", pool),
+    ]  # fmt: skip
+
+
+def test_the_routing_into_a_pool_is_left_out_where_pytorch_lacks_its_calls(monkeypatch):
+    import torch
+
+    from pyspk.pyannote import _graphs
+
+    monkeypatch.delattr(torch._C, "_cuda_beginAllocateCurrentThreadToPool", raising=False)
+    assert _graphs._route_into(0, (0, 7)) is None
 
 
 def test_a_capture_refused_as_it_begins_runs_eagerly(monkeypatch):
