@@ -165,8 +165,9 @@ def _route_into(device: int, pool: Any) -> _PoolRouting | None:
     """The eager runs before a capture routed into the pool the capture then reuses, so
     that their memory is not left in the allocator's cache, where only later eager work
     on the stream could use it: two engines of a corpus run kept some gigabytes there
-    (`benchmarks/h100-sxm-capture-pools.txt`). None, nothing routed, in a PyTorch
-    without the private calls."""
+    (`benchmarks/h100-sxm-capture-pools.txt`). While it routes, PyTorch counts a
+    capture underway, as during the capture itself: see `_upload.to_host` on what that
+    means for `record_stream`. None, nothing routed, in a PyTorch without the calls."""
     names = ("_cuda_beginAllocateCurrentThreadToPool", "_cuda_endAllocateToPool")
     if not all(hasattr(torch._C, name) for name in (*names, "_cuda_releasePool")):
         return None

@@ -25,12 +25,13 @@ def to_host(
     """`tensors` copied into pinned host memory on `stream` once `after` has happened, and
     the event that ends the copies. `stream` is one no capture uses (`HOST_COPY_STREAMS`:
     the copied blocks may be freed at any time, and their reuse events are recorded on
-    it). The device tensors may be freed as soon as this returns."""
+    it). The caller holds the device tensors until that event has happened: PyTorch's
+    allocator (2.11) forgets a `record_stream` made while any thread of the process
+    captures or routes into a graph's pool, if the tensor is freed then too, and would
+    hand the block out again before the copy ends."""
     stream.wait_event(after)
     with torch.cuda.stream(stream):
         copies = [tensor.to("cpu", non_blocking=True) for tensor in tensors]
-        for tensor in tensors:
-            tensor.record_stream(stream)
     return copies, stream.record_event()
 
 

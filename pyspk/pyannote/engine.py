@@ -105,6 +105,8 @@ class _Queued:
     embeddings: Any = None
     masks_copied: Any = None
     embeddings_copied: Any = None
+    # the device outputs other streams read, held till their copies are waited for (to_host)
+    outputs: tuple[torch.Tensor, ...] = ()
     began: float = 0.0  # when the host had queued the GPU's first work (perf_counter)
 
 
@@ -397,7 +399,6 @@ class Engine:
                 if scores is None or masks is None:
                     scores = torch.empty((total, *batch_scores.shape[1:]), device=self.device)
                     masks = torch.empty((total, *batch_masks.shape[1:]), device=self.device)
-                    masks.record_stream(emb_stream)  # its reader too, when it is freed
                 scores[first:stop].copy_(batch_scores[: stop - first])
                 masks[first:stop].copy_(batch_masks[: stop - first])
                 queued.segmented.append((stop, _recorded(seg_stream)))
@@ -421,6 +422,7 @@ class Engine:
         (queued.embeddings,), queued.embeddings_copied = to_host(
             self._copies, queued.embedded[-1], embeddings
         )
+        queued.outputs = (masks, scores, embeddings)
         return queued
 
     def _collect(

@@ -1,6 +1,6 @@
-"""`PieceUpload` on the CPU, with PyTorch's stream, event and stream-scope calls replaced
-by recording fakes: the pieces' bounds, each stream's waits, and one whole copy where
-the forwards run on the upload's own stream."""
+"""`PieceUpload` and `to_host` on the CPU, with PyTorch's stream, event and stream-scope
+calls replaced by recording fakes: the pieces' bounds, each stream's waits, one whole
+copy where the forwards run on the upload's own stream, and the host copies' order."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from pyspk.pyannote._upload import PieceUpload  # noqa: E402
+from pyspk.pyannote._upload import PieceUpload, to_host  # noqa: E402
 
 
 class FakeStream:
@@ -62,3 +62,25 @@ def test_on_the_uploads_own_stream_the_first_forward_takes_the_whole_copy(caller
     assert torch.equal(audio, source)
     upload.through(8, caller)
     assert caller.waited[0] is caller.waited[1]  # no second copy
+
+
+def test_the_host_copies_wait_for_their_inputs_and_leave_no_stream_record(
+    caller, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`to_host` copies once `after` has happened and returns the copies' end event. It
+    makes no `record_stream`: PyTorch's allocator forgets one made while any thread
+    captures, if the tensor is freed then too, so the caller holds the device tensors
+    until the event instead (`Engine._queue_models` keeps them in `_Queued.outputs`)."""
+    recorded: list[object] = []
+    monkeypatch.setattr(torch.Tensor, "record_stream", lambda self, s: recorded.append(s))
+
+    class CopyStream(FakeStream):
+        def record_event(self) -> str:
+            return "copied"
+
+    copying = CopyStream(3)
+    tensors = (torch.ones(2), torch.arange(3.0))
+    copies, done = to_host(copying, "segmented", *tensors)  # type: ignore[arg-type]
+    assert copying.waited == ["segmented"] and done == "copied"
+    assert [copy.tolist() for copy in copies] == [tensor.tolist() for tensor in tensors]
+    assert recorded == []
