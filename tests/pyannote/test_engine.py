@@ -145,11 +145,12 @@ def _fake_cuda(monkeypatch, fake: _FakeCuda) -> None:
     monkeypatch.setattr(
         _graphs, "_end_capture_left_open", lambda stream: fake.undone.append(("capture", stream))
     )
-    monkeypatch.setattr(
-        _graphs,
-        "_release_pool_left_routing",
-        lambda device, pool: fake.undone.append(("pool", pool)),
-    )
+
+    def release_pool_left_routing(device: int, pool: object) -> None:
+        fake.undone.append(("pool", pool))
+        fake.events.append(("failed capture's hold let go", pool))
+
+    monkeypatch.setattr(_graphs, "_release_pool_left_routing", release_pool_left_routing)
 
     class Routing:
         def __init__(self, device: int, pool: object) -> None:
@@ -209,7 +210,7 @@ def test_the_eager_runs_before_a_capture_take_their_memory_from_its_pool(monkeyp
     """The two eager runs before a capture allocate in the pool the capture then takes
     (not in the allocator's cache, where their memory would stay); the routing stops
     before the capture begins, and its reference to the pool is let go after the capture,
-    whether the capture was made or failed."""
+    whether the capture was made or failed (then after the failed capture's own)."""
     import torch
 
     from pyspk.pyannote import _graphs
@@ -225,18 +226,39 @@ def test_the_eager_runs_before_a_capture_take_their_memory_from_its_pool(monkeyp
         warnings.simplefilter("ignore")
         _graphs.Forward("x", function, [(4, 3)], torch.device("cpu"), True, fake.Stream())
     pool = "handle 0"
+    failed = [("failed capture's hold let go", pool)] if fail else []
     assert fake.events == [
         ("route", pool), ("run", None), ("run", None), ("stop", pool),
-        ("capture", pool), ("run", None), ("captured", pool), ("release", pool),
+        ("capture", pool), ("run", None), ("captured", pool), *failed, ("release", pool),
     ]  # fmt: skip
 
 
-def test_the_routing_into_a_pool_is_left_out_where_pytorch_lacks_its_calls(monkeypatch):
+def test_the_routing_into_a_pool_makes_pytorchs_calls_or_none(monkeypatch):
+    """The routing begins on this thread (a reference to the pool taken), ends, and lets
+    the reference go, each with the device and pool; a PyTorch without the calls gets
+    no routing."""
     import torch
 
     from pyspk.pyannote import _graphs
 
-    monkeypatch.delattr(torch._C, "_cuda_beginAllocateCurrentThreadToPool", raising=False)
+    calls: list[tuple[str, int, object]] = []
+    for name in ("beginAllocateCurrentThreadToPool", "endAllocateToPool", "releasePool"):
+        monkeypatch.setattr(
+            torch._C,
+            f"_cuda_{name}",
+            lambda device, pool, name=name: calls.append((name, device, pool)),
+            raising=False,
+        )
+    routing = _graphs._route_into(1, (0, 7))
+    assert routing is not None
+    routing.stop()
+    routing.release()
+    assert calls == [
+        ("beginAllocateCurrentThreadToPool", 1, (0, 7)),
+        ("endAllocateToPool", 1, (0, 7)),
+        ("releasePool", 1, (0, 7)),
+    ]
+    monkeypatch.delattr(torch._C, "_cuda_beginAllocateCurrentThreadToPool")
     assert _graphs._route_into(0, (0, 7)) is None
 
 
