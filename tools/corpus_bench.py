@@ -268,10 +268,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs[-1].update(freeze=freeze, segmentation_batch=batch)
 
     def timed(math: str, engines: int, turns: bool, gpus: int, out: Path, corpus_run: Any) -> None:
-        synchronize()
         # the sequential arms' probe on one GPU, every GPU's memory on Dask's
         probe = all_used if gpus > 1 else device_used
-        fresh_peaks()
+        fresh_peaks()  # synchronizes too
         with PeakMemory(probe) as peak, CollectorPauses() as pauses:
             started = time.perf_counter()
             corpus = corpus_run()
