@@ -1,5 +1,6 @@
 """The annotations the diarization steps end with: pyannote.audio's `Binarize` (and
-`to_annotation` on it) without its per-frame loop, an `Annotation` built from its tracks
+`to_annotation` on it) without its per-frame loop, and without pyannote.core's
+per-segment loop for its collar (`support`), an `Annotation` built from its tracks
 in one sort, its labels read from the tracks, and the stock `apply`'s naming of the
 speakers. Each gives pyannote.audio 4.0's own result: the same float64 timestamps and
 the same tracks, labels and track names. Needs numpy, pyannote.core and sortedcontainers;
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pyannote.core import Annotation, Segment, SlidingWindowFeature
+from pyannote.core import segment as segment_module
 from pyannote.core.utils.generators import string_generator
 from sortedcontainers import SortedDict
 
@@ -62,23 +64,71 @@ def binarize(
     # in time order, a region's classes in class order (a stable sort): the sorted index
     # of segments is then one run, which its sort takes in one pass
     order = np.lexsort((last, first))
-    starts = (timestamps[first[order]] - pad_onset).tolist()
-    ends = (timestamps[last[order]] + pad_offset).tolist()
-    track_generator = string_generator()
-    track_names = [next(track_generator) for _ in range(num_classes)]
+    starts = timestamps[first[order]] - pad_onset
+    ends = timestamps[last[order]] + pad_offset
+    classes = classes[order]
     labels = list(range(num_classes)) if scores.labels is None else list(scores.labels)
-    tracks = [
-        (Segment(start, end), track_names[k], labels[k])
-        for start, end, k in zip(starts, ends, classes[order].tolist(), strict=True)
-    ]
-    active = annotation_of(tracks, uri)
     if pad_offset > 0.0 or pad_onset > 0.0 or min_duration_off > 0.0:
-        active = active.support(collar=min_duration_off)
+        merged = _support_tracks(starts, ends, classes, labels, min_duration_off)
+        if merged is not None:
+            active = annotation_of(merged, uri)
+        else:
+            active = _annotation_of_regions(starts, ends, classes, labels, uri)
+            active = active.support(collar=min_duration_off)
+    else:
+        active = _annotation_of_regions(starts, ends, classes, labels, uri)
     if min_duration_on > 0:
         for segment, track in list(active.itertracks()):
             if segment.duration < min_duration_on:
                 del active[segment, track]
     return active
+
+
+def _annotation_of_regions(
+    starts: np.ndarray, ends: np.ndarray, classes: np.ndarray, labels: list[Any], uri: str | None
+) -> Annotation:
+    """The annotation of the regions (`starts`, `ends`, `classes`), one track a class."""
+    track_generator = string_generator()
+    track_names = [next(track_generator) for _ in labels]
+    tracks = [
+        (Segment(start, end), track_names[k], labels[k])
+        for start, end, k in zip(starts.tolist(), ends.tolist(), classes.tolist(), strict=True)
+    ]
+    return annotation_of(tracks, uri)
+
+
+def _support_tracks(
+    starts: np.ndarray, ends: np.ndarray, classes: np.ndarray, labels: list[Any], collar: float
+) -> list[tuple[Segment, Any, Any]] | None:
+    """The tracks of `Annotation.support(collar)` of the regions' annotation, found over
+    arrays rather than by its loop over every segment. Per label in `labels()` order,
+    its non-empty segments in time order, each joined to the union of those before it
+    unless the gap from that union's end is both above `SEGMENT_PRECISION` and at least
+    `collar` (pyannote's `^` and `|`, the same float64 operations), the unions named by
+    one `string_generator` across labels. On a development machine, a synthetic hour's
+    diarization (3436 tracks) took 0.19 s through `support` (median of 15, the first
+    call 0.3 to 0.5 s) and takes 0.02 s here, for each of the stock apply's two
+    annotations. None where pyannote.core rounds its times, or two labels print alike
+    (the annotation's own order of them decides): `support` then makes the tracks."""
+    if segment_module.AUTO_ROUND_TIME or len({str(label) for label in labels}) < len(set(labels)):
+        return None
+    precision = segment_module.SEGMENT_PRECISION
+    kept = ends - starts > precision  # what `Annotation.__setitem__` keeps
+    names = string_generator()
+    tracks = []
+    for label in sorted(set(labels), key=str):
+        mine = kept & np.isin(classes, [k for k, other in enumerate(labels) if other == label])
+        if not mine.any():
+            continue  # no segment: not among the annotation's labels
+        order = np.lexsort((ends[mine], starts[mine]))
+        label_starts, label_ends = starts[mine][order], ends[mine][order]
+        reach = np.maximum.accumulate(label_ends)  # each union's end so far
+        gaps = label_starts[1:] - reach[:-1]
+        firsts = np.concatenate(([0], np.flatnonzero((gaps > precision) & (gaps >= collar)) + 1))
+        union_ends = np.maximum.reduceat(label_ends, firsts)
+        for start, end in zip(label_starts[firsts].tolist(), union_ends.tolist(), strict=True):
+            tracks.append((Segment(start, end), next(names), label))
+    return tracks
 
 
 def annotation_of(tracks: list[tuple[Segment, Any, Any]], uri: str | None = None) -> Annotation:

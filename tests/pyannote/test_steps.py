@@ -328,6 +328,75 @@ def test_binarize_is_pyannotes(onset, offset, nan):
     assert list(got.itertracks(yield_label=True)) == list(expected.itertracks(yield_label=True))
 
 
+def _runs_of_classes(classes: int, seed: int) -> np.ndarray:
+    """(5000, classes) scores of 0 and 1 in runs of 7 frames, 3% of frames flipped: gaps
+    of one frame (16.9 ms) up to long ones."""
+    rng = np.random.default_rng(seed)
+    data = np.repeat((rng.random((5000 // 7 + 1, classes)) < 0.5), 7, axis=0)[:5000]
+    flip = rng.random(data.shape) < 0.03
+    data[flip] = ~data[flip]
+    return data.astype(np.float32)
+
+
+@pytest.mark.parametrize(
+    ("classes", "labels", "on", "off", "pad_onset", "pad_offset"),
+    [
+        (3, None, 0.0, 0.016875, 0.0, 0.0),  # a collar of exactly one frame
+        (3, None, 0.0, 0.1, 0.0, 0.0),
+        (3, None, 0.0, 0.5, 0.0, 0.0),
+        (12, None, 0.0, 0.2, 0.0, 0.0),  # labels 10 and 11 before 2 (sorted as text)
+        (3, None, 0.1, 0.3, 0.05, 0.02),
+        (3, None, 0.0, 0.0, 0.0, 0.1),  # padding alone: overlapping segments merged
+        (4, ["b", "a", "b", "c"], 0.0, 0.2, 0.0, 0.0),  # two classes of one label
+    ],
+)
+def test_binarize_with_a_collar_or_padding_is_pyannotes_support(
+    monkeypatch, classes, labels, on, off, pad_onset, pad_offset
+):
+    """The support (`Annotation.support(collar)`) found over arrays, not pyannote's
+    loop over every segment, which the test forbids: the same tracks, track names,
+    labels and label timelines as pyannote.audio's `Binarize`."""
+    scores = SlidingWindowFeature(_runs_of_classes(classes, seed=classes), FRAMES, labels=labels)
+    options = dict(
+        min_duration_on=on, min_duration_off=off, pad_onset=pad_onset, pad_offset=pad_offset
+    )
+    expected = Binarize(onset=0.5, offset=0.5, **options)(scores)
+    expected.uri = "talk"
+    with monkeypatch.context() as patched:
+        patched.setattr(
+            _annotation.Annotation, "support", lambda *_, **__: pytest.fail("pyannote's loop")
+        )
+        got = _annotation.binarize(scores, onset=0.5, offset=0.5, uri="talk", **options)
+    tracks = list(expected.itertracks(yield_label=True))
+    assert list(got.itertracks(yield_label=True)) == tracks
+    assert len(tracks) > 10 and len(tracks) < (scores.data[1:] != scores.data[:-1]).sum()
+    assert _annotation.labels_of(got) == expected.labels() == got.labels()
+    for label in expected.labels():
+        assert got.label_timeline(label) == expected.label_timeline(label)
+
+
+@pytest.mark.parametrize("odd", ["labels that print alike", "rounded times"])
+def test_binarize_leaves_the_support_to_pyannote_where_its_order_or_times_differ(odd):
+    """Labels 1 and "1" (the annotation's own order of them decides) and pyannote.core's
+    rounding of times (`Segment.set_precision`): pyannote's `support` makes the result."""
+    from pyannote.core import Segment
+
+    labels = [1, "1", 2] if odd == "labels that print alike" else None
+    scores = SlidingWindowFeature(_runs_of_classes(3, seed=5), FRAMES, labels=labels)
+    if odd == "rounded times":
+        Segment.set_precision(3)
+    try:
+        support = _annotation._support_tracks(
+            np.array([0.0]), np.array([1.0]), np.array([0]), [1, "1", 2] if labels else [0], 0.1
+        )
+        expected = Binarize(onset=0.5, offset=0.5, min_duration_off=0.1)(scores)
+        got = _annotation.binarize(scores, onset=0.5, offset=0.5, min_duration_off=0.1)
+    finally:
+        Segment.set_precision(None)
+    assert support is None
+    assert list(got.itertracks(yield_label=True)) == list(expected.itertracks(yield_label=True))
+
+
 def test_frame_middles_are_the_segments_middles():
     middles = _steps.frame_middles(FRAMES, 5000)
     assert [float(m) for m in middles] == [FRAMES[i].middle for i in range(5000)]
