@@ -238,6 +238,11 @@ def test_each_packed_form_is_packed_once_and_kept_read_only() -> None:
     )
     assert conv.packed(False, warpgroups=True).size == first.size // 2
     assert conv.packed(True).view(np.uint32).tolist() != first.view(np.uint32).tolist()
+    # the columns' shifts and the packed bias the same way (each plan reads both)
+    for name in ("column_shifts", "packed_bias"):
+        kept = getattr(conv, name)()
+        assert getattr(conv, name)() is kept and not kept.flags.writeable
+        assert np.array_equal(kept, getattr(fresh, name)())
 
 
 def test_two_threads_packing_one_convolution_get_the_same_words() -> None:

@@ -16,7 +16,7 @@ low ones. Their bias vector carries the columns' inverse scales after the bias."
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import attrs
 import numpy as np
@@ -64,11 +64,11 @@ class FoldedConv:
     site: TrunkSite
     weight: np.ndarray
     bias: np.ndarray
-    # `packed`'s arrays by (split, warpgroups): a PlannedTrunk's two plans upload the same
-    # ones, and packing was 0.23 of the 0.57 s that accelerating a pipeline took (H100)
-    _packed: dict[tuple[bool, bool], np.ndarray] = attrs.field(
-        init=False, factory=dict, eq=False, repr=False
-    )
+    # the arrays derived from the weight (`packed`'s forms, `column_shifts`,
+    # `packed_bias`), each made once and kept read-only: a PlannedTrunk's two plans upload
+    # the same ones, and packing was 0.23 of the 0.57 s that accelerating a pipeline took
+    # (H100); the shifts were made three times a convolution (0.023 s of 0.38, H100)
+    _derived: dict[tuple, np.ndarray] = attrs.field(init=False, factory=dict, eq=False, repr=False)
 
     @classmethod
     def fold(cls, site: TrunkSite, weight: npt.ArrayLike, norm: BatchNorm) -> FoldedConv:
@@ -100,10 +100,21 @@ class FoldedConv:
                 raise WeightsOutOfContract(CONTEXT, f"{site}'s folded {name} is not finite in FP32")
         return cls(site, w, b)
 
+    def _kept(self, key: tuple, make: Callable[[], np.ndarray]) -> np.ndarray:
+        """`make()`'s array, made on the first call for `key` and kept, read-only."""
+        if key not in self._derived:
+            made = make()
+            made.flags.writeable = False
+            self._derived[key] = made
+        return self._derived[key]
+
     def column_shifts(self) -> np.ndarray:
         """Per output channel, the s of the weights' scale 2^s: their largest magnitude
         times it in [2^14, 2^15); 0 for a zero column; clamped to -113..126 so 2^-s is a
-        normal FP32 number, as the kernels' activation scales are."""
+        normal FP32 number, as the kernels' activation scales are. Read-only."""
+        return self._kept(("shifts",), self._column_shifts)
+
+    def _column_shifts(self) -> np.ndarray:
         largest = np.abs(self.weight).reshape(self.weight.shape[0], -1).max(axis=1)
         _, exponent = np.frexp(largest)  # largest = f 2^exponent, f in [0.5, 1)
         return np.where(largest > 0, np.clip(15 - exponent, -113, 126), 0)
@@ -117,12 +128,7 @@ class FoldedConv:
         each `[cout / 8][2][8][8]` FP16: per 8 columns, two 8 x 8 blocks (k 0..7 and
         8..15 of the stage, in the same order), row n of a block column n's 8 values.
         Packed once per form and kept, read-only."""
-        key = (split, warpgroups)
-        if key not in self._packed:
-            words = self._pack(split, warpgroups)
-            words.flags.writeable = False
-            self._packed[key] = words
-        return self._packed[key]
+        return self._kept(("packed", split, warpgroups), lambda: self._pack(split, warpgroups))
 
     def _pack(self, split: bool, warpgroups: bool) -> np.ndarray:
         taps = self.weight.transpose(2, 3, 1, 0)  # [ky][kx][cin][cout], tap = ky * ks + kx
@@ -150,7 +156,11 @@ class FoldedConv:
         return np.ascontiguousarray(stages).reshape(-1).view(np.float32)
 
     def packed_bias(self) -> np.ndarray:
-        """The stem's bias; the others' bias, then their columns' inverse scales 2^-s."""
+        """The stem's bias; the others' bias, then their columns' inverse scales 2^-s.
+        Read-only."""
+        return self._kept(("bias",), self._pack_bias)
+
+    def _pack_bias(self) -> np.ndarray:
         if self.site is TrunkSite.STEM:
             return self.bias.astype(np.float32)
         return np.concatenate([self.bias, np.exp2(-self.column_shifts())]).astype(np.float32)
