@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pyannote.core import Annotation, Segment, SlidingWindowFeature
-from pyannote.core import segment as segment_module
+from pyannote.core import segment as core_segment
 from pyannote.core.utils.generators import string_generator
 from sortedcontainers import SortedDict
 
-from pyspk.pyannote._steps import frame_middles
+from pyspk.pyannote._steps import frame_middles, interval_unions
 
 if TYPE_CHECKING:
     from pyannote.audio.pipelines.speaker_diarization import DiarizeOutput
@@ -110,9 +110,9 @@ def _support_tracks(
     call 0.3 to 0.5 s) and takes 0.02 s here, for each of the stock apply's two
     annotations. None where pyannote.core rounds its times, or two labels print alike
     (the annotation's own order of them decides): `support` then makes the tracks."""
-    if segment_module.AUTO_ROUND_TIME or len({str(label) for label in labels}) < len(set(labels)):
+    if core_segment.AUTO_ROUND_TIME or len({str(label) for label in labels}) < len(set(labels)):
         return None
-    precision = segment_module.SEGMENT_PRECISION
+    precision = core_segment.SEGMENT_PRECISION
     kept = ends - starts > precision  # what `Annotation.__setitem__` keeps
     names = string_generator()
     tracks = []
@@ -120,12 +120,12 @@ def _support_tracks(
         mine = kept & np.isin(classes, [k for k, other in enumerate(labels) if other == label])
         if not mine.any():
             continue  # no segment: not among the annotation's labels
-        order = np.lexsort((ends[mine], starts[mine]))
-        label_starts, label_ends = starts[mine][order], ends[mine][order]
-        reach = np.maximum.accumulate(label_ends)  # each union's end so far
-        gaps = label_starts[1:] - reach[:-1]
-        firsts = np.concatenate(([0], np.flatnonzero((gaps > precision) & (gaps >= collar)) + 1))
-        union_ends = np.maximum.reduceat(label_ends, firsts)
+        label_starts, label_ends = starts[mine], ends[mine]
+        order = np.lexsort((label_ends, label_starts))
+        label_starts, label_ends = label_starts[order], label_ends[order]
+        firsts, union_ends = interval_unions(
+            label_starts, label_ends, lambda gaps: (gaps > precision) & (gaps >= collar)
+        )
         for start, end in zip(label_starts[firsts].tolist(), union_ends.tolist(), strict=True):
             tracks.append((Segment(start, end), next(names), label))
     return tracks

@@ -17,6 +17,7 @@ Needs numpy and pyannote.core; no torch.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +32,7 @@ __all__ = [
     "active_runs",
     "aggregate",
     "frame_middles",
+    "interval_unions",
     "reconstruct",
     "reconstruct_each",
     "segmentation_facts",
@@ -347,6 +349,20 @@ def _by_chunk(
     return SlidingWindowFeature(clustered, window)
 
 
+def interval_unions(
+    starts: np.ndarray, ends: np.ndarray, apart: Callable[[np.ndarray], np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Intervals ordered by start, merged into unions: interval i begins a new union
+    where `apart` holds for its gap from the furthest end of the intervals before it
+    (any before it: keys must keep groups apart). The index of each union's first
+    interval, and the union's end."""
+    if len(starts) == 0:
+        return np.zeros(0, dtype=np.intp), ends[:0]
+    reach = np.maximum.accumulate(ends)
+    heads = np.flatnonzero(np.concatenate(([True], apart(starts[1:] - reach[:-1]))))
+    return heads, np.maximum.reduceat(ends, heads)
+
+
 def _binary_cluster_sums(
     segmentations: SlidingWindowFeature,
     hard_clusters: np.ndarray,
@@ -382,15 +398,11 @@ def _binary_cluster_sums(
     order = np.argsort(group * (span + 1) + first, kind="stable")
     group, first, end = group[order], first[order], end[order]
     origin = group * (span + 1)  # each run's group's first key
-    keyed_end = origin + end
-    reach = np.maximum.accumulate(keyed_end)
-    begins = np.ones(len(group), dtype=bool)
-    begins[1:] = origin[1:] + first[1:] > reach[:-1]
-    heads = np.flatnonzero(begins)
+    heads, keyed_ends = interval_unions(origin + first, origin + end, lambda gaps: gaps > 0)
     if len(heads) == 0:
         sums = np.zeros((num_frames, num_clusters), dtype=np.int64)
     else:
-        end = np.maximum.reduceat(keyed_end, heads) - origin[heads]
+        end = keyed_ends - origin[heads]
         group = group[heads]
         chunk, column = np.divmod(group, num_clusters)
         size = (num_frames + 1) * num_clusters
