@@ -252,13 +252,16 @@ def test_two_threads_packing_one_convolution_get_the_same_words() -> None:
     import threading
 
     conv = next(c for c in TrunkWeights.random(6).convs() if c.site is TrunkSite.LAYER4_CONV)
-    expected = FoldedConv.of(conv.site, conv.weight, conv.bias).packed(True, warpgroups=True)
+    fresh = FoldedConv.of(conv.site, conv.weight, conv.bias)
+    expected = fresh.packed(True, warpgroups=True)
     start = threading.Barrier(2)
     got: list[np.ndarray] = []
+    biases: list[np.ndarray] = []  # each plan uploads the bias too (its columns' scales)
 
     def pack() -> None:
         start.wait()
         got.append(conv.packed(True, warpgroups=True))
+        biases.append(conv.packed_bias())
 
     threads = [threading.Thread(target=pack) for _ in range(2)]
     for thread in threads:
@@ -269,3 +272,6 @@ def test_two_threads_packing_one_convolution_get_the_same_words() -> None:
     for words in got:
         assert np.array_equal(words.view(np.uint32), expected.view(np.uint32))
     assert conv.packed(True, warpgroups=True) is conv.packed(True, warpgroups=True)
+    assert len(biases) == 2
+    for bias in biases:
+        assert np.array_equal(bias, fresh.packed_bias())
