@@ -466,3 +466,61 @@ def test_a_convolution_plan_runs_the_halves_form_where_asked(hopper) -> None:
                 _, launch = fake.launches[before:]
             assert launch[0] == f"fn:{kernel}"
             assert launch[3] == site.launch(CudaMath.FP32, PtxTier.SM90, halves)[2]
+
+
+def test_the_plan_packs_every_convolution_ahead_on_host_threads(fake, runtime, monkeypatch):
+    """Before it uploads anything the plan packs each convolution's weight, in the form
+    its kernel reads, and bias on a pool of host threads; the upload then takes those
+    kept arrays. A packing that fails stops the plan, nothing allocated."""
+    import threading
+
+    from pyspk.candidate.trunk import plan as trunk_plan
+
+    packed_on: dict[tuple, str] = {}
+    real = FoldedConv._pack
+
+    def recording(self, split, warpgroups):
+        packed_on[(self.site, id(self), split, warpgroups)] = threading.current_thread().name
+        return real(self, split, warpgroups)
+
+    monkeypatch.setattr(FoldedConv, "_pack", recording)
+    monkeypatch.setattr(trunk_plan.os, "cpu_count", lambda: 4)
+    fresh = TrunkWeights.random(5)
+    plan = plan_trunk(runtime, CudaMath.FP32, fresh)
+    tier = runtime.load_kernels(trunk_plan.KernelModule.TRUNK).tier
+    convs = fresh.convs()
+    assert len(packed_on) == len(convs)  # each once, in the form its kernel reads
+    for conv in convs:
+        form = (conv.site, id(conv), conv.site.splits(CudaMath.FP32), conv.site.on_warpgroups(tier))
+        assert packed_on[form].startswith("pyspk-pack")
+    plan.close()
+
+    def failing(self, split, warpgroups):
+        if self.site is TrunkSite.LAYER3_CONV:
+            raise MemoryError("no room to pack")
+        return real(self, split, warpgroups)
+
+    monkeypatch.setattr(FoldedConv, "_pack", failing)
+    before = dict(fake.memory)
+    with pytest.raises(MemoryError, match="no room to pack"):
+        plan_trunk(runtime, CudaMath.FP32, TrunkWeights.random(6))
+    assert fake.memory.keys() == before.keys()
+
+
+def test_launches_reading_one_buffer_in_one_shape_share_their_tensor_maps(hopper, weights):
+    """The 29 mapped launches (layer1's six tiles, 23 strips) read three activation
+    buffers in four layers' shapes: the plan encodes those 12 inputs' maps, one for each
+    of 1 to 32 chunks, and each launch points at its input's (their words are checked
+    above)."""
+    from pyspk.cuda import CudaRuntime
+
+    with CudaRuntime(0) as runtime:
+        for math in CudaMath:
+            before = hopper.calls.count("cuTensorMapEncodeTiled")
+            plan = plan_trunk(runtime, math, weights)
+            assert len(plan._strips) == 29
+            inputs = {(launch.value("x"), site.shape) for launch, site in plan._strips}
+            assert len(inputs) == 12
+            encoded = hopper.calls.count("cuTensorMapEncodeTiled") - before
+            assert encoded == len(inputs) * TRUNK_BATCH
+            plan.close()
