@@ -11,13 +11,6 @@ from pyspk.cuda import driver
 TENSOR_MAP_BYTES = 128
 
 
-def rows_map(address: int, rows: int, columns: int, box_rows: int, box_columns: int) -> np.ndarray:
-    """A 2D map of the row-major float32 array [rows][columns] at device `address`
-    (16-byte aligned rows): boxes of box_rows x box_columns, zeros wherever a box
-    leaves the array. The descriptor's bytes as 32 int32 words."""
-    return float32_map(address, (rows, columns), (box_rows, box_columns))
-
-
 def float32_map(address: int, dims: tuple[int, ...], box: tuple[int, ...]) -> np.ndarray:
     """A map of the row-major float32 array of shape `dims` (outermost first) at device
     `address`, boxes of shape `box`, zeros wherever a box leaves the array: the

@@ -56,7 +56,9 @@ class Forward:
         if not graph:
             return
         pool = None if share is None else share.shared_pool
-        if self._capture(stream, pool):
+        # a forward sharing a larger one's memory runs after it on the same stream, whose
+        # lazy initialisation is done: one eager run there, for its own shapes' workspaces
+        if self._capture(stream, pool, warmups=2 if share is None else 1):
             assert self.graph is not None
             self.shared_pool = self.graph.pool()
         elif share is not None and pool is not None:
@@ -64,10 +66,10 @@ class Forward:
             # of their own, whatever the failure left of this one
             share.shared_pool = None
 
-    def _capture(self, stream: torch.cuda.Stream, pool: Any) -> bool:
-        """Captures on `stream`, the private stream the forward will replay on, after two
-        eager runs there (lazy initialisation and workspaces) whose memory comes from the
-        capture's pool (`_route_into`). Not on PyTorch's default capture stream: that one
+    def _capture(self, stream: torch.cuda.Stream, pool: Any, warmups: int) -> bool:
+        """Captures on `stream`, the private stream the forward will replay on, after
+        `warmups` eager runs there (lazy initialisation and workspaces) whose memory comes
+        from the capture's pool (`_route_into`). Not on PyTorch's default capture stream: that one
         comes from PyTorch's shared pool (`private_stream`). Not through
         `torch.cuda.graph` either: it first synchronizes the whole device, which CUDA
         refuses while another thread captures, breaking that thread's capture, and
@@ -81,7 +83,7 @@ class Forward:
             stream.wait_stream(current)
             try:
                 with torch.cuda.stream(stream):
-                    for _ in range(2):
+                    for _ in range(warmups):
                         self.function(*self.inputs)
             finally:
                 if routing is not None:

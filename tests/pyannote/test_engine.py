@@ -233,6 +233,32 @@ def test_the_eager_runs_before_a_capture_take_their_memory_from_its_pool(monkeyp
     ]  # fmt: skip
 
 
+def test_a_forward_sharing_a_larger_ones_memory_runs_once_before_its_capture(monkeypatch):
+    """The first forward of a function runs twice before its capture (lazy
+    initialisation, then workspaces); a smaller one sharing its memory, on the same
+    stream after it, runs once, whether the larger's capture was made or not."""
+    import torch
+
+    from pyspk.pyannote import _graphs
+
+    fake = _FakeCuda({0})  # the first capture fails: the next forwards still share
+    _fake_cuda(monkeypatch, fake)
+    runs: list[int] = []
+
+    def function(x: torch.Tensor) -> tuple[torch.Tensor]:
+        runs.append(x.shape[0])
+        return (x * 2,)
+
+    stream = fake.Stream()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        full = _graphs.Forward("full", function, [(8, 3)], torch.device("cpu"), True, stream)
+    half = _graphs.Forward("half", function, [(4, 3)], torch.device("cpu"), True, stream, full)
+    _graphs.Forward("quarter", function, [(2, 3)], torch.device("cpu"), True, stream, half)
+    # the failed capture's run of 8 counts: each capture runs the function once too
+    assert runs == [8, 8, 8, 4, 4, 2, 2]
+
+
 def test_the_routing_into_a_pool_makes_pytorchs_calls_or_none(monkeypatch):
     """The routing begins on this thread (a reference to the pool taken), ends, and lets
     the reference go, each with the device and pool; a PyTorch without the calls gets
