@@ -14,7 +14,8 @@ TENSOR_MAP_BYTES = 128
 def float32_map(address: int, dims: tuple[int, ...], box: tuple[int, ...]) -> np.ndarray:
     """A map of the row-major float32 array of shape `dims` (outermost first) at device
     `address`, boxes of shape `box`, zeros wherever a box leaves the array: the
-    descriptor's bytes as 32 int32 words."""
+    descriptor's bytes as 32 int32 words. The driver requires `address` and every row's
+    stride 16-byte aligned."""
     api = driver.api()
     u64, u32 = api.cuuint64_t, api.cuuint32_t
     inner = dims[::-1]  # the driver lists dimensions innermost first

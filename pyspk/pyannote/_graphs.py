@@ -68,11 +68,11 @@ class Forward:
 
     def _capture(self, stream: torch.cuda.Stream, pool: Any, warmups: int) -> bool:
         """Captures on `stream`, the private stream the forward will replay on, after
-        `warmups` eager runs there (lazy initialisation and workspaces) whose memory comes
-        from the capture's pool (`_route_into`). Not on PyTorch's default capture stream: that one
-        comes from PyTorch's shared pool (`private_stream`). Not through
-        `torch.cuda.graph` either: it first synchronizes the whole device, which CUDA
-        refuses while another thread captures, breaking that thread's capture, and
+        `warmups` eager runs there (lazy initialisation and workspaces) whose memory
+        comes from the capture's pool (`_route_into`). Not on PyTorch's default capture
+        stream: that one comes from PyTorch's shared pool (`private_stream`). Not
+        through `torch.cuda.graph` either: it first synchronizes the whole device, which
+        CUDA refuses while another thread captures, breaking that thread's capture, and
         empties the allocator's cache. False when the capture failed, the forward then
         running eagerly."""
         # a pool named here, not by PyTorch, so that a failed capture's can be let go

@@ -469,38 +469,52 @@ def test_a_convolution_plan_runs_the_halves_form_where_asked(hopper) -> None:
 
 
 def test_the_plan_packs_every_convolution_ahead_on_host_threads(fake, runtime, monkeypatch):
-    """Before it uploads anything the plan packs each convolution's weight, in the form
-    its kernel reads, and bias on a pool of host threads; the upload then takes those
-    kept arrays. A packing that fails stops the plan, nothing allocated."""
+    """Before it uploads anything the plan packs each convolution's weight, once and in
+    the form its kernel reads, and its bias on a pool of host threads (in the calling
+    thread where the process has one CPU); the upload then takes those kept arrays. A
+    packing that fails stops the plan, nothing allocated."""
     import threading
 
     from pyspk.candidate.trunk import plan as trunk_plan
 
-    packed_on: dict[tuple, str] = {}
-    real = FoldedConv._pack
+    packed: list[tuple] = []  # (what, convolution, form, thread)
+    real_pack, real_bias = FoldedConv._pack, FoldedConv._pack_bias
 
-    def recording(self, split, warpgroups):
-        packed_on[(self.site, id(self), split, warpgroups)] = threading.current_thread().name
-        return real(self, split, warpgroups)
+    def pack(self, split, warpgroups):
+        thread = threading.current_thread().name
+        packed.append(("weight", id(self), (split, warpgroups), thread))
+        return real_pack(self, split, warpgroups)
 
-    monkeypatch.setattr(FoldedConv, "_pack", recording)
-    monkeypatch.setattr(trunk_plan.os, "cpu_count", lambda: 4)
-    fresh = TrunkWeights.random(5)
-    plan = plan_trunk(runtime, CudaMath.FP32, fresh)
+    def pack_bias(self):
+        packed.append(("bias", id(self), None, threading.current_thread().name))
+        return real_bias(self)
+
+    monkeypatch.setattr(FoldedConv, "_pack", pack)
+    monkeypatch.setattr(FoldedConv, "_pack_bias", pack_bias)
     tier = runtime.load_kernels(trunk_plan.KernelModule.TRUNK).tier
-    convs = fresh.convs()
-    assert len(packed_on) == len(convs)  # each once, in the form its kernel reads
-    for conv in convs:
-        form = (conv.site, id(conv), conv.site.splits(CudaMath.FP32), conv.site.on_warpgroups(tier))
-        assert packed_on[form].startswith("pyspk-pack")
-    plan.close()
+    for cpus, pool in ((4, True), (1, False)):
+        monkeypatch.setattr(trunk_plan, "_host_threads", lambda cpus=cpus: cpus)
+        packed.clear()
+        fresh = TrunkWeights.random(5)
+        plan_trunk(runtime, CudaMath.FP32, fresh).close()
+        expected = []
+        for conv in fresh.convs():
+            form = (conv.site.splits(CudaMath.FP32), conv.site.on_warpgroups(tier))
+            expected += [("weight", id(conv), form), ("bias", id(conv), None)]
+        assert sorted(entry[:3] for entry in packed) == sorted(expected)  # each once
+        threads = {entry[3] for entry in packed}
+        if pool:
+            assert all(name.startswith("pyspk-pack") for name in threads)
+        else:
+            assert threads == {threading.current_thread().name}
 
     def failing(self, split, warpgroups):
         if self.site is TrunkSite.LAYER3_CONV:
             raise MemoryError("no room to pack")
-        return real(self, split, warpgroups)
+        return real_pack(self, split, warpgroups)
 
     monkeypatch.setattr(FoldedConv, "_pack", failing)
+    monkeypatch.setattr(trunk_plan, "_host_threads", lambda: 4)
     before = dict(fake.memory)
     with pytest.raises(MemoryError, match="no room to pack"):
         plan_trunk(runtime, CudaMath.FP32, TrunkWeights.random(6))

@@ -156,18 +156,30 @@ def _packed_weight(conv: FoldedConv, math: CudaMath, tier: PtxTier) -> np.ndarra
     return conv.packed(conv.site.splits(math), conv.site.on_warpgroups(tier))
 
 
+def _host_threads() -> int:
+    """The CPUs this process may run on (its affinity where the OS reports one)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+
+
 def _pack_ahead(weights: TrunkWeights, math: CudaMath, tier: PtxTier) -> None:
-    """Packs every convolution's weight and bias as the plan will upload them, on host
-    threads: numpy's conversions and copies let go of the GIL, and one after another the
-    packing was 0.09 s of the 0.36 s that accelerating a pipeline took (H100 host)."""
+    """Packs every convolution's weight and bias as the plan will upload them, on up to
+    8 host threads: numpy's conversions and copies let go of the GIL, and one after
+    another the packing was 0.09 s of the 0.36 s that accelerating a pipeline took
+    (H100 host). A form packed before (another plan of the same weights) is the kept
+    array (`FoldedConv.packed`)."""
 
     def pack(conv: FoldedConv) -> None:
         _packed_weight(conv, math, tier)
         conv.packed_bias()
 
-    with ThreadPoolExecutor(min(8, os.cpu_count() or 1), "pyspk-pack") as pool:
-        for _ in pool.map(pack, weights.convs()):  # raises what a packing raised
-            pass
+    threads = min(8, _host_threads())
+    if threads < 2:
+        for conv in weights.convs():
+            pack(conv)
+        return
+    with ThreadPoolExecutor(threads, "pyspk-pack") as pool:
+        list(pool.map(pack, weights.convs()))  # raises what a packing raised
 
 
 def _maxima_kernel(runtime: CudaRuntime, name: str) -> Kernel:
