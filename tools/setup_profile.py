@@ -1,16 +1,19 @@
 """Where an engine's setup goes: corpus mode's first engine (a copy of the pipeline,
 `accelerate_pipeline` with device turns) timed in rounds on a warm process, one round
-under cProfile, and the first file after it.
+under cProfile (the last, by default, so that its after-effects fall on no timed round),
+and the first file after it.
 
     PYTHONPATH=. python3 tools/setup_profile.py [--shape agglomerative] [--math fp32]
-        [--rounds 4] [--top 25]
+        [--rounds 4] [--profile-round N] [--top 25]
 
 The agglomerative shape by default (community-1's differs in its clustering only, which
 setup does not touch). Before the rounds, the stock pipeline diarizes 30 s and one
 acceleration is made and undone, so that CUDA, cuDNN and the kernels' modules are loaded
 as they are when corpus mode's clock starts after the process's first pipeline. Prints
 each round's seconds (the copy, the acceleration, the first 60 s file), then the
-profiled round's top functions by cumulative and by own time.
+profiled round's top functions by cumulative and by own time. Each round also says the
+garbage collector's pauses in the copy and in the acceleration (any thread), and how
+many were full collections.
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ def main() -> int:
     )
     parser.add_argument("--math", default="fp32")
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument(
+        "--profile-round", type=int, default=-1, help="the round under cProfile (-1: the last)"
+    )
     parser.add_argument("--top", type=int, default=25)
     args = parser.parse_args()
 
@@ -42,6 +48,7 @@ def main() -> int:
 
     from pyspk.pyannote import accelerate_pipeline
     from pyspk.pyannote._turns import DeviceTurns
+    from pyspk.testing.memory import CollectorPauses
     from pyspk.testing.synthetic import recording
     from tools.diarize_bench import _pipelines
 
@@ -54,14 +61,17 @@ def main() -> int:
     accelerate_pipeline(copy.deepcopy(pipeline), args.math, turns=DeviceTurns()).undo()
     torch.cuda.synchronize()
     print(f"{torch.cuda.get_device_name()}, {args.shape}, {args.math}", flush=True)
+    profiled = args.profile_round % args.rounds
     for index in range(args.rounds):
-        profile = cProfile.Profile() if index == 1 else None
+        profile = cProfile.Profile() if index == profiled else None
         started = time.perf_counter()
         if profile is not None:
             profile.enable()
-        own = copy.deepcopy(pipeline)
+        with CollectorPauses() as copy_pauses:
+            own = copy.deepcopy(pipeline)
         copied = time.perf_counter()
-        acceleration = accelerate_pipeline(own, args.math, turns=DeviceTurns())
+        with CollectorPauses() as setup_pauses:
+            acceleration = accelerate_pipeline(own, args.math, turns=DeviceTurns())
         ready = time.perf_counter()
         if profile is not None:
             profile.disable()
@@ -71,7 +81,10 @@ def main() -> int:
         acceleration.undo()
         print(
             f"round {index}: copy {copied - started:.3f} s, accelerate_pipeline "
-            f"{ready - copied:.3f} s, first 60 s file {done - ready:.3f} s",
+            f"{ready - copied:.3f} s, first 60 s file {done - ready:.3f} s; collector "
+            f"{copy_pauses.seconds:.3f} s ({copy_pauses.full} full) in the copy, "
+            f"{setup_pauses.seconds:.3f} s ({setup_pauses.full} full) in the acceleration"
+            + (" (profiled)" if profile is not None else ""),
             flush=True,
         )
         if profile is not None:
