@@ -223,6 +223,40 @@ def test_the_float64_trunk_is_the_models() -> None:
     assert np.abs(got - expected).max() <= 1e-12 * np.abs(expected).max()
 
 
+def test_the_trunks_tensors_come_to_the_host_in_one_copy(monkeypatch) -> None:
+    """`trunk_weights` reads every parameter and statistic of the trunk through one
+    concatenation (one device-to-host copy on a GPU), and folds exactly what copies made
+    one tensor at a time give."""
+    torch = pytest.importorskip("torch")
+    importorskip("pyannote.audio", reason="pyannote.audio is missing (pyannote extra)")
+    from pyannote.audio.models.embedding.wespeaker.resnet import ResNet34
+
+    from pyspk.torch import resnet as planned
+
+    torch.manual_seed(1)
+    resnet = ResNet34(80, 256).eval()
+    for module in resnet.modules():
+        if isinstance(module, torch.nn.BatchNorm2d):
+            module.running_mean.normal_(0, 0.1)
+            module.running_var.uniform_(0.5, 2)
+    real_cat, concatenated = torch.cat, []
+
+    def cat(tensors, *args, **kwargs):
+        concatenated.append(len(tensors))
+        return real_cat(tensors, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "cat", cat)
+    weights = planned.trunk_weights(resnet)
+    monkeypatch.setattr(torch, "cat", real_cat)
+    # conv1, bn1's four, and per block two convolutions and norms (a shortcut's too)
+    assert concatenated == [5 + 16 * 10 + 3 * 5]
+    monkeypatch.setattr(planned, "_on_host", lambda modules: {})  # each tensor copied alone
+    alone = planned.trunk_weights(resnet)
+    for ours, theirs in zip(weights.convs(), alone.convs(), strict=True):
+        assert np.array_equal(ours.weight, theirs.weight)
+        assert np.array_equal(ours.bias, theirs.bias)
+
+
 def test_each_packed_form_is_packed_once_and_kept_read_only() -> None:
     """A trunk's two plans upload the same packed weights: the second call of a form
     returns the first's array, which cannot be written, and the forms stay apart."""
