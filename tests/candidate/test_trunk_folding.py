@@ -199,15 +199,14 @@ def test_folded_weights_are_checked() -> None:
         TrunkWeights(weights.stem, (*weights.blocks[:3], swapped, *weights.blocks[4:]))
 
 
-def test_the_float64_trunk_is_the_models() -> None:
-    """`reference.trunk` on `trunk_weights(resnet)` against the stock module in float64."""
+def _resnet34(seed: int):
+    """pyannote's WeSpeaker ResNet34 (80 bins, 256 dimensions) in eval mode, seeded, its
+    BatchNorms given statistics, scales and shifts away from the identity; with torch."""
     torch = pytest.importorskip("torch")
     importorskip("pyannote.audio", reason="pyannote.audio is missing (pyannote extra)")
     from pyannote.audio.models.embedding.wespeaker.resnet import ResNet34
 
-    from pyspk.torch.resnet import trunk_weights
-
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     resnet = ResNet34(80, 256).eval()
     for module in resnet.modules():
         if isinstance(module, torch.nn.BatchNorm2d):
@@ -215,6 +214,14 @@ def test_the_float64_trunk_is_the_models() -> None:
             module.running_var.uniform_(0.5, 2)
             module.weight.data.uniform_(0.5, 1.5)
             module.bias.data.normal_(0, 0.1)
+    return torch, resnet
+
+
+def test_the_float64_trunk_is_the_models() -> None:
+    """`reference.trunk` on `trunk_weights(resnet)` against the stock module in float64."""
+    torch, resnet = _resnet34(0)
+    from pyspk.torch.resnet import trunk_weights
+
     fbank = torch.randn(1, 998, 80, dtype=torch.float64)
     with torch.no_grad():
         expected = resnet.double().forward_frames(fbank.clone()).numpy()
@@ -227,18 +234,9 @@ def test_the_trunks_tensors_come_to_the_host_in_one_copy(monkeypatch) -> None:
     """`trunk_weights` reads every parameter and statistic of the trunk through one
     concatenation (one device-to-host copy on a GPU), and folds exactly what copies made
     one tensor at a time give."""
-    torch = pytest.importorskip("torch")
-    importorskip("pyannote.audio", reason="pyannote.audio is missing (pyannote extra)")
-    from pyannote.audio.models.embedding.wespeaker.resnet import ResNet34
-
+    torch, resnet = _resnet34(1)
     from pyspk.torch import resnet as planned
 
-    torch.manual_seed(1)
-    resnet = ResNet34(80, 256).eval()
-    for module in resnet.modules():
-        if isinstance(module, torch.nn.BatchNorm2d):
-            module.running_mean.normal_(0, 0.1)
-            module.running_var.uniform_(0.5, 2)
     real_cat, concatenated = torch.cat, []
 
     def cat(tensors, *args, **kwargs):
