@@ -23,7 +23,6 @@ import weakref
 from collections.abc import Callable
 from typing import Any, cast
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -61,44 +60,14 @@ __all__ = ["PlannedStatsPool", "PlannedTrunk", "trunk_weights"]
 CONTEXT = "pyspk.torch.resnet"
 
 
-def _on_host(modules: list[object]) -> dict[int, np.ndarray]:
-    """The floating-point parameters and buffers of `modules` on the host in float64, by
-    the tensor's id, through one copy a device: copied one at a time (the trunk's 180),
-    they were most of the 182 `Tensor.to` calls that took 0.020 s of the 0.25 s that
-    accelerating a pipeline took on an H200's host."""
-    tensors = {
-        id(tensor): tensor.detach()
-        for module in modules
-        if isinstance(module, nn.Module)
-        for tensor in (*module.parameters(), *module.buffers())
-        if tensor.is_floating_point()
-    }
-    arrays: dict[int, np.ndarray] = {}
-    for device in dict.fromkeys(tensor.device for tensor in tensors.values()):
-        group = {key: t for key, t in tensors.items() if t.device == device}
-        flat = torch.cat([t.reshape(-1).to(torch.float64) for t in group.values()])
-        values, start = flat.cpu().numpy(), 0
-        for key, tensor in group.items():
-            arrays[key] = values[start : start + tensor.numel()].reshape(tensor.shape)
-            start += tensor.numel()
-    return arrays
-
-
-def _float64(tensor: torch.Tensor, on_host: dict[int, np.ndarray]) -> np.ndarray:
-    """`tensor`'s values from `on_host`, or copied now where it is not there (not a
-    floating-point tensor)."""
-    found = on_host.get(id(tensor))
-    return found if found is not None else tensor.detach().to("cpu", torch.float64).numpy()
-
-
-def _norm(module: object, on_host: dict[int, np.ndarray]) -> BatchNorm:
+def _norm(module: object) -> BatchNorm:
     if not isinstance(module, nn.BatchNorm2d) or module.running_mean is None:
         raise InvalidArgument(f"{CONTEXT}: expected a BatchNorm2d with running statistics")
 
     def host(tensor: torch.Tensor | None, default: float) -> Any:
         if tensor is None:  # affine=False
-            return np.full(module.num_features, default, dtype=np.float64)
-        return _float64(tensor, on_host)
+            return torch.full((module.num_features,), default, dtype=torch.float64).numpy()
+        return tensor.detach().to("cpu", torch.float64).numpy()
 
     return BatchNorm(
         host(module.weight, 1.0),
@@ -109,9 +78,7 @@ def _norm(module: object, on_host: dict[int, np.ndarray]) -> BatchNorm:
     )
 
 
-def _fold(
-    site: TrunkSite, conv: object, norm: object, on_host: dict[int, np.ndarray]
-) -> FoldedConv:
+def _fold(site: TrunkSite, conv: object, norm: object) -> FoldedConv:
     if not isinstance(conv, nn.Conv2d) or conv.bias is not None:
         raise InvalidArgument(f"{CONTEXT}: {site} expects a Conv2d without bias")
     shape = site.shape
@@ -120,14 +87,13 @@ def _fold(
             f"{CONTEXT}: {site} expects stride {shape.stride} and padding {shape.pad}, "
             f"not {conv.stride} and {conv.padding}"
         )
-    return FoldedConv.fold(site, _float64(conv.weight, on_host), _norm(norm, on_host))
+    weight = conv.weight.detach().to("cpu", torch.float64).numpy()
+    return FoldedConv.fold(site, weight, _norm(norm))
 
 
 def trunk_weights(resnet: nn.Module) -> TrunkWeights:
     """The trunk of a WeSpeaker ResNet34 (`model.resnet`: conv1, bn1, layer1..layer4 of
     BasicBlocks) folded; `GeometryInvalid` or `InvalidArgument` for another shape."""
-    names = ("conv1", "bn1", *(f"layer{layer}" for layer in range(1, len(TRUNK_BLOCKS) + 1)))
-    on_host = _on_host([getattr(resnet, name, None) for name in names])
     blocks = []
     for layer, count in enumerate(TRUNK_BLOCKS, start=1):
         modules = getattr(resnet, f"layer{layer}", None)
@@ -139,17 +105,17 @@ def trunk_weights(resnet: nn.Module) -> TrunkWeights:
             if shortcut is not None:
                 if len(module.shortcut) != 2:
                     raise InvalidArgument(f"{CONTEXT}: layer{layer}[0] needs a 1x1 shortcut")
-                projection = _fold(shortcut, module.shortcut[0], module.shortcut[1], on_host)
+                projection = _fold(shortcut, module.shortcut[0], module.shortcut[1])
             elif len(module.shortcut) != 0:
                 raise InvalidArgument(f"{CONTEXT}: layer{layer}[{index}] has a projection")
             blocks.append(
                 Block(
-                    _fold(first, module.conv1, module.bn1, on_host),
-                    _fold(second, module.conv2, module.bn2, on_host),
+                    _fold(first, module.conv1, module.bn1),
+                    _fold(second, module.conv2, module.bn2),
                     projection,
                 )
             )
-    stem = _fold(TrunkSite.STEM, resnet.conv1, resnet.bn1, on_host)
+    stem = _fold(TrunkSite.STEM, resnet.conv1, resnet.bn1)
     return TrunkWeights(stem, tuple(blocks))
 
 
