@@ -36,8 +36,6 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from einops import rearrange
 from pyannote.audio.models.embedding.wespeaker import BaseWeSpeakerResNet
 from pyannote.audio.models.segmentation import PyanNet
 from pyannote.core import SlidingWindowFeature
@@ -48,6 +46,7 @@ from pyspk.cuda import CudaMath
 from pyspk.cuda.errors import InvalidArgument
 from pyspk.errors import PlanError, run_all
 from pyspk.pyannote._chunks import segmentation_sizes
+from pyspk.pyannote._forwards import planned_pyannet_forward, planned_sincnet_forward
 from pyspk.pyannote._turns import DeviceTurns
 from pyspk.pyannote.corpus import diarize_corpus, diarize_corpus_on_dask
 from pyspk.pyannote.engine import (
@@ -296,7 +295,7 @@ def _accelerate_pyannet(model: PyanNet, acceleration: Acceleration, lstm: bool =
         acceleration.skipped["classifier"] = f"its activation is {activation}, not LogSoftmax"
     before = model.__dict__.get("forward")  # an instance forward of the caller's, if any
     # an instance attribute over PyanNet.forward, removed again by `undo()`
-    model.forward = _planned_pyannet_forward.__get__(model)  # type: ignore[method-assign]
+    model.forward = planned_pyannet_forward.__get__(model)  # type: ignore[method-assign]
     acceleration.on_undo(lambda: _restore_attribute(model, "forward", before))
 
 
@@ -312,7 +311,7 @@ def _accelerate_sinc_front(sincnet: nn.Module, acceleration: Acceleration, math:
         return
     before = sincnet.__dict__.get("forward")
     # an instance attribute over SincNet.forward, removed again by `undo()`
-    sincnet.forward = functools.partial(_planned_sincnet_forward, sincnet)  # type: ignore[method-assign]
+    sincnet.forward = functools.partial(planned_sincnet_forward, sincnet)  # type: ignore[method-assign]
     acceleration.on_undo(lambda: _restore_attribute(sincnet, "forward", before))
 
 
@@ -352,42 +351,6 @@ def _library_bits_sinc_front(
         raise
     front.served_batches = frozenset(batches)
     return acceleration
-
-
-def _planned_sincnet_forward(sincnet: nn.Module, waveforms: torch.Tensor) -> torch.Tensor:
-    """`SincNet.forward` (pyannote.audio 4.0) with a `PlannedSincFront` at conv1d[0],
-    which applies the abs and pool1d[0] itself."""
-    convs, pools = cast(nn.ModuleList, sincnet.conv1d), cast(nn.ModuleList, sincnet.pool1d)
-    norms = cast(nn.ModuleList, sincnet.norm1d)
-    normalised = cast(nn.Module, sincnet.wav_norm1d)(waveforms)
-    outputs = F.leaky_relu(norms[0](convs[0](normalised)))
-    for conv, pool, norm in zip(convs[1:], pools[1:], norms[1:], strict=True):
-        outputs = F.leaky_relu(norm(pool(conv(outputs))))
-    return outputs
-
-
-def _planned_pyannet_forward(self: PyanNet, waveforms: torch.Tensor) -> torch.Tensor:
-    """`PyanNet.forward` (pyannote.audio 4.0) with the activations a plan fuses left to
-    the plan: LeakyReLU after each planned linear, LogSoftmax after a planned classifier."""
-    outputs = self.sincnet(waveforms)
-    hparams = cast("AttributeDict", self.hparams)  # lightning keeps them in an AttributeDict
-    if hparams.lstm["monolithic"]:
-        outputs, _ = self.lstm(rearrange(outputs, "batch feature frame -> batch frame feature"))
-    else:
-        outputs = rearrange(outputs, "batch feature frame -> batch frame feature")
-        # not monolithic: a ModuleList of one-layer LSTMs
-        for i, lstm in enumerate(cast(nn.ModuleList, self.lstm)):
-            outputs, _ = lstm(outputs)
-            if i + 1 < hparams.lstm["num_layers"]:
-                outputs = self.dropout(outputs)
-    if hparams.linear["num_layers"] > 0:
-        for linear in self.linear:
-            outputs = linear(outputs)
-            if not isinstance(linear, PlannedDense):
-                outputs = F.leaky_relu(outputs)
-    if isinstance(self.classifier, PlannedDense):
-        return self.classifier(outputs)
-    return self.activation(self.classifier(outputs))
 
 
 class ChunkEmbeddings:

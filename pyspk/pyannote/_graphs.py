@@ -14,7 +14,7 @@ from pyspk.cuda.errors import CudaError, InvalidArgument
 from pyspk.cuda.lifetime import stream_capturing
 from pyspk.cuda.runtime import abandon_capture
 
-__all__ = ["Forward", "padded"]
+__all__ = ["Forward", "fill_ladder", "padded"]
 
 
 class Forward:
@@ -139,6 +139,32 @@ class Forward:
 
     def close(self) -> None:
         self.graph, self.outputs, self.inputs = None, (), []
+
+
+def fill_ladder(
+    forwards: dict[int, Forward],
+    name: str,
+    function: Callable[..., tuple[torch.Tensor, ...]],
+    shapes: Callable[[int], list[tuple[int, ...]]],
+    sizes: list[int],
+    device: torch.device,
+    graph: bool,
+    stream: torch.cuda.Stream,
+) -> None:
+    """Fills `forwards` with a `Forward` of `function` for each batch size in `sizes`
+    (the full batch first, named `name`), each smaller one sharing the full one's memory
+    (`shapes(size)`: its inputs' shapes). Those made before an error stay in `forwards`,
+    for the caller to close."""
+    for size in sizes:
+        forwards[size] = Forward(
+            name if size == sizes[0] else f"{name} {size}",
+            function,
+            shapes(size),
+            device,
+            graph,
+            stream,
+            share=forwards.get(sizes[0]),
+        )
 
 
 def padded(items: torch.Tensor, count: int) -> torch.Tensor:

@@ -56,8 +56,9 @@ from pyspk.candidate.cluster import DeviceLinkage
 from pyspk.cuda import CudaMath
 from pyspk.cuda.errors import ClosedError, InvalidArgument
 from pyspk.errors import TooLongError, available_host_memory, run_all
-from pyspk.pyannote import _annotation, _chunks, _clustering, _steps
-from pyspk.pyannote._graphs import Forward, padded
+from pyspk.pyannote import _chunks, _steps
+from pyspk.pyannote._graphs import Forward, fill_ladder, padded
+from pyspk.pyannote._host_steps import cluster_and_reconstruct
 from pyspk.pyannote._report import RunReport
 from pyspk.pyannote._turns import DeviceTurns
 from pyspk.pyannote._upload import PieceUpload, float_waveform, to_host
@@ -174,29 +175,19 @@ class Engine:
         started = time.perf_counter()
         try:
             with torch.inference_mode(), library_math(self.math), torch.cuda.device(self.device):
-                self._fbank = planned_fbank(self._embedding_model, self.device)
                 # frames of the segmentation's output per chunk: what the masks have
                 self._mask_frames = self._segmentation_model.num_frames(window)
-                for size in _chunks.segmentation_sizes(segmentation_batch):
-                    self._segments[size] = Forward(
-                        "segmentation" if size == segmentation_batch else f"segmentation {size}",
-                        self._segment_eager,
-                        [(size, 1, window)],
-                        self.device,
-                        graphs,
-                        seg_stream,
-                        share=self._segments.get(segmentation_batch),
-                    )
-                for size in _chunks.embedding_sizes(embedding_batch):
-                    self._embeds[size] = Forward(
-                        "embedding" if size == embedding_batch else f"embedding {size}",
-                        self._embed_eager,
-                        [(size, 1, window), (size, 3, self._mask_frames)],
-                        self.device,
-                        graphs,
-                        emb_stream,
-                        share=self._embeds.get(embedding_batch),
-                    )
+                fill_ladder(
+                    self._segments,
+                    "segmentation",
+                    self._segment_eager,
+                    lambda size: [(size, 1, window)],
+                    _chunks.segmentation_sizes(segmentation_batch),
+                    self.device,
+                    graphs,
+                    seg_stream,
+                )
+                self._prepare_embedding(graphs, window, emb_stream)
                 # the forwards' work, which this stream waited for: not the whole
                 # device's, which would break another thread's capture
                 torch.cuda.current_stream().synchronize()
@@ -204,6 +195,19 @@ class Engine:
             self.close()
             raise
         self.prepare_seconds = time.perf_counter() - started
+
+    def _prepare_embedding(self, graphs: bool, window: int, stream: torch.cuda.Stream) -> None:
+        self._fbank = planned_fbank(self._embedding_model, self.device)
+        fill_ladder(
+            self._embeds,
+            "embedding",
+            self._embed_eager,
+            lambda size: [(size, 1, window), (size, 3, self._mask_frames)],
+            _chunks.embedding_sizes(self.embedding_batch),
+            self.device,
+            graphs,
+            stream,
+        )
 
     # -- what it serves ---------------------------------------------------------------
 
@@ -319,7 +323,9 @@ class Engine:
             )
             self._finish(report, started)
             return output.speaker_diarization if pipeline.legacy else output
-        output = self._cluster_and_reconstruct(
+        output = cluster_and_reconstruct(
+            pipeline,
+            self._linkage,
             file,
             segmentations,
             facts,
@@ -508,72 +514,6 @@ class Engine:
             return torch.where(enough, clean, masks)
 
         return exclude
-
-    def _cluster_and_reconstruct(
-        self,
-        file: Mapping,
-        segmentations: SlidingWindowFeature,
-        facts: _steps.SegmentationFacts,
-        embeddings: np.ndarray,
-        num_speakers: int | None,
-        min_speakers: int,
-        max_speakers: int | float,
-        hook: Callable,
-        report: RunReport,
-    ) -> DiarizeOutput | Annotation:
-        """The stock `apply` from the clustering on, with `pyspk.pyannote._steps`."""
-        pipeline = self.pipeline
-        binarized_segmentations = segmentations  # powerset outputs are binary already
-        clustering = time.perf_counter()
-        hard_clusters, _, centroids = _clustering.cluster(
-            pipeline.clustering,
-            device_linkage=self._linkage,
-            timings=report.clustering,
-            clean=facts.clean,
-            frame_sums=facts.frame_sums,
-            embeddings=embeddings,
-            segmentations=binarized_segmentations,
-            num_clusters=num_speakers,
-            min_clusters=min_speakers,
-            max_clusters=max_speakers,
-            file=file,
-            frames=pipeline._segmentation.model.receptive_field,
-        )
-        reconstruction = time.perf_counter()
-        report.steps["clustering"] = reconstruction - clustering
-        num_different_speakers = int(np.max(hard_clusters)) + 1
-        report.speakers = num_different_speakers
-        if num_different_speakers < min_speakers or num_different_speakers > max_speakers:
-            warnings.warn(  # the stock warning
-                f"The detected number of speakers ({num_different_speakers}) for "
-                f"{file['uri']} is outside the given bounds [{min_speakers}, {max_speakers}]. "
-                "This can happen if the given audio file is too short to contain "
-                f"{min_speakers} or more speakers. Try to lower the desired minimal number "
-                "of speakers.",
-                stacklevel=4,
-            )
-        count = facts.count
-        count.data = np.minimum(count.data, max_speakers).astype(np.int8)
-        hard_clusters[facts.inactive] = -2
-        exclusive_count = SlidingWindowFeature(
-            np.minimum(count.data, 1).astype(np.int8), count.sliding_window
-        )
-        discrete_diarization, exclusive = _steps.reconstruct_each(
-            segmentations, hard_clusters, [count, exclusive_count], facts.runs
-        )
-        hook("discrete_diarization", discrete_diarization)
-        min_duration_off = pipeline.segmentation.min_duration_off
-        diarization, exclusive_diarization = (
-            _annotation.to_annotation(
-                discrete, min_duration_on=0.0, min_duration_off=min_duration_off, uri=file["uri"]
-            )
-            for discrete in (discrete_diarization, exclusive)
-        )
-        output = _annotation.name_speakers(
-            pipeline, file, diarization, exclusive_diarization, centroids
-        )
-        report.steps["reconstruction"] = time.perf_counter() - reconstruction
-        return output
 
 
 def unserved_configuration(pipeline: Any) -> str | None:

@@ -409,17 +409,17 @@ def test_an_engine_that_fails_to_prepare_gives_its_memory_back_at_once(
     retry, say with a smaller batch, finds them free."""
     import gc
 
-    from pyspk.pyannote import engine
+    from pyspk.pyannote import _graphs, engine
     from pyspk.torch._streams import STREAMS
 
-    real_forward = engine.Forward
+    real_forward = _graphs.Forward
 
     def forward(name: str, *args, **kwargs):
         if name == "embedding":
             raise RuntimeError("the embedding forward failed")
         return real_forward(name, *args, **kwargs)
 
-    monkeypatch.setattr(engine, "Forward", forward)
+    monkeypatch.setattr(_graphs, "Forward", forward)
 
     def failed_engine() -> None:
         with pytest.raises(RuntimeError, match="the embedding forward failed"):

@@ -442,7 +442,7 @@ def test_an_engine_that_fails_to_prepare_closes_what_it_made(monkeypatch):
 
     import torch
 
-    from pyspk.pyannote import engine
+    from pyspk.pyannote import _graphs, engine
 
     made: list[_Part] = []
     given_back: list[list] = []
@@ -461,8 +461,9 @@ def test_an_engine_that_fails_to_prepare_closes_what_it_made(monkeypatch):
     monkeypatch.setattr(engine, "shared_runtime", lambda device: None)
     monkeypatch.setattr(engine, "STREAMS", streams)
     monkeypatch.setattr(engine, "HOST_COPY_STREAMS", streams)
-    for name in ("DeviceLinkage", "planned_fbank", "Forward"):
+    for name in ("DeviceLinkage", "planned_fbank"):
         monkeypatch.setattr(engine, name, part)
+    monkeypatch.setattr(_graphs, "Forward", part)
     monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
     model = types.SimpleNamespace(
         audio=types.SimpleNamespace(get_num_samples=lambda duration: 160_000),
@@ -509,15 +510,15 @@ def _conversation_artefacts(seconds: float) -> tuple[dict, object, np.ndarray]:
 
 
 def test_the_engines_steps_after_the_models_give_the_stock_output():
-    """`Engine._cluster_and_reconstruct`, given the segmentations' facts that `_collect`
+    """`cluster_and_reconstruct`, given the segmentations' facts that `_collect`
     finds while the GPU embeds, on the same segmentations and embeddings as the stock
     `apply` (the models' steps stood in for): the stock tracks, labels and centroids,
     with several speakers."""
     import math
 
     from pyspk.pyannote import _steps
+    from pyspk.pyannote._host_steps import cluster_and_reconstruct
     from pyspk.pyannote._report import RunReport
-    from pyspk.pyannote.engine import Engine
     from pyspk.pyannote.offline import offline_pipeline, segmentation_3_0, wespeaker_resnet34
 
     file, segmentations, embeddings = _conversation_artefacts(240.0)
@@ -528,8 +529,9 @@ def test_the_engines_steps_after_the_models_give_the_stock_output():
         warnings.simplefilter("ignore")
         stock = pipeline(file)
     frames = pipeline._segmentation.model.receptive_field
-    ours = Engine._cluster_and_reconstruct(
-        types.SimpleNamespace(pipeline=pipeline, _linkage=None),
+    ours = cluster_and_reconstruct(
+        pipeline,
+        None,
         file,
         segmentations,
         _steps.segmentation_facts(segmentations, frames),
