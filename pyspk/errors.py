@@ -9,6 +9,8 @@ Three families, by what the caller does about them:
   `InferenceOnlyError` (a planned module called while autograd records),
   `WeightsChangedError` (its parameters changed after planning) and `TooLongError` (a
   recording this machine's memory cannot hold). None is a fallback.
+- `BackgroundSetupError`: setup made on a thread of its own failed (its cause is the
+  error); an engine that raises it cannot diarize.
 
 `run_all` runs every step of a cleanup and then raises the first error among them.
 """
@@ -40,6 +42,7 @@ from pyspk.cuda.errors import (
 
 __all__ = [
     "ArtifactError",
+    "BackgroundSetupError",
     "BufferLayoutError",
     "BufferLengthError",
     "ClosedError",
@@ -71,6 +74,12 @@ class InferenceOnlyError(RuntimeError):
 class WeightsChangedError(RuntimeError):
     """A planned module's parameters changed after its plans copied them: call
     `replan()`."""
+
+
+class BackgroundSetupError(RuntimeError):
+    """Setup that ran in the background (`accelerate_pipeline(...,
+    embedding_in_background=True)`) failed; its error is the cause. Not a file's
+    failure: a corpus run stops and raises it."""
 
 
 class FileError(Exception):

@@ -451,6 +451,7 @@ class PipelineAcceleration:
         segmentation_plans: bool | None,
         lstm: bool | None = None,
         turns: DeviceTurns | None = None,
+        embedding_in_background: bool = False,
     ) -> None:
         self.pipeline = pipeline
         self.math = CudaMath.parse(math)
@@ -474,10 +475,15 @@ class PipelineAcceleration:
                     inference.model.audio.get_num_samples(inference.duration),
                 )
                 self._steps.append(self.segmentation.undo)
-            self.embedding = accelerate(pipeline._embedding.model_, self.math)
-            self._steps.append(self.embedding.undo)
-            self.embeddings = embed_once_per_chunk(pipeline, batch_size)
-            self._steps.append(self.embeddings.undo)
+            # the embedding's steps: undone after the engine closes, whichever thread
+            # made them (`embedding_in_background`: the engine's)
+            self.embedding: Acceleration | None = None
+            self.embeddings: ChunkEmbeddings | None = None
+            self._embedding_steps: list[Callable[[], None]] = []
+            self._steps.append(lambda: run_all(list(reversed(self._embedding_steps))))
+            setup = functools.partial(self._accelerate_embedding, pipeline, batch_size)
+            if not embedding_in_background:
+                setup()
             self.engine = Engine(
                 pipeline,
                 self.math,
@@ -485,6 +491,7 @@ class PipelineAcceleration:
                 graphs=graphs,
                 overlap=overlap,
                 turns=turns,
+                embedding_setup=setup if embedding_in_background else None,
             )
             self._steps.append(self.engine.close)
             before = pipeline.__dict__.get("apply")  # an instance apply of the caller's
@@ -493,6 +500,17 @@ class PipelineAcceleration:
         except BaseException:
             self.undo()
             raise
+
+    def _accelerate_embedding(self, pipeline: Any, batch_size: int) -> None:
+        self.embedding = accelerate(pipeline._embedding.model_, self.math)
+        self._embedding_steps.append(self.embedding.undo)
+        self.embeddings = embed_once_per_chunk(pipeline, batch_size)
+        self._embedding_steps.append(self.embeddings.undo)
+
+    def settle(self) -> None:
+        """Waits for the embedding side's setup where it runs in the background (see
+        `accelerate_pipeline`), without raising its error."""
+        self.engine.settle()
 
     def undo(self) -> None:
         """Restores the pipeline (idempotent): its apply, the graphs freed before the
@@ -518,6 +536,7 @@ def accelerate_pipeline(
     segmentation_plans: bool | None = None,
     lstm: bool | None = None,
     turns: DeviceTurns | None = None,
+    embedding_in_background: bool = False,
 ) -> PipelineAcceleration:
     """Puts `pipeline` (a pyannote `SpeakerDiarization` already on its CUDA device) on
     pyspk: its `apply` on the diarization engine (`pyspk.pyannote.engine`: `segmentation_batch`
@@ -541,7 +560,14 @@ def accelerate_pipeline(
 
     `turns` (a `DeviceTurns`, one per GPU) queues this pipeline's files on the device in
     turn with the other pipelines given the same: for engines on threads of one process,
-    as corpus mode's (`diarize_corpus(..., turns=True)`)."""
+    as corpus mode's (`diarize_corpus(..., turns=True)`).
+
+    `embedding_in_background=True` returns once the segmentation side is ready and
+    makes the embedding side (the embedding model's plans and the engine's embedding
+    forwards, about two thirds of the setup) on a thread of its own, while the first
+    file's segmentation already runs: its embeddings wait for it. A failure there is
+    raised by `apply` as `BackgroundSetupError`; `settle()` waits for it to end. Corpus
+    mode does so for each engine."""
     return PipelineAcceleration(
         pipeline,
         math,
@@ -552,4 +578,5 @@ def accelerate_pipeline(
         segmentation_plans,
         lstm,
         turns,
+        embedding_in_background,
     )

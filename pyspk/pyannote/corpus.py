@@ -5,7 +5,8 @@ JSON-lines manifest of what was done, and a rerun that skips it.
   (at most `decode_ahead` decoded files wait), longest first, from the start, and
   `engines` accelerated copies of the pipeline take them in turn on threads, each on
   streams of its own (each copy accelerated in its thread, one at a time, the first
-  diarizing while the next are planned and captured): one
+  diarizing while the next are planned and captured; each copy's embedding side made
+  while its first file's segmentation already runs): one
   file's clustering, reconstruction and RTTM run on the host while the next file's
   models run on the GPU, and the engines' GPU passes (one math: `library_math` scopes
   of one math run together) overlap each other, or with `turns` queue on the GPU one
@@ -38,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pyspk.errors import BackgroundSetupError
 from pyspk.files import (
     Audio,
     FileError,
@@ -115,7 +117,8 @@ class CorpusRun:
     seconds: float = 0.0
     setup_seconds: float = 0.0
     """Of `seconds`, before any file could start: copying the pipelines and accelerating
-    the first (the others are accelerated while it diarizes)."""
+    the first one's segmentation side (its embedding side is made while its first
+    file's segmentation runs, the other engines while it diarizes)."""
 
     @property
     def rtfx(self) -> float:
@@ -188,6 +191,8 @@ def diarize_file(
         output = pipeline(file, **options)
         annotation = getattr(output, "speaker_diarization", output)
         write_rttm(annotation, Path(entry["rttm"]))
+    except BackgroundSetupError:  # the engine's, not the file's: the run stops
+        raise
     except Exception as error:  # this file's failure: recorded, and the others go on
         entry.update(status="failed", error=f"{type(error).__name__}: {error}")
         return entry
@@ -271,8 +276,9 @@ def diarize_corpus(
 class _Setup:
     """Each engine's acceleration, made in its own thread one engine at a time: the first
     engine diarizes while the next ones plan and capture (their captures are
-    thread-local, on streams of their own), so a run waits for one engine's setup, not
-    all of them. Each thread runs on the device the caller's thread had."""
+    thread-local, on streams of their own), so a run waits for one engine's segmentation
+    side: its embedding side is made while its first file's segmentation runs, and the
+    next engine's setup starts after it. Each thread runs on the caller's device."""
 
     def __init__(self, math: str, segmentation_batch: int | None, turns: bool) -> None:
         import torch
@@ -293,6 +299,8 @@ class _Setup:
 
         torch.cuda.set_device(self.device)
         with self.lock:
+            if self.accelerations:  # the engine before's embedding side is made too
+                self.accelerations[-1].settle()
             if stop.is_set():
                 return False
             self.accelerations.append(
@@ -301,6 +309,7 @@ class _Setup:
                     self.math,
                     segmentation_batch=self.segmentation_batch,
                     turns=self.turns,
+                    embedding_in_background=True,
                 )
             )
         return True

@@ -57,6 +57,7 @@ from pyspk.cuda import CudaMath
 from pyspk.cuda.errors import ClosedError, InvalidArgument
 from pyspk.errors import TooLongError, available_host_memory, run_all
 from pyspk.pyannote import _chunks, _steps
+from pyspk.pyannote._background import Background
 from pyspk.pyannote._graphs import Forward, fill_ladder, padded
 from pyspk.pyannote._host_steps import cluster_and_reconstruct
 from pyspk.pyannote._report import RunReport
@@ -124,7 +125,11 @@ def _recorded(stream: torch.cuda.Stream) -> torch.cuda.Event:
 class Engine:
     """Runs `pipeline` (a pyannote `SpeakerDiarization` on its CUDA device, its models
     already on pyspk plans) as the module docstring says; `apply` stands for the
-    pipeline's own and takes its arguments."""
+    pipeline's own and takes its arguments. With `embedding_setup` (work the embedding
+    forwards need first: the embedding model's plans) that work and the embedding
+    forwards are made on a thread of their own once the segmentation's are ready: the
+    first file's segmentation runs on the GPU meanwhile, and its embeddings wait for
+    them (a failure there is raised as `BackgroundSetupError` by each `apply`)."""
 
     def __init__(
         self,
@@ -135,6 +140,7 @@ class Engine:
         graphs: bool = True,
         overlap: bool = True,
         turns: DeviceTurns | None = None,
+        embedding_setup: Callable[[], None] | None = None,
     ) -> None:
         segmentation_batch, embedding_batch = batches
         if segmentation_batch < 1 or embedding_batch < 1:
@@ -157,7 +163,10 @@ class Engine:
         self._embeds: dict[int, Forward] = {}  # the same
         self._fbank: Fbank | None = None
         self._linkage: DeviceLinkage | None = None
+        self._embedding_side: Background | None = None
         if self.unserved is not None:
+            if embedding_setup is not None:
+                embedding_setup()
             return
         inference = pipeline._segmentation
         self.device = inference.device
@@ -187,10 +196,15 @@ class Engine:
                     graphs,
                     seg_stream,
                 )
-                self._prepare_embedding(graphs, window, emb_stream)
+                if embedding_setup is None:
+                    self._prepare_embedding(graphs, window, emb_stream)
                 # the forwards' work, which this stream waited for: not the whole
                 # device's, which would break another thread's capture
                 torch.cuda.current_stream().synchronize()
+            if embedding_setup is not None:
+                aside = functools.partial(self._embedding_aside, embedding_setup, graphs, window)
+                what = f"pyspk engine: the embedding setup on {self.device}"
+                self._embedding_side = Background("pyspk-embedding-setup", what, aside)
         except BaseException:  # nothing half-made stays: the plans, forwards, streams
             self.close()
             raise
@@ -208,6 +222,28 @@ class Engine:
             graphs,
             stream,
         )
+
+    def _embedding_aside(
+        self, embedding_setup: Callable[[], None], graphs: bool, window: int
+    ) -> None:
+        """The embedding side on a thread of its own: `embedding_setup` (the model's
+        plans), then the forwards, captured on a private stream (the engine's embedding
+        stream is the first file's meanwhile) and replayed on the engine's."""
+        with torch.cuda.device(self.device):
+            embedding_setup()
+        (stream,) = STREAMS.take(self.device, 1)
+        try:
+            with torch.inference_mode(), library_math(self.math), torch.cuda.device(self.device):
+                self._prepare_embedding(graphs, window, stream)
+                torch.cuda.current_stream().synchronize()
+        finally:
+            STREAMS.give_back([stream])
+
+    def settle(self) -> None:
+        """Waits for an embedding side made in the background (`embedding_setup`) to be
+        ready or to have failed, without raising its error."""
+        if self._embedding_side is not None:
+            self._embedding_side.settle()
 
     # -- what it serves ---------------------------------------------------------------
 
@@ -236,6 +272,9 @@ class Engine:
         """How each forward runs ("graph", or "eager" and why)."""
         if self.unserved is not None:
             return {"engine": f"stock apply ({self.unserved})"}
+        error = None if self._embedding_side is None else self._embedding_side.settle()
+        if error is not None:
+            return {"engine": f"the embedding setup failed ({error!r})"}
         assert self._segments and self._embeds  # made when served
         notes = {}
         for ladder in (self._segments, self._embeds):
@@ -252,6 +291,7 @@ class Engine:
             if self.closed:
                 return
             self.closed = True
+            self.settle()  # what the embedding side made is closed too
             forwards = (*self._segments.values(), *self._embeds.values())
             parts = (*reversed(forwards), self._linkage, self._fbank)
             steps = [part.close for part in parts if part is not None]
@@ -277,6 +317,7 @@ class Engine:
             raise ClosedError("pyspk engine: closed (its acceleration was undone)")
         if self.unserved is not None or pipeline.training or not float_waveform(file):
             # integer samples too: the stock apply refuses them as it does
+            self.settle()  # the embedding model is not changed under it
             return type(pipeline).apply(
                 pipeline, file, num_speakers, min_speakers, max_speakers, hook, **kwargs
             )
@@ -389,7 +430,7 @@ class Engine:
         self, chunks: torch.Tensor, upload: PieceUpload, streams: tuple[torch.cuda.Stream, ...]
     ) -> _Queued:
         """`_enqueue`'s work, on its (segmentation, embedding) streams."""
-        assert self._segments and self._embeds
+        assert self._segments  # and the embedding forwards, unless made in the background
         seg_stream, emb_stream = streams
         total = chunks.shape[0]
         queued = _Queued(torch.cuda.Event(enable_timing=True))
@@ -398,16 +439,9 @@ class Engine:
         scores = masks = embeddings = None
         exclude = self._exclusion()
         embedded = 0
-        for first, stop, size in _chunks.segmentation_spans(total, [*self._segments]):
-            upload.through(stop, seg_stream)
-            with torch.cuda.stream(seg_stream):
-                batch_scores, batch_masks = self._segments[size](chunks[first:stop])
-                if scores is None or masks is None:
-                    scores = torch.empty((total, *batch_scores.shape[1:]), device=self.device)
-                    masks = torch.empty((total, *batch_masks.shape[1:]), device=self.device)
-                scores[first:stop].copy_(batch_scores[: stop - first])
-                masks[first:stop].copy_(batch_masks[: stop - first])
-                queued.segmented.append((stop, _recorded(seg_stream)))
+
+        def embed_through(stop: int, masks: torch.Tensor) -> None:
+            nonlocal embeddings, embedded
             with torch.cuda.stream(emb_stream):
                 emb_stream.wait_event(queued.segmented[-1][1])
                 for start, last in _chunks.embedding_spans(
@@ -421,7 +455,28 @@ class Engine:
                     embeddings[start:last].copy_(batch[: last - start])
                     queued.embedded.append(_recorded(emb_stream))
                     embedded = last
-        assert scores is not None and masks is not None and embeddings is not None
+
+        side = self._embedding_side
+        for first, stop, size in _chunks.segmentation_spans(total, [*self._segments]):
+            upload.through(stop, seg_stream)
+            with torch.cuda.stream(seg_stream):
+                batch_scores, batch_masks = self._segments[size](chunks[first:stop])
+                if scores is None or masks is None:
+                    scores = torch.empty((total, *batch_scores.shape[1:]), device=self.device)
+                    masks = torch.empty((total, *batch_masks.shape[1:]), device=self.device)
+                scores[first:stop].copy_(batch_scores[: stop - first])
+                masks[first:stop].copy_(batch_masks[: stop - first])
+                queued.segmented.append((stop, _recorded(seg_stream)))
+            if side is None or side.ready():  # else the segmentation runs ahead meanwhile
+                embed_through(stop, masks)
+        assert scores is not None and masks is not None
+        if embedded < total:
+            assert side is not None
+            if side.settle() is not None:
+                seg_stream.synchronize()  # the file's own work, done with its buffers
+            side.wait()  # raises the embedding setup's error
+            embed_through(total, masks)
+        assert embeddings is not None
         (queued.masks, queued.scores), queued.masks_copied = to_host(
             self._copies, queued.segmented[-1][1], masks, scores
         )

@@ -446,6 +446,84 @@ def test_an_engine_that_fails_to_prepare_gives_its_memory_back_at_once(
         gc.enable()
 
 
+def _slowed_embedding_setup(monkeypatch, pyannote, delay: float, error: Exception | None = None):
+    """`PipelineAcceleration`'s embedding setup made to take `delay` seconds more (then
+    raise `error`, if given)."""
+    import time
+
+    real = pyannote.PipelineAcceleration._accelerate_embedding
+
+    def slowed(self, *args) -> None:
+        time.sleep(delay)
+        if error is not None:
+            raise error
+        real(self, *args)
+
+    monkeypatch.setattr(pyannote.PipelineAcceleration, "_accelerate_embedding", slowed)
+
+
+def test_an_embedding_side_made_in_the_background_gives_the_front_bits(
+    torch, pyannote, pipeline, audio, monkeypatch
+):
+    """`embedding_in_background=True`, its setup slowed by 1 s: the first apply queues
+    its segmentation at once (`setup`, the host's time before the GPU's first work) and
+    its embeddings after the setup (`gpu`, from that first work to the last embedding),
+    both models still on graphs, and every apply gives the bits of an acceleration made
+    in front."""
+    runs = {}
+    for background in (False, True):
+        if background:
+            _slowed_embedding_setup(monkeypatch, pyannote, 1.0)
+        with pyannote.accelerate_pipeline(
+            pipeline, "fp32", embedding_in_background=background
+        ) as acceleration:
+            outputs = [pipeline(audio)]
+            first = acceleration.engine.last_run
+            outputs.append(pipeline(audio))
+            assert acceleration.engine.describe() == {
+                "segmentation": "graph",
+                "embedding": "graph",
+            }
+            runs[background] = (outputs, [first, acceleration.engine.last_run])
+        if background:
+            print(f"first apply: setup {first.setup:.3f} s, gpu {first.gpu:.3f} s")
+            assert first.setup < 0.5 and first.gpu > 1.0
+    (front, front_reports), (aside, aside_reports) = runs[False], runs[True]
+    for ours, theirs in zip(aside_reports, front_reports, strict=True):
+        assert np.array_equal(ours.scores, theirs.scores)
+        assert np.array_equal(ours.embeddings, theirs.embeddings, equal_nan=True)
+    assert [tracks(output) for output in front] == [tracks(output) for output in aside]
+
+
+def test_a_failed_background_setup_is_raised_by_each_apply_and_undone(
+    torch, pyannote, pipeline, audio, monkeypatch
+):
+    """An embedding side that fails in the background: `accelerate_pipeline` returned,
+    each `apply` raises `BackgroundSetupError` with the failure as its cause, the
+    engine says so, and `undo()` gives back the streams and restores the stock apply."""
+    from pyspk.errors import BackgroundSetupError
+    from pyspk.torch._streams import STREAMS
+
+    def idle_streams() -> int:
+        return len(STREAMS._idle.get(torch.device("cuda", 0), []))
+
+    with pyannote.accelerate_pipeline(pipeline, "fp32"):
+        pipeline(audio)  # the engine's streams made once, idle after
+    idle = idle_streams()
+    _slowed_embedding_setup(monkeypatch, pyannote, 0.2, MemoryError("no room for the trunk"))
+    acceleration = pyannote.accelerate_pipeline(pipeline, "fp32", embedding_in_background=True)
+    try:
+        for _ in range(2):
+            with pytest.raises(BackgroundSetupError, match="embedding setup on cuda") as raised:
+                pipeline(audio)
+            assert isinstance(raised.value.__cause__, MemoryError)
+        assert "no room for the trunk" in acceleration.engine.describe()["engine"]
+    finally:
+        acceleration.undo()
+    assert "apply" not in pipeline.__dict__
+    assert idle_streams() == idle
+
+
 def test_a_dropped_acceleration_lasts_as_long_as_its_pipeline(torch, pyannote):
     """The rule for an acceleration dropped without `undo()`: the pipeline keeps it (the
     pipeline holds the plans and the engine), and the plans' memory goes with the

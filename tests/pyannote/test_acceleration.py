@@ -64,6 +64,7 @@ def test_a_closed_engine_refuses_with_one_clear_error():
     engine.pipeline, engine.unserved, engine.closed = object(), None, False
     engine._lock = threading.Lock()
     engine._segments, engine._embeds, engine._linkage, engine._fbank = {}, {}, None, None
+    engine._embedding_side = None
     given_back = []
     engine._give_back = [lambda: given_back.append(True)]
     engine.close()

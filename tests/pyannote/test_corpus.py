@@ -187,27 +187,35 @@ class _Accelerations:
         self.calls: list[str] = []
         self.turns: list[object] = []
         self.undone: list[bool] = []
+        self.settled: list[int] = []  # which engines' setups were waited for, in order
+        self.in_background: list[bool] = []
         self.first_file_done = threading.Event()
         self.wait_before, self.fail_at = wait_before, fail_at
 
-    def __call__(self, pipeline, math, segmentation_batch=None, turns=None):
+    def __call__(
+        self, pipeline, math, segmentation_batch=None, turns=None, embedding_in_background=False
+    ):
         index = len(self.calls)
         self.calls.append(threading.current_thread().name)
         self.turns.append(turns)
+        self.in_background.append(embedding_in_background)
         if index == self.wait_before:  # returns only if another engine diarizes meanwhile
             assert self.first_file_done.wait(timeout=120), "no file was diarized meanwhile"
         if index == self.fail_at:
             raise MemoryError(f"accelerating engine {index}")
         self.undone.append(False)
-        return _Undo(self.undone, index)
+        return _Undo(self, index)
 
 
 class _Undo:
-    def __init__(self, undone: list[bool], index: int) -> None:
-        self.undone, self.index = undone, index
+    def __init__(self, accelerations: _Accelerations, index: int) -> None:
+        self.accelerations, self.index = accelerations, index
+
+    def settle(self) -> None:
+        self.accelerations.settled.append(self.index)
 
     def undo(self) -> None:
-        self.undone[self.index] = True
+        self.accelerations.undone[self.index] = True
 
 
 def _stand_in(monkeypatch, accelerations: _Accelerations) -> None:
@@ -246,6 +254,32 @@ def test_the_first_engine_diarizes_while_the_next_is_accelerated(corpus, tmp_pat
     assert threading.current_thread().name not in accelerations.calls
     assert accelerations.undone == [True, True]
     assert 0.0 < run.setup_seconds < run.seconds
+    # each engine's embedding side made beside its first file, the second engine's
+    # setup begun once the first one's was made
+    assert accelerations.in_background == [True, True]
+    assert accelerations.settled == [0]
+
+
+def test_a_failed_embedding_setup_stops_the_run_and_records_no_file(corpus, tmp_path, monkeypatch):
+    """An engine whose embedding side, made in the background, failed raises
+    `BackgroundSetupError` from its file's `apply`: that is the engine's failure, not
+    the file's, so the run stops and raises it, and the manifest records no file as
+    failed (a rerun redoes them)."""
+    _stack()
+    from pyspk.errors import BackgroundSetupError
+    from pyspk.pyannote.corpus import diarize_corpus
+
+    _stand_in(monkeypatch, _Accelerations())
+    pipeline = cpu_pipeline()
+
+    def broken(file, **options):
+        raise BackgroundSetupError("pyspk engine: the embedding setup on cuda:0 failed")
+
+    pipeline.apply = broken
+    with pytest.raises(BackgroundSetupError, match="embedding setup on cuda:0"):
+        diarize_corpus(pipeline, [corpus], tmp_path, engines=1, progress=None)
+    manifest = tmp_path / "manifest.jsonl"
+    assert not manifest.exists() or _entries(manifest) == []
 
 
 def test_an_engine_that_cannot_be_accelerated_stops_the_run(corpus, tmp_path, monkeypatch):
