@@ -507,10 +507,10 @@ class PipelineAcceleration:
         self.embeddings = embed_once_per_chunk(pipeline, batch_size)
         self._embedding_steps.append(self.embeddings.undo)
 
-    def settle(self) -> None:
+    def settle(self) -> BaseException | None:
         """Waits for the embedding side's setup where it runs in the background (see
-        `accelerate_pipeline`), without raising its error."""
-        self.engine.settle()
+        `accelerate_pipeline`); returns its error (None if none) without raising it."""
+        return self.engine.settle()
 
     def undo(self) -> None:
         """Restores the pipeline (idempotent): its apply, the graphs freed before the
@@ -564,10 +564,12 @@ def accelerate_pipeline(
 
     `embedding_in_background=True` returns once the segmentation side is ready and
     makes the embedding side (the embedding model's plans and the engine's embedding
-    forwards, about two thirds of the setup) on a thread of its own, while the first
-    file's segmentation already runs: its embeddings wait for it. A failure there is
-    raised by `apply` as `BackgroundSetupError`; `settle()` waits for it to end. Corpus
-    mode does so for each engine."""
+    forwards) on a thread of their own, while the first file's segmentation already
+    runs: its embeddings wait for it (that file's `gpu` seconds include the wait), and
+    `embedding` and `embeddings` are None until it ends. A failure there is raised by
+    every `apply` as `BackgroundSetupError`; `settle()` waits for the thread and returns
+    its error. `diarize_corpus` does so for each engine (Dask workers make theirs in
+    front)."""
     return PipelineAcceleration(
         pipeline,
         math,

@@ -35,6 +35,10 @@ class Background:
         """Whether the work has ended without an error (does not wait)."""
         return self._done.is_set() and self._error is None
 
+    def failed(self) -> bool:
+        """Whether the work has ended with an error (does not wait)."""
+        return self._done.is_set() and self._error is not None
+
     def settle(self) -> BaseException | None:
         """Waits for the work to end; its error, if any, is returned, not raised."""
         self._done.wait()

@@ -43,11 +43,10 @@ import weakref
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import numpy as np
 import torch
-from pyannote.audio.models.embedding.wespeaker import BaseWeSpeakerResNet
 from pyannote.audio.pipelines.speaker_diarization import DiarizeOutput
 from pyannote.audio.pipelines.utils.diarization import set_num_speakers
 from pyannote.core import Annotation, SlidingWindow, SlidingWindowFeature
@@ -58,6 +57,7 @@ from pyspk.cuda.errors import ClosedError, InvalidArgument
 from pyspk.errors import TooLongError, available_host_memory, run_all
 from pyspk.pyannote import _chunks, _steps
 from pyspk.pyannote._background import Background
+from pyspk.pyannote._configuration import unserved_configuration
 from pyspk.pyannote._graphs import Forward, fill_ladder, padded
 from pyspk.pyannote._host_steps import cluster_and_reconstruct
 from pyspk.pyannote._report import RunReport
@@ -65,10 +65,8 @@ from pyspk.pyannote._turns import DeviceTurns
 from pyspk.pyannote._upload import PieceUpload, float_waveform, to_host
 from pyspk.pyannote.fbank import Fbank, planned_fbank
 from pyspk.torch import library_math, shared_runtime
+from pyspk.torch._math import library_math_released
 from pyspk.torch._streams import HOST_COPY_STREAMS, STREAMS
-
-if TYPE_CHECKING:
-    from lightning.fabric.utilities.data import AttributeDict
 
 __all__ = [
     "EMBEDDING_BATCH",
@@ -202,9 +200,7 @@ class Engine:
                 # device's, which would break another thread's capture
                 torch.cuda.current_stream().synchronize()
             if embedding_setup is not None:
-                aside = functools.partial(self._embedding_aside, embedding_setup, graphs, window)
-                what = f"pyspk engine: the embedding setup on {self.device}"
-                self._embedding_side = Background("pyspk-embedding-setup", what, aside)
+                self._start_embedding_side(embedding_setup, graphs, window)
         except BaseException:  # nothing half-made stays: the plans, forwards, streams
             self.close()
             raise
@@ -223,27 +219,45 @@ class Engine:
             stream,
         )
 
-    def _embedding_aside(
+    def _start_embedding_side(
         self, embedding_setup: Callable[[], None], graphs: bool, window: int
     ) -> None:
-        """The embedding side on a thread of its own: `embedding_setup` (the model's
-        plans), then the forwards, captured on a private stream (the engine's embedding
-        stream is the first file's meanwhile) and replayed on the engine's."""
-        with torch.cuda.device(self.device):
+        """The embedding side on a thread of its own, which holds a `library_math` scope
+        from before this returns to its end: an `apply` that waits for it never has to
+        let it into one (the caller's own scopes let go meanwhile, as that thread may
+        have to wait for them to end)."""
+        entered = threading.Event()
+        aside = functools.partial(self._embedding_aside, embedding_setup, graphs, window, entered)
+        what = f"pyspk engine: the embedding setup on {self.device}"
+        self._embedding_side = side = Background("pyspk-embedding-setup", what, aside)
+        with library_math_released():
+            while not entered.wait(timeout=0.05) and not side.failed():
+                pass
+
+    def _embedding_aside(
+        self,
+        embedding_setup: Callable[[], None],
+        graphs: bool,
+        window: int,
+        entered: threading.Event,
+    ) -> None:
+        """`embedding_setup` (the model's plans), then the forwards, captured on a private
+        stream (the engine's embedding stream is the first file's meanwhile) and
+        replayed on the engine's."""
+        with library_math(self.math), torch.cuda.device(self.device):
+            entered.set()
             embedding_setup()
-        (stream,) = STREAMS.take(self.device, 1)
-        try:
-            with torch.inference_mode(), library_math(self.math), torch.cuda.device(self.device):
+            (stream,) = STREAMS.take(self.device, 1)
+            # the engine's till it closes: its graphs keep library workspaces of this stream
+            self._give_back.append(weakref.finalize(self, STREAMS.give_back, [stream]))
+            with torch.inference_mode():
                 self._prepare_embedding(graphs, window, stream)
                 torch.cuda.current_stream().synchronize()
-        finally:
-            STREAMS.give_back([stream])
 
-    def settle(self) -> None:
+    def settle(self) -> BaseException | None:
         """Waits for an embedding side made in the background (`embedding_setup`) to be
-        ready or to have failed, without raising its error."""
-        if self._embedding_side is not None:
-            self._embedding_side.settle()
+        ready or to have failed; returns its error (None if none), without raising it."""
+        return None if self._embedding_side is None else self._embedding_side.settle()
 
     # -- what it serves ---------------------------------------------------------------
 
@@ -317,13 +331,16 @@ class Engine:
             raise ClosedError("pyspk engine: closed (its acceleration was undone)")
         if self.unserved is not None or pipeline.training or not float_waveform(file):
             # integer samples too: the stock apply refuses them as it does
-            self.settle()  # the embedding model is not changed under it
+            if self._embedding_side is not None:  # no model changed under it; raises
+                self._embedding_side.wait()  # a failure, as the engine's path does
             return type(pipeline).apply(
                 pipeline, file, num_speakers, min_speakers, max_speakers, hook, **kwargs
             )
         with self._lock:
             if self.closed:
                 raise ClosedError("pyspk engine: closed (its acceleration was undone)")
+            if self._embedding_side is not None and self._embedding_side.failed():
+                self._embedding_side.wait()  # raises before any of the file's work
             return self._apply(file, num_speakers, min_speakers, max_speakers, hook, **kwargs)
 
     def _apply(
@@ -569,26 +586,3 @@ class Engine:
             return torch.where(enough, clean, masks)
 
         return exclude
-
-
-def unserved_configuration(pipeline: Any) -> str | None:
-    """Why the engine would run `pipeline`'s stock `apply`, whatever its device (None:
-    it serves it): a segmentation model without powerset classes, an embedding model that
-    is not a WeSpeaker ResNet (or whose fbank `Fbank` does not reproduce), oracle
-    clustering, or models of two sample rates."""
-    inference = getattr(pipeline, "_segmentation", None)
-    model = getattr(inference, "model", None)
-    if model is None or not model.specifications.powerset:
-        return "the segmentation model has no powerset classes"
-    embedding = getattr(getattr(pipeline, "_embedding", None), "model_", None)
-    if not isinstance(embedding, BaseWeSpeakerResNet):
-        return "the embedding model is not a pyannote WeSpeaker ResNet"
-    reason = Fbank.unsupported(embedding)
-    if reason is not None:
-        return reason
-    if pipeline.klustering == "OracleClustering":
-        return "oracle clustering reads the reference, not embeddings"
-    # lightning keeps the hyperparameters in an AttributeDict
-    if cast("AttributeDict", embedding.hparams).sample_rate != model.hparams.sample_rate:
-        return "the two models read different sample rates"
-    return None

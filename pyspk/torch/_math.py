@@ -92,11 +92,14 @@ class _MathScopes:
         stack = getattr(self._undo, "stack", None)
         if stack is None:
             stack = self._undo.stack = []
+            self._undo.maths = []
         stack.append(previous)
+        self._undo.maths.append(math)
 
     def leave(self) -> None:
         me = threading.get_ident()
         previous = self._undo.stack.pop()
+        self._undo.maths.pop()
         with self._changed:
             self._depth[me] -= 1
             if self._depth[me] == 0:
@@ -110,8 +113,28 @@ class _MathScopes:
                 self._set(*self._before)
             self._changed.notify_all()
 
+    @contextlib.contextmanager
+    def released(self) -> Iterator[None]:
+        """This thread's open scopes closed for the block and opened again after it, in
+        the same order: a thread that waits there for another thread's work in a scope
+        (of its math or not) would otherwise hold it off for good."""
+        maths = list(getattr(self._undo, "maths", ()))
+        for _ in maths:
+            self.leave()
+        try:
+            yield
+        finally:
+            for math in maths:
+                self.enter(math)
+
 
 _MATH_SCOPES = _MathScopes()
+
+
+def library_math_released() -> contextlib.AbstractContextManager[None]:
+    """This thread's `library_math` scopes closed for the block and opened again after
+    it (`_MathScopes.released`)."""
+    return _MATH_SCOPES.released()
 
 
 @contextlib.contextmanager

@@ -72,3 +72,57 @@ def test_a_closed_engine_refuses_with_one_clear_error():
     assert given_back == [True]  # the streams, once
     with pytest.raises(ClosedError, match="closed"):
         engine.apply({"waveform": torch.zeros(1, 16000), "sample_rate": 16000})
+
+
+@pytest.mark.parametrize("callers_math", [None, CudaMath.FP32, CudaMath.TF32])
+def test_an_apply_waiting_for_the_embedding_side_never_holds_it_off(monkeypatch, callers_math):
+    """An FP32 engine's embedding side, made on its own thread, opens its math scope
+    before the engine is returned (the caller's own scope, of either math, let go
+    meanwhile): an apply that then waits for it inside its own FP32 scope, while
+    another thread waits to open a TF32 one, does not wait for good. The switches are
+    as before once all ended."""
+    import contextlib
+    import time
+    import types
+
+    from pyspk.pyannote import engine as module
+    from pyspk.torch import library_math
+
+    switches = torch.backends.cuda.matmul, torch.backends.cudnn
+    before = tuple(switch.allow_tf32 for switch in switches)
+    monkeypatch.setattr(
+        module, "STREAMS", types.SimpleNamespace(take=lambda d, n: [object()] * n, give_back=len)
+    )
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    stream = types.SimpleNamespace(synchronize=lambda: None)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: stream)
+    engine = Engine.__new__(Engine)
+    engine.device, engine.math, engine._give_back = "cuda:0", CudaMath.FP32, []
+    engine._prepare_embedding = lambda graphs, window, stream: None
+    release = threading.Event()
+    caller = library_math(callers_math) if callers_math else contextlib.nullcontext()
+    with caller:  # the embedding model's plans held up until released
+        if callers_math is CudaMath.TF32:  # the caller's scope comes back after the side's
+            threading.Timer(0.2, release.set).start()
+        engine._start_embedding_side(lambda: release.wait(10), True, 160_000)
+
+    def other_math() -> None:
+        with library_math(CudaMath.TF32):
+            pass
+
+    other = threading.Thread(target=other_math)
+    with library_math(CudaMath.FP32):  # the apply's scope
+        other.start()
+        time.sleep(0.1)  # the other thread waits for the TF32 switches meanwhile
+        release.set()
+        waiting = threading.Thread(target=engine.settle)  # as `_queue_models` waits
+        waiting.start()
+        waiting.join(10)
+        # the side had to open its scope here before: it waited for the TF32 thread, which
+        # waited for this scope to end
+        assert not waiting.is_alive(), "the apply and the embedding side wait for each other"
+    assert engine.settle() is None
+    other.join(5)
+    assert not other.is_alive()
+    assert len(engine._give_back) == 1  # the capture stream, kept till the engine closes
+    assert tuple(switch.allow_tf32 for switch in switches) == before

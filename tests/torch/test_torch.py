@@ -554,3 +554,36 @@ def test_a_waiting_scope_of_the_other_math_is_not_starved():
     for thread in (first, tf32, fp32):
         thread.join()
     assert order == ["a out", "tf32", "late fp32"]
+
+
+def test_released_scopes_let_another_thread_in_and_come_back_in_order():
+    """A thread in a TF32 scope with an FP32 one nested in it lets both go for a block:
+    another thread then opens an FP32 scope (it would wait for the TF32 one for good
+    otherwise) and the block waits for it to be open; after the block the thread's two
+    scopes are back, the inner FP32 one last, and once all end the switches are as
+    before."""
+    import threading
+
+    from pyspk.cuda import CudaMath
+    from pyspk.torch._math import library_math_released
+
+    switches = torch.backends.cuda.matmul, torch.backends.cudnn
+    before = tuple(switch.allow_tf32 for switch in switches)
+    inside, leave = threading.Event(), threading.Event()
+
+    def other() -> None:
+        with ptorch.library_math(CudaMath.FP32):
+            inside.set()
+            assert leave.wait(5)
+
+    thread = threading.Thread(target=other)
+    with ptorch.library_math(CudaMath.TF32), ptorch.library_math(CudaMath.FP32):
+        with library_math_released():
+            thread.start()
+            assert inside.wait(5), "the other thread's scope never opened"
+            leave.set()
+        # the TF32 scope waited for the other thread's FP32 one; the FP32 one nests in it
+        assert not any(switch.allow_tf32 for switch in switches)
+    thread.join(5)
+    assert not thread.is_alive()
+    assert tuple(switch.allow_tf32 for switch in switches) == before
