@@ -20,8 +20,7 @@ class Background:
         self.what = what  # for the error: "the embedding setup on cuda:0"
         self._done = threading.Event()
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(work,), name=name)
-        self._thread.start()
+        threading.Thread(target=self._run, args=(work,), name=name).start()
 
     def _run(self, work: Callable[[], None]) -> None:
         try:

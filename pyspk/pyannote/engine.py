@@ -286,7 +286,7 @@ class Engine:
         """How each forward runs ("graph", or "eager" and why)."""
         if self.unserved is not None:
             return {"engine": f"stock apply ({self.unserved})"}
-        error = None if self._embedding_side is None else self._embedding_side.settle()
+        error = self.settle()
         if error is not None:
             return {"engine": f"the embedding setup failed ({error!r})"}
         assert self._segments and self._embeds  # made when served

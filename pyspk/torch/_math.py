@@ -30,7 +30,7 @@ class _MathScopes:
         self._waiting = dict.fromkeys(CudaMath, 0)  # threads waiting to open a scope
         self._last: CudaMath | None = None  # the math of the last scopes to close
         self._before: tuple[bool, bool] = (False, False)
-        self._undo = threading.local()  # per thread: the math to return to, per scope
+        self._undo = threading.local()  # per thread, per scope: (math to return to, math)
 
     # The switches are read and written under the lock alone, torch's notice that they
     # are its legacy API silenced there: a filter held for a whole scope would be
@@ -92,14 +92,11 @@ class _MathScopes:
         stack = getattr(self._undo, "stack", None)
         if stack is None:
             stack = self._undo.stack = []
-            self._undo.maths = []
-        stack.append(previous)
-        self._undo.maths.append(math)
+        stack.append((previous, math))
 
     def leave(self) -> None:
         me = threading.get_ident()
-        previous = self._undo.stack.pop()
-        self._undo.maths.pop()
+        previous, _ = self._undo.stack.pop()
         with self._changed:
             self._depth[me] -= 1
             if self._depth[me] == 0:
@@ -118,7 +115,7 @@ class _MathScopes:
         """This thread's open scopes closed for the block and opened again after it, in
         the same order: a thread that waits there for another thread's work in a scope
         (of its math or not) would otherwise hold it off for good."""
-        maths = list(getattr(self._undo, "maths", ()))
+        maths = [math for _, math in getattr(self._undo, "stack", ())]
         for _ in maths:
             self.leave()
         try:
