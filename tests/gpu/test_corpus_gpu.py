@@ -206,9 +206,9 @@ def test_two_dask_workers_on_one_gpu_give_each_file_its_own_output(
 
 def _worker_engines() -> list[tuple[int, int]]:
     """On a Dask worker: (pipelines made, turns taken) of each of its engine pools."""
-    from pyspk.pyannote import corpus
+    from pyspk.pyannote import _corpus_dask
 
     return [
         (pool.made, pool.turns.count if pool.turns else 0)
-        for pool in corpus._WORKER_ENGINES.values()
+        for pool in _corpus_dask._WORKER_ENGINES.values()
     ]

@@ -404,11 +404,11 @@ def test_the_local_gpu_cluster_pins_each_worker_to_its_device_also_after_a_death
 def test_files_run_longest_first_by_their_headers_not_their_bytes(corpus, tmp_path):
     """A 14 s FLAC file is smaller than a 12 s WAV file, yet runs before it; a file
     libsndfile cannot read runs last; a file the manifest records as done is left out."""
-    from pyspk.pyannote.corpus import _plan
+    from pyspk.pyannote._corpus_files import plan_run
 
     flac, wav = corpus / "a" / "b" / "three.flac", corpus / "a" / "two.wav"
     assert flac.stat().st_size < wav.stat().st_size  # what bytes alone would misorder
-    todo, _, run = _plan([corpus], tmp_path, None)
+    todo, _, run = plan_run([corpus], tmp_path, None)
     assert [path.name for path in todo] == [
         "three.flac",
         "two.wav",
@@ -419,7 +419,7 @@ def test_files_run_longest_first_by_their_headers_not_their_bytes(corpus, tmp_pa
     (tmp_path / "three.rttm").write_text("")
     done = {"path": str(flac), "status": "done", "rttm": str(tmp_path / "three.rttm")}
     (tmp_path / "manifest.jsonl").write_text(json.dumps(done) + "\n")
-    todo, _, run = _plan([corpus], tmp_path, None)
+    todo, _, run = plan_run([corpus], tmp_path, None)
     assert flac not in todo and run.skipped == 1
 
 
@@ -430,7 +430,7 @@ def test_a_workers_engines_are_made_as_files_run_at_once_up_to_their_number(monk
     _stack()
     import pyspk.pyannote
     from pyspk.pyannote import DeviceTurns
-    from pyspk.pyannote.corpus import _WorkerEngines
+    from pyspk.pyannote._corpus_dask import _WorkerEngines
 
     accelerated: list[tuple[object, str, object]] = []
     monkeypatch.setattr(
