@@ -153,10 +153,7 @@ def diarize_corpus_on_dask(
             entry = {"status": "failed", "error": f"{type(error).__name__}: {error}"}
         entry["path"] = named[future.key]  # as the caller named it
         record.record(entry)
-        run.tally(entry)
-        run.seconds = time.perf_counter() - started
-        if progress is not None:
-            progress(run.progress_line(entry))
+        run.tally(entry, started, progress)
     run.seconds = time.perf_counter() - started
     return run
 

@@ -11,7 +11,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,13 +95,17 @@ class CorpusRun:
     def rtfx(self) -> float:
         return self.audio_seconds / self.seconds if self.seconds > 0 else 0.0
 
-    def tally(self, entry: dict) -> None:
-        """Counts a finished file's manifest entry."""
+    def tally(self, entry: dict, started: float, progress: Callable[[str], None] | None) -> None:
+        """Counts a finished file's manifest entry, takes the run's seconds since
+        `started` (`time.perf_counter`), and gives `progress` its line."""
         if entry["status"] == "done":
             self.done += 1
             self.audio_seconds += entry["audio_seconds"]
         else:
             self.failed += 1
+        self.seconds = time.perf_counter() - started
+        if progress is not None:
+            progress(self.progress_line(entry))
 
     def progress_line(self, entry: dict) -> str:
         hours = self.audio_seconds / 3600

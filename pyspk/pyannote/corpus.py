@@ -239,10 +239,7 @@ class _Engines:
                     entry = diarize_file(own, path, audio, self.rttm, **self.options)
                 record.record(entry)
                 with self.lock:
-                    run.tally(entry)
-                    run.seconds = time.perf_counter() - started
-                    if progress is not None:
-                        progress(run.progress_line(entry))
+                    run.tally(entry, started, progress)
         except BaseException as error:
             self.raised.append(error)
             self.stop.set()
