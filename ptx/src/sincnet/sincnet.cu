@@ -8,15 +8,19 @@
 // convolution, which the engine's FP32 math relies on after a probe. The max propagates
 // NaN as PyTorch's max-pool does.
 //
-// A block of SINC_THREADS threads: warp w owns the 16 filters 16 (w % 5) + 0..15 and the
-// 32 pooled outputs 32 (w / 5) + lane of a tile of SINC_TILE; a thread's three conv
-// positions 3 p + j are one pooled output's, so the max needs no exchange. Blocks are
-// persistent and walk the tiles (item, first pooled output). The filters stay in shared
-// memory as [tap][80]: a warp's 16 filters at one tap are four broadcast 16-byte reads.
-// The tile's input samples sit beside them; a lane reads x at 30 lane + 10 j + k as
-// float pairs, and the 16 lanes of a half-warp then fall on 16 distinct bank pairs
-// (30 lane mod 32 is even and distinct for lane < 16); the last tap's single reads
-// meet two to a bank, once a tile.
+// A block of SINC_THREADS threads: warp w owns the 8 filters 8 w + 0..7 and, in a tile
+// of SINC_TILE pooled outputs, lane l the two pooled outputs l and l + 32; a thread's six
+// conv positions are those outputs' (3 p + j), so the max needs no exchange. Shared
+// memory returns 128 bytes a clock an SM, a broadcast read's included, and a lane reads
+// 4 (filters + positions) bytes a tap for filters x positions fused multiply-adds: by
+// that count a warp's tap took 19 clocks of reads for 12 of products at 16 filters x 3
+// positions, and takes 14 at 8 x 6 (8 x 9 would balance them, but spills at 96
+// registers). Blocks are persistent and walk the tiles (item, first pooled output). The filters stay in shared memory as
+// [tap][80]: a warp's 8 filters at one tap are two broadcast 16-byte reads. The tile's
+// input samples sit beside them; a lane reads x at 30 (l + 32 r) + 10 j + k as float
+// pairs, and the 16 lanes of a half-warp then fall on 16 distinct bank pairs (30 l mod 32
+// is even and distinct for l < 16); the last tap's single reads meet two to a bank, once
+// a tile.
 //
 // Layouts: x [items][samples], w [251][80] (tap-major), y [items][80][pooled] with
 // pooled = ((samples - 251) / 10 + 1) / 3, as PyTorch's (batch, channel, frame).
@@ -30,8 +34,12 @@ constexpr u32 SINC_FILTERS = 80;
 constexpr u32 SINC_TAPS = 251;
 constexpr u32 SINC_STRIDE = 10;
 constexpr u32 SINC_POOL = 3;
-constexpr u32 SINC_THREADS = 320;  // 10 warps: 5 filter groups x 2 halves of a tile
+constexpr u32 SINC_THREADS = 320;  // 10 warps of 8 filters
+constexpr u32 SINC_GROUP = 8;      // filters a warp
+constexpr u32 SINC_OUTPUTS = 2;    // pooled outputs a lane, 32 apart
 constexpr u32 SINC_TILE = 64;      // pooled outputs a tile
+static_assert(SINC_THREADS / 32 * SINC_GROUP == SINC_FILTERS, "a warp a filter group");
+static_assert(32 * SINC_OUTPUTS == SINC_TILE, "a warp's lanes cover the tile");
 // input samples a tile reads: its last output's last tap, plus one; padded to 16 bytes
 constexpr u32 SINC_SPAN = SINC_STRIDE * SINC_POOL * (SINC_TILE - 1) +
                           SINC_STRIDE * (SINC_POOL - 1) + SINC_TAPS;
@@ -95,9 +103,9 @@ __device__ __forceinline__ void sinc_front(const float* __restrict__ x, u64 x_le
         shared4[i] = load4(w + 4 * i);
     }
     const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const u32 group = warp % 5, half = warp / 5;
-    const saddr filters_at = shared_address(filters + 16 * group);
-    const saddr span_at = shared_address(span + SINC_STRIDE * SINC_POOL * (32 * half + lane));
+    const saddr filters_at = shared_address(filters + SINC_GROUP * warp);
+    const saddr span_at = shared_address(span + SINC_STRIDE * SINC_POOL * lane);
+    constexpr u32 OUTPUT_STEP = SINC_STRIDE * SINC_POOL * 32;  // samples from a lane's output to its next
     const u32 per_item = (pooled + SINC_TILE - 1) / SINC_TILE;
     const u64 tiles = u64(items) * per_item;
     for (u64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -111,55 +119,65 @@ __device__ __forceinline__ void sinc_front(const float* __restrict__ x, u64 x_le
             span[i] = i < available ? __ldg(source + i) : 0.0f;
         }
         __syncthreads();
-        float acc[SINC_POOL][16] = {};
-#pragma unroll 5
+        // acc[r][j][f]: output r's position j, filter f
+        float acc[SINC_OUTPUTS][SINC_POOL][SINC_GROUP] = {};
+#pragma unroll 2
         for (u32 k = 0; k < SINC_TAPS - 1; k += 2) {
-            float2 in[SINC_POOL];
-#pragma unroll
-            for (u32 j = 0; j < SINC_POOL; ++j) {
-                in[j] = lds2(span_at + (SINC_STRIDE * j + k) * 4);
-            }
+            float wk[2][SINC_GROUP];
 #pragma unroll
             for (u32 tap = 0; tap < 2; ++tap) {
-                float wk[16];
 #pragma unroll
-                for (u32 q = 0; q < 4; ++q) {
+                for (u32 q = 0; q < SINC_GROUP / 4; ++q) {
                     const float4 v = lds4(filters_at + ((k + tap) * SINC_FILTERS + 4 * q) * 4);
-                    wk[4 * q] = v.x, wk[4 * q + 1] = v.y, wk[4 * q + 2] = v.z, wk[4 * q + 3] = v.w;
+                    wk[tap][4 * q] = v.x, wk[tap][4 * q + 1] = v.y;
+                    wk[tap][4 * q + 2] = v.z, wk[tap][4 * q + 3] = v.w;
                 }
+            }
+#pragma unroll
+            for (u32 r = 0; r < SINC_OUTPUTS; ++r) {
 #pragma unroll
                 for (u32 j = 0; j < SINC_POOL; ++j) {
-                    const float value = tap == 0 ? in[j].x : in[j].y;
+                    const float2 in = lds2(span_at + (OUTPUT_STEP * r + SINC_STRIDE * j + k) * 4);
 #pragma unroll
-                    for (u32 f = 0; f < 16; ++f) {
-                        acc[j][f] = fmaf(value, wk[f], acc[j][f]);
+                    for (u32 f = 0; f < SINC_GROUP; ++f) {
+                        acc[r][j][f] = fmaf(in.x, wk[0][f], acc[r][j][f]);
+                    }
+#pragma unroll
+                    for (u32 f = 0; f < SINC_GROUP; ++f) {
+                        acc[r][j][f] = fmaf(in.y, wk[1][f], acc[r][j][f]);
                     }
                 }
             }
         }
         {  // the last tap
             const u32 k = SINC_TAPS - 1;
-            float wk[16];
+            float wk[SINC_GROUP];
 #pragma unroll
-            for (u32 q = 0; q < 4; ++q) {
+            for (u32 q = 0; q < SINC_GROUP / 4; ++q) {
                 const float4 v = lds4(filters_at + (k * SINC_FILTERS + 4 * q) * 4);
                 wk[4 * q] = v.x, wk[4 * q + 1] = v.y, wk[4 * q + 2] = v.z, wk[4 * q + 3] = v.w;
             }
 #pragma unroll
-            for (u32 j = 0; j < SINC_POOL; ++j) {
-                const float value = lds1(span_at + (SINC_STRIDE * j + k) * 4);
+            for (u32 r = 0; r < SINC_OUTPUTS; ++r) {
 #pragma unroll
-                for (u32 f = 0; f < 16; ++f) {
-                    acc[j][f] = fmaf(value, wk[f], acc[j][f]);
+                for (u32 j = 0; j < SINC_POOL; ++j) {
+                    const float value = lds1(span_at + (OUTPUT_STEP * r + SINC_STRIDE * j + k) * 4);
+#pragma unroll
+                    for (u32 f = 0; f < SINC_GROUP; ++f) {
+                        acc[r][j][f] = fmaf(value, wk[f], acc[r][j][f]);
+                    }
                 }
             }
         }
-        const u32 p = first + 32 * half + lane;
-        if (p < pooled) {
-            float* out = y + (u64(item) * SINC_FILTERS + 16 * group) * pooled + p;
 #pragma unroll
-            for (u32 f = 0; f < 16; ++f) {
-                out[u64(f) * pooled] = pooled_abs(acc[0][f], acc[1][f], acc[2][f]);
+        for (u32 r = 0; r < SINC_OUTPUTS; ++r) {
+            const u32 p = first + 32 * r + lane;
+            if (p < pooled) {
+                float* out = y + (u64(item) * SINC_FILTERS + SINC_GROUP * warp) * pooled + p;
+#pragma unroll
+                for (u32 f = 0; f < SINC_GROUP; ++f) {
+                    out[u64(f) * pooled] = pooled_abs(acc[r][0][f], acc[r][1][f], acc[r][2][f]);
+                }
             }
         }
     }
