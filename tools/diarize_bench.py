@@ -34,14 +34,16 @@ Writes <device>-diarization.md, .json and .png into --out (-diarization-lstm wit
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
+import itertools
 import json
 import os
 import platform
 import tempfile
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +74,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "same stock run",
     )
     parser.add_argument(
+        "--trunk-streams",
+        type=int,
+        nargs="+",
+        default=[None],
+        help="the embeddings' trunk plans and streams (`pyspk.pyannote.PIPELINE_TRUNK_STREAMS`; "
+        "default its own); several values run an accelerated arm each, against the same "
+        "stock run",
+    )
+    parser.add_argument(
         "--lstm",
         action="store_true",
         help="the segmentation on plans with pyspk's LSTM in FP32 math too "
@@ -81,6 +92,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if len({args.seed, args.fit_seed, args.plda_seed}) < 3:
         parser.error("--seed, --fit-seed and --plda-seed must differ: held-out voices")
     return args
+
+
+@contextlib.contextmanager
+def trunk_streams(streams: int | None) -> Iterator[None]:
+    """`pyspk.pyannote.PIPELINE_TRUNK_STREAMS` set to `streams` in every math (None: left
+    as it is) while a pipeline is accelerated."""
+    import pyspk.pyannote as pa
+
+    kept = pa.PIPELINE_TRUNK_STREAMS
+    if streams is not None:
+        pa.PIPELINE_TRUNK_STREAMS = dict.fromkeys(kept, streams)
+    try:
+        yield
+    finally:
+        pa.PIPELINE_TRUNK_STREAMS = kept
 
 
 class StockSteps:
@@ -280,15 +306,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                         flush=True,
                     )
                 handle.remove()
-                for batch in args.segmentation_batch:
+                for batch, streams in itertools.product(
+                    args.segmentation_batch, args.trunk_streams
+                ):
                     arm = f"batch {batch}" if batch is not None else "default batch"
+                    if streams is not None:
+                        arm += f", trunk streams {streams}"
                     prepared = time.perf_counter()
-                    acceleration = pa.accelerate_pipeline(
-                        pipeline,
-                        math,
-                        segmentation_batch=batch,
-                        lstm=True if args.lstm else None,
-                    )
+                    with trunk_streams(streams):
+                        acceleration = pa.accelerate_pipeline(
+                            pipeline,
+                            math,
+                            segmentation_batch=batch,
+                            lstm=True if args.lstm else None,
+                        )
                     prepare[f"{shape} {math} {arm}"] = time.perf_counter() - prepared
                     engine = acceleration.engine
                     engines[f"{shape} {math} {arm}"] = engine.describe()
@@ -354,6 +385,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 "gpu_seconds": run.gpu,
                                 "segmentation_plans": acceleration.segmentation is not None,
                                 "segmentation_batch": engine.segmentation_batch,
+                                "trunk_streams": pa.PIPELINE_TRUNK_STREAMS[math]
+                                if streams is None
+                                else streams,
                             }
                         )
                         print(
@@ -394,7 +428,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "accelerated": "`accelerate_pipeline(pipeline, math, segmentation_batch="
         f"{'/'.join(str(b) for b in args.segmentation_batch)}"
         f"{', lstm=True' if args.lstm else ''})` (None: 512 chunks "
-        "on pyspk's LSTM; else 128); forwards: "
+        "on pyspk's LSTM; else 128)"
+        + (
+            ""
+            if args.trunk_streams == [None]
+            else ", the embeddings' trunk on "
+            + "/".join(str(n) for n in args.trunk_streams)
+            + " plans and streams"
+        )
+        + "; forwards: "
         + "; ".join(f"{m}: {e}" for m, e in engines.items())
         + "; preparing (plans and graph capture) took "
         + ", ".join(f"{s:.1f} s in {m}" for m, s in prepare.items()),

@@ -84,6 +84,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CHUNK_BATCH",
     "COMMUNITY_1_PARAMETERS",
+    "PIPELINE_TRUNK_STREAMS",
     "SEGMENTATION_BATCH",
     "TF32_SEGMENTATION_BATCH",
     "Acceleration",
@@ -108,6 +109,10 @@ __all__ = [
 CHUNK_BATCH = EMBEDDING_BATCH
 """Chunks per trunk call on the once-per-chunk path (the engine's embedding batch):
 seg_1 then sees 96 rows."""
+PIPELINE_TRUNK_STREAMS = {CudaMath.FP32: 3, CudaMath.TF32: 2}
+"""A pipeline's trunk plans and streams by math (`accelerate`'s `trunk_streams`): beside
+cuDNN's FP32 segmentation three fill the GPU better than two, beside pyspk's TF32 one
+two do (docs/performance.md, "The trunk's plans beside the segmentation")."""
 
 
 class Acceleration:
@@ -183,14 +188,19 @@ def _set_child(parent: nn.Module, key: str | int, module: nn.Module) -> None:
 
 
 def accelerate(
-    model: nn.Module, math: CudaMath | str = CudaMath.FP32, *, lstm: bool | None = None
+    model: nn.Module,
+    math: CudaMath | str = CudaMath.FP32,
+    *,
+    lstm: bool | None = None,
+    trunk_streams: int = 2,
 ) -> Acceleration:
     """Puts `model` (a `PyanNet` or a WeSpeaker ResNet, on a CUDA device) on pyspk plans
     for FP32 or TF32 math (`CudaMath` or "fp32"/"tf32"); see the module's docstring.
     `lstm` says whether a PyanNet's LSTM runs on `PlannedLSTM`: by default (None) in TF32
     math only; True also in FP32 math, where its projections run in FP32 and its
     recurrence on 22-bit operands (below cuDNN FP32's error against float64, but not
-    cuDNN's bits: the annotation may differ from stock's); False never."""
+    cuDNN's bits: the annotation may differ from stock's); False never. `trunk_streams`:
+    a WeSpeaker trunk's plans and streams (`PlannedTrunk`'s `streams`)."""
     math = CudaMath.parse(math)
     if not isinstance(model, (PyanNet, BaseWeSpeakerResNet)):
         raise InvalidArgument(
@@ -224,19 +234,19 @@ def accelerate(
             acceleration.replace(
                 "resnet.pool", resnet, "pool", lambda: PlannedStatsPool(resnet.pool, device)
             )
-            _accelerate_trunk(resnet, acceleration)
+            _accelerate_trunk(resnet, acceleration, trunk_streams)
     except BaseException:
         acceleration.undo()  # nothing half-replaced: the stock model again
         raise
     return acceleration
 
 
-def _accelerate_trunk(resnet: ResNet, acceleration: Acceleration) -> None:
+def _accelerate_trunk(resnet: ResNet, acceleration: Acceleration, streams: int) -> None:
     """`resnet.forward_frames` on a trunk plan, and `resnet.forward` through it (the
     stock forward runs the same layers inline); a refusal (below the sm80 tier, another
     ResNet) leaves both and records why."""
     try:
-        planned = PlannedTrunk(resnet, acceleration.math)
+        planned = PlannedTrunk(resnet, acceleration.math, streams=streams)
     except (PlanError, ValueError) as error:
         acceleration.skipped["resnet.trunk"] = str(error)
         return
@@ -502,7 +512,11 @@ class PipelineAcceleration:
             raise
 
     def _accelerate_embedding(self, pipeline: Any, batch_size: int) -> None:
-        self.embedding = accelerate(pipeline._embedding.model_, self.math)
+        self.embedding = accelerate(
+            pipeline._embedding.model_,
+            self.math,
+            trunk_streams=PIPELINE_TRUNK_STREAMS[self.math],
+        )
         self._embedding_steps.append(self.embedding.undo)
         self.embeddings = embed_once_per_chunk(pipeline, batch_size)
         self._embedding_steps.append(self.embeddings.undo)

@@ -92,19 +92,28 @@ def _length(seconds: float) -> str:
     return f"{seconds / 3600:g} h" if seconds >= 3600 else f"{seconds / 60:g} min"
 
 
+# what an accelerated arm may vary in a study, and its name in the report
+STUDIED = (("segmentation_batch", "batch"), ("trunk_streams", "trunk streams"))
+
+
 def _path(run: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) -> str:
-    """The run's path, with its segmentation batch where the report has accelerated runs
-    of the same audio, shape and math at several batches (a batch study)."""
+    """The run's path, with what varies among the report's accelerated runs of the same
+    audio, shape and math (a study of segmentation batches or of trunk streams)."""
+    if run["path"] != "accelerated":
+        return str(run["path"])
     key = (run["audio_seconds"], run["clustering"], run["math"])
-    batches = {
-        other.get("segmentation_batch")
+    arms = [
+        other
         for other in runs
         if other["path"] == "accelerated"
         and (other["audio_seconds"], other["clustering"], other["math"]) == key
-    }
-    if run["path"] == "accelerated" and len(batches) > 1:
-        return f"accelerated, batch {run.get('segmentation_batch')}"
-    return str(run["path"])
+    ]
+    varied = [
+        f"{name} {run.get(field)}"
+        for field, name in STUDIED
+        if len({other.get(field) for other in arms}) > 1
+    ]
+    return ", ".join(["accelerated", *varied])
 
 
 CLUSTERING_NOTE = (

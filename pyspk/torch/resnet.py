@@ -6,8 +6,9 @@ for that module: fbank `(B, 998, 80)` float32 on the plan's device runs in piece
 chunks that alternate between two trunk plans, the first on PyTorch's current stream,
 the second on a private side stream that forks from it and joins it again, so one plan's kernels
 fill the last partial wave of the other's and the call can be captured in a CUDA graph
-(`streams=1`: pieces of 32 on one plan). Each chunk's output has the same bits either
-way. Any other input takes the module's own `forward_frames`.
+(`streams=1`: pieces of 32 on one plan; up to four plans, in pieces of `piece`). Each
+chunk's output has the same bits either way. Any other input takes the module's own
+`forward_frames`.
 Like `pyspk.torch`'s wrappers it is inference-only (`InferenceOnlyError` while autograd
 records) and refuses a call after the parameters changed (`WeightsChangedError`).
 
@@ -120,9 +121,12 @@ def trunk_weights(resnet: nn.Module) -> TrunkWeights:
 
 
 class PlannedTrunk:
-    """`forward_frames` of `resnet` on `streams` (1 or 2) trunk plans, on `runtime`
-    (default: the device's shared one; another one to pick a PTX tier); `halves` as
-    `plan_trunk` takes it; `close()` frees them."""
+    """`forward_frames` of `resnet` on `streams` (1 to MAX_STREAMS) trunk plans, a call's
+    chunks in pieces of `piece` (default: TRUNK_BATCH split evenly over the plans), on
+    `runtime` (default: the device's shared one; another one to pick a PTX tier);
+    `halves` as `plan_trunk` takes it; `close()` frees them."""
+
+    MAX_STREAMS = 4
 
     def __init__(
         self,
@@ -131,9 +135,15 @@ class PlannedTrunk:
         streams: int = 2,
         runtime: CudaRuntime | None = None,
         halves: bool | None = None,
+        piece: int | None = None,
     ) -> None:
-        if streams not in (1, 2):
-            raise InvalidArgument(f"{CONTEXT}: streams must be 1 or 2, not {streams!r}")
+        if streams not in range(1, self.MAX_STREAMS + 1):
+            raise InvalidArgument(
+                f"{CONTEXT}: streams must be 1 to {self.MAX_STREAMS}, not {streams!r}"
+            )
+        self.piece = -(-TRUNK_BATCH // streams) if piece is None else piece
+        if isinstance(self.piece, bool) or self.piece not in range(1, TRUNK_BATCH + 1):
+            raise InvalidArgument(f"{CONTEXT}: piece must be 1 to {TRUNK_BATCH}, not {piece!r}")
         self.resnet = resnet
         self.math = CudaMath.parse(math)
         # the class's forward_frames (a WeSpeaker ResNet's; nn.Module declares none)
@@ -153,15 +163,15 @@ class PlannedTrunk:
                 f"the model on {self._ordinal}"
             )
         self.plans: list[TrunkPlan] = []
-        self._side: torch.cuda.Stream | None = None
+        self._sides: list[torch.cuda.Stream] = []
         try:
             for _ in range(streams):
                 self.plans.append(plan_trunk(runtime, self.math, weights, halves=halves))
-            # a private stream: one of PyTorch's pooled streams can be another thread's,
+            # private streams: one of PyTorch's pooled streams can be another thread's,
             # and its work would join a capture that forks to it (`_streams.private_stream`)
             if streams > 1:
-                (self._side,) = STREAMS.take(device, 1)
-                self._give_back = weakref.finalize(self, STREAMS.give_back, [self._side])
+                self._sides = STREAMS.take(device, streams - 1)
+                self._give_back = weakref.finalize(self, STREAMS.give_back, self._sides)
         except BaseException:
             self.close()
             raise
@@ -189,14 +199,14 @@ class PlannedTrunk:
         fbank = fbank.contiguous()
         chunks = fbank.shape[0]
         output = torch.empty((chunks, *OUTPUT_SHAPE), device=fbank.device, dtype=torch.float32)
-        # pieces alternate between the plans, the first on this stream, the second on
-        # the side stream; the join orders the caller's later work (and the allocator's
-        # reuse of fbank and output) after both
+        # pieces go to the plans in turn, the first on this stream, the others on the
+        # side streams; the joins order the caller's later work (and the allocator's
+        # reuse of fbank and output) after all of them
         main = torch.cuda.current_stream(self._ordinal)
-        streams = [main] if self._side is None else [main, self._side]
-        piece = TRUNK_BATCH // len(streams)
-        if self._side is not None:
-            self._side.wait_stream(main)
+        streams = [main, *self._sides]
+        piece = self.piece
+        for side in self._sides:
+            side.wait_stream(main)
         for index, start in enumerate(range(0, chunks, piece)):
             stop = min(start + piece, chunks)
             which = index % len(streams)
@@ -206,8 +216,8 @@ class PlannedTrunk:
                 items=stop - start,
                 stream=streams[which].cuda_stream,
             )
-        if self._side is not None:
-            main.wait_stream(self._side)
+        for side in self._sides:
+            main.wait_stream(side)
         return output
 
     @property
@@ -217,7 +227,7 @@ class PlannedTrunk:
     def close(self) -> None:
         for plan in self.plans:
             plan.close()
-        if self._side is not None:
+        if self._sides:
             self._give_back()
 
     def entries(self) -> str:

@@ -379,28 +379,33 @@ def test_planned_trunk_in_the_model_and_undo(pyannote, torch, math) -> None:
     assert (planned - stock).abs().max().item() <= limit * scale
 
 
+@pytest.mark.parametrize(("streams", "piece"), [(2, None), (3, None), (2, 32)])
 @pytest.mark.parametrize("math", list(CudaMath), ids=str)
-def test_planned_trunk_on_two_streams_has_the_bits_of_one(pyannote, torch, math) -> None:
-    """Pieces of 16 chunks alternating between two plans and streams (the default) give
-    every chunk the bits of pieces of 32 on one plan, eagerly and replayed from a graph:
-    a chunk's sums never depend on the other chunks of its launch."""
+def test_planned_trunk_on_several_streams_has_the_bits_of_one(
+    pyannote, torch, math, streams, piece
+) -> None:
+    """Pieces alternating between plans and streams (the default: 16 chunks on two; 11
+    on three; 32 on two, where a call has more than 32 chunks) give every chunk the bits
+    of pieces of 32 on one plan, eagerly and replayed from a graph: a chunk's sums never
+    depend on the other chunks of its launch."""
     from pyspk.testing import torch_graph
     from pyspk.torch.resnet import PlannedTrunk
 
     resnet = pyannote.wespeaker_resnet34(seed=1).cuda().resnet
-    fbank = torch.randn(40, 998, 80, device="cuda")  # pieces of 16, 16 and 8
-    one, two = PlannedTrunk(resnet, math, streams=1), PlannedTrunk(resnet, math)
+    fbank = torch.randn(40, 998, 80, device="cuda")  # e.g. pieces of 16, 16 and 8
+    one = PlannedTrunk(resnet, math, streams=1)
+    several = PlannedTrunk(resnet, math, streams=streams, piece=piece)
     try:
         with torch.inference_mode():
             expected = one(fbank)
-            assert torch.equal(two(fbank), expected)
-            graph, captured = torch_graph(torch, lambda: two(fbank))
+            assert torch.equal(several(fbank), expected)
+            graph, captured = torch_graph(torch, lambda: several(fbank))
             graph.replay()
             torch.cuda.synchronize()
             assert torch.equal(captured, expected)
     finally:
         one.close()
-        two.close()
+        several.close()
 
 
 _SANITIZED_TRUNK = """

@@ -103,6 +103,20 @@ def test_a_batch_study_names_each_arms_segmentation_batch():
     assert "| 1 h | vbx | fp32 | stock | 6.00 |" in text
 
 
+def test_a_trunk_streams_study_names_each_arms_streams_and_batch_where_both_vary():
+    runs = [
+        _run("stock"),
+        _run(segmentation_batch=128, trunk_streams=2, seconds=3.0),
+        _run(segmentation_batch=128, trunk_streams=3, seconds=2.5),
+        _run(math="tf32", segmentation_batch=128, trunk_streams=2),
+        _run(math="tf32", segmentation_batch=512, trunk_streams=3),
+    ]
+    text = report.render_markdown(META, runs)
+    assert "| 1 h | vbx | fp32 | accelerated, trunk streams 2 | 3.00 |" in text
+    assert "| 1 h | vbx | fp32 | accelerated, trunk streams 3 | 2.50 |" in text
+    assert "| 1 h | vbx | tf32 | accelerated, batch 512, trunk streams 3 | 6.00 |" in text
+
+
 def test_the_chart_is_written(tmp_path):
     pytest.importorskip("matplotlib")
     runs = [_run("stock"), _run(), _run(audio_seconds=600), _run(clustering="agglomerative")]

@@ -45,15 +45,15 @@ def test_a_module_off_the_gpu_is_refused_with_the_fix() -> None:
         ptorch.shared_runtime(torch.device("cpu"))
 
 
-def test_a_planned_trunk_takes_one_or_two_streams_on_a_cuda_model() -> None:
+def test_a_planned_trunk_takes_one_to_four_streams_on_a_cuda_model() -> None:
     from pyspk.torch.resnet import PlannedTrunk
 
     class Trunk(torch.nn.Conv2d):
         def forward_frames(self, fbank):
             return fbank
 
-    with pytest.raises(ValueError, match="streams must be 1 or 2, not 3"):
-        PlannedTrunk(Trunk(1, 32, 3), streams=3)
+    with pytest.raises(ValueError, match="streams must be 1 to 4, not 5"):
+        PlannedTrunk(Trunk(1, 32, 3), streams=5)
     with pytest.raises(ValueError, match="on cpu, not a CUDA device"):
         PlannedTrunk(Trunk(1, 32, 3))
 
