@@ -13,6 +13,8 @@ in one place: a block's first activation takes its scale from a bound known befo
 is written, max |input| x the largest absolute row sum of the weights + the largest
 bias (ReLU's output is at most that), not from its own largest value, which the writer
 cannot know. A looser scale leaves more of the small values among FP16's subnormals.
+The `all` form (TF32 math) stores every activation so, the residual stream and the
+shortcuts' outputs too, each bound from the largest values of its inputs.
 
 Both forms' errors against the float64 trunk (`pyspk.reference.trunk`) on chunks of
 N(0, 4) fbank values, with the weights of `tools/trunk_bench.py` (WeSpeaker ResNet34,
@@ -107,22 +109,41 @@ def bound_of(x: np.ndarray, conv: Any) -> np.ndarray:
     return largest * row_sums.max() + np.abs(np.asarray(conv.bias)).max()
 
 
+def stored(values: np.ndarray, bound: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`values` stored as FP16 scaled by the per-chunk `bound`: the values and the scale."""
+    scale = chunk_scale(bound)
+    return half(values, scale[:, None, None, None]), scale
+
+
+def largest(values: np.ndarray) -> np.ndarray:
+    return np.abs(values).reshape(len(values), -1).max(axis=1)
+
+
 def model(fbank: np.ndarray, weights: Any, form: str, excess: list[float]) -> np.ndarray:
-    """The trunk's output [b, 256, 10, 125] in `form`: "tf32" or "fp32", with
-    " bound" where each block's first activation is scaled by its bound."""
-    math, _, bound = form.partition(" ")
+    """The trunk's output [b, 256, 10, 125] in `form`: "tf32" or "fp32"; with " bound"
+    each block's first activation is scaled by its bound; "tf32 all" stores every
+    activation (the stem's, each block's two and the shortcuts') as FP16, each scaled
+    by a bound from its inputs' largest values, which the kernels before it record."""
+    math, _, variant = form.partition(" ")
     x = fbank.astype(np.float64).transpose(0, 2, 1)[..., None]
+    image = x
     x = exact_conv(x, weights.stem, relu=True)
+    scale = None
+    if variant == "all":
+        x, scale = stored(x, bound_of(image, weights.stem))
     for block in weights.blocks:
-        h = tf32_conv(x, block.conv1, None, relu=True, math=math)
-        scale = None
-        if bound:
+        h = tf32_conv(x, block.conv1, None, relu=True, x_scale=scale, math=math)
+        h_scale = None
+        if variant:
             limit = bound_of(x, block.conv1)
-            largest = np.abs(h).reshape(len(h), -1).max(axis=1)
-            excess.append(float(np.max(np.log2(limit / largest))))
-            scale = chunk_scale(limit)
+            excess.append(float(np.max(np.log2(limit / largest(h)))))
+            h_scale = chunk_scale(limit)  # what the second convolution's operands take
         shortcut = x if block.shortcut is None else exact_conv(x, block.shortcut, relu=False)
-        x = tf32_conv(h, block.conv2, shortcut, relu=True, x_scale=scale, math=math)
+        if variant == "all" and block.shortcut is not None:
+            shortcut, _ = stored(shortcut, bound_of(x, block.shortcut))
+        x = tf32_conv(h, block.conv2, shortcut, relu=True, x_scale=h_scale, math=math)
+        if variant == "all":
+            x, scale = stored(x, bound_of(h, block.conv2) + largest(shortcut))
     return x.transpose(0, 3, 1, 2)
 
 
@@ -154,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         "form       max |error| / max |truth|   norm-wise relative",
     ]
     excess: list[float] = []
-    for form in ("tf32", "tf32 bound", "fp32", "fp32 bound"):
+    for form in ("tf32", "tf32 bound", "tf32 all", "fp32", "fp32 bound"):
         got = model(fbank, weights, form, excess)
         diff = got - truth
         lines.append(
