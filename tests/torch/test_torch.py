@@ -54,6 +54,8 @@ def test_a_planned_trunk_takes_one_to_four_streams_on_a_cuda_model() -> None:
 
     with pytest.raises(ValueError, match="streams must be 1 to 4, not 5"):
         PlannedTrunk(Trunk(1, 32, 3), streams=5)
+    with pytest.raises(ValueError, match="piece must be 1 to 32, not 33"):
+        PlannedTrunk(Trunk(1, 32, 3), piece=33)
     with pytest.raises(ValueError, match="on cpu, not a CUDA device"):
         PlannedTrunk(Trunk(1, 32, 3))
 
