@@ -128,7 +128,9 @@ class FakeApi(types.SimpleNamespace):
         self.shared_optin = 101376  # an sm_89's opt-in shared memory a block (99 KiB)
         self.free_bytes = 20 << 30  # what cuMemGetInfo reports free
         # tensor maps: the enums by name, the sizes' wrappers as plain ints
-        self.CUtensorMapDataType = types.SimpleNamespace(CU_TENSOR_MAP_DATA_TYPE_FLOAT32=7)
+        self.CUtensorMapDataType = types.SimpleNamespace(
+            CU_TENSOR_MAP_DATA_TYPE_UINT64=4, CU_TENSOR_MAP_DATA_TYPE_FLOAT32=7
+        )
         self.CUtensorMapInterleave = types.SimpleNamespace(CU_TENSOR_MAP_INTERLEAVE_NONE=0)
         self.CUtensorMapSwizzle = types.SimpleNamespace(CU_TENSOR_MAP_SWIZZLE_NONE=0)
         self.CUtensorMapL2promotion = types.SimpleNamespace(CU_TENSOR_MAP_L2_PROMOTION_L2_128B=2)

@@ -460,7 +460,17 @@ TRUNK_CONSTANTS = {
         "trunkconv.cuh",
     ),
     **dict.fromkeys(
-        ("TILE_GROUPS", "TILE_ROWS", "TILE_FRAMES", "TILE_TILES", "TILE_AHEAD"), "trunktiles.cuh"
+        (
+            "TILE_GROUPS",
+            "TILE_ROWS",
+            "TILE_FRAMES",
+            "TILE_TILES",
+            "TILE_AHEAD",
+            "CONV_HALF_OUT",
+            "MIDDLE_AHEAD",
+            "MIDDLE_AHEAD_SPLIT",
+        ),
+        "trunktiles.cuh",
     ),
     "HALVES_PAD_ROWS": "trunkhalves.cuh",
     "STEM_THREADS": "trunk.cu",
@@ -666,11 +676,14 @@ def python_kernels() -> dict[str, dict[str, str]]:
     for splits in range(1, shapes.EMBED_MAX_SPLITS + 1):
         segdense.setdefault(shapes.Reduction.shape(splits).kernel, f"Reduction.shape({splits})")
     trunk = {
-        site.kernel(math, tier, halves): f"TrunkSite.{site.name}.kernel({math}, {tier}, {halves})"
+        site.kernel(math, tier, halves, middle): (
+            f"TrunkSite.{site.name}.kernel({math}, {tier}, {halves}, {middle})"
+        )
         for site in TrunkSite
         for math in CudaMath
         for tier in (None, PtxTier.SM90)
         for halves in (False, True)
+        for middle in (False, True)
     }
     trunk[trunk_shapes.CLEAR_KERNEL] = "shapes.CLEAR_KERNEL"
     trunk[trunk_shapes.CHUNK_MAX_KERNEL] = "shapes.CHUNK_MAX_KERNEL"

@@ -5,7 +5,9 @@ the stock module with its BatchNorms) in FP32 and TF32 math, and optionally agai
 `torch.compile` (FP32, default mode), in one process on one GPU. Where the device loads
 a trunk tier above sm80 (sm90's wgmma strips on an H100 or H200), the sm80 tier's plans
 run as arms of their own beside it; on the sm90 tier, so do plans in both maths with the
-strips of layers 2 to 4 in the form the default plans do not run (strips or halves), and where
+strips of layers 2 to 4 in the form the default plans do not run (strips or halves), with
+layer1's middle activations in FP32 where the default plans keep them in 16 bits ("fp32
+middles"), and where
 the strips stage by the async copy engine, arms with them staged by the threads' copies
 ("threads' copies") too.
 
@@ -97,6 +99,11 @@ def main(argv: list[str] | None = None) -> int:
                 halves = not own[math].plan.halves
                 name = f"pyspk {math} {tier} {'halves' if halves else 'strips'}"
                 planned[name] = PlannedTrunk(resnet, math, halves=halves)
+        if own[CudaMath.FP32].plan.middles:  # layer1's middle activations in FP32 too
+            for math in CudaMath:
+                planned[f"pyspk {math} {tier} fp32 middles"] = PlannedTrunk(
+                    resnet, math, middles=False
+                )
         if own[CudaMath.FP32].plans[0].strips_by_tma:  # the strips' copies both ways
             for math in CudaMath:
                 threads = PlannedTrunk(resnet, math)

@@ -124,7 +124,7 @@ class PlannedTrunk:
     """`forward_frames` of `resnet` on `streams` (1 to MAX_STREAMS) trunk plans, a call's
     chunks in pieces of `piece` (default: TRUNK_BATCH split evenly over the plans), on
     `runtime` (default: the device's shared one; another one to pick a PTX tier);
-    `halves` as `plan_trunk` takes it; `close()` frees them."""
+    `halves` and `middles` as `plan_trunk` takes them; `close()` frees them."""
 
     MAX_STREAMS = 4
 
@@ -136,6 +136,7 @@ class PlannedTrunk:
         runtime: CudaRuntime | None = None,
         halves: bool | None = None,
         piece: int | None = None,
+        middles: bool | None = None,
     ) -> None:
         if streams not in range(1, self.MAX_STREAMS + 1):
             raise InvalidArgument(
@@ -166,7 +167,9 @@ class PlannedTrunk:
         self._sides: list[torch.cuda.Stream] = []
         try:
             for _ in range(streams):
-                self.plans.append(plan_trunk(runtime, self.math, weights, halves=halves))
+                self.plans.append(
+                    plan_trunk(runtime, self.math, weights, halves=halves, middles=middles)
+                )
             # private streams: one of PyTorch's pooled streams can be another thread's,
             # and its work would join a capture that forks to it (`_streams.private_stream`)
             if streams > 1:

@@ -50,8 +50,8 @@ def params(launch: tuple, names: tuple) -> dict[str, int]:
     return values
 
 
-def trunk_launches(fake, runtime, math, weights, items=TRUNK_BATCH, halves=None):
-    plan = plan_trunk(runtime, math, weights, halves=halves)
+def trunk_launches(fake, runtime, math, weights, items=TRUNK_BATCH, halves=None, middles=None):
+    plan = plan_trunk(runtime, math, weights, halves=halves, middles=middles)
     x = runtime.alloc_zeros(items * FBANK)
     y = runtime.alloc_zeros(items * OUTPUT)
     before = len(fake.launches)
@@ -293,14 +293,15 @@ def hopper(fake, monkeypatch):
 
 def test_a_trunk_plan_on_the_sm90_tier_launches_the_tile_form(hopper, weights) -> None:
     """On compute capability 9.0 the plan loads the sm90 tier and launches layer1's six
-    convolutions on the tile form with its geometry, in both maths."""
+    convolutions on the tile form with its geometry, in both maths (with its middle
+    activations in FP32: the 16-bit form's launches are checked below)."""
     from pyspk.cuda import CudaRuntime
 
     fake = hopper
     layer1 = TrunkSite.LAYER1_CONV
     with CudaRuntime(0) as runtime:
         for math in CudaMath:
-            _, _, _, launches = trunk_launches(fake, runtime, math, weights)
+            _, _, _, launches = trunk_launches(fake, runtime, math, weights, middles=False)
             ours = [launch for launch in launches if "layer1" in launch[0]]
             grid, threads, shared = layer1.launch(math, PtxTier.SM90)
             assert len(ours) == 6
@@ -327,7 +328,7 @@ def test_the_sm90_strips_get_tensor_maps_of_their_inputs(hopper, weights, math, 
         for items in (TRUNK_BATCH, 5):
             # the plan held: its launches' parameters live in it
             plan, _, _, launches = trunk_launches(
-                fake, runtime, math, weights, items=items, halves=halves
+                fake, runtime, math, weights, items=items, halves=halves, middles=False
             )
             convs = [launch for launch in launches if "clear" not in launch[0]]
             mapped = {"strips": 0, "tiles": 0}
@@ -436,12 +437,17 @@ def test_a_trunk_plan_launches_the_halves_form_where_asked(hopper, weights, halv
             plan, _, _, launches = trunk_launches(fake, runtime, math, weights, halves=halves)
             assert plan.halves is asked
             expected = [conv.site for conv in weights.convs()]
+            # layer1's blocks' second convolutions read their middles in 16 bits
+            reads = [index in (2, 4, 6) for index in range(len(expected))]
             kernels = [launch[0].removeprefix("fn:") for launch in launches[1:]]
-            assert kernels == [site.kernel(math, PtxTier.SM90, asked) for site in expected]
+            assert kernels == [
+                site.kernel(math, PtxTier.SM90, asked, middle)
+                for site, middle in zip(expected, reads, strict=True)
+            ]
             on = [name for name in kernels if "_halves_" in name]
             assert len(on) == (7 + 11 + 5 if asked else 0)
-            for launch, site in zip(launches[1:], expected, strict=True):
-                grid, threads, shared = site.launch(math, PtxTier.SM90, asked)
+            for launch, site, middle in zip(launches[1:], expected, reads, strict=True):
+                grid, threads, shared = site.launch(math, PtxTier.SM90, asked, middle)
                 assert launch[1:4] == (grid, (threads, 1, 1), shared)
             plan.close()
 
@@ -531,10 +537,123 @@ def test_launches_reading_one_buffer_in_one_shape_share_their_tensor_maps(hopper
     with CudaRuntime(0) as runtime:
         for math in CudaMath:
             before = hopper.calls.count("cuTensorMapEncodeTiled")
-            plan = plan_trunk(runtime, math, weights)
+            plan = plan_trunk(runtime, math, weights, middles=False)
             assert len(plan._strips) == 29
             inputs = {(launch.value("x"), site.shape) for launch, site in plan._strips}
             assert len(inputs) == 12
             encoded = hopper.calls.count("cuTensorMapEncodeTiled") - before
             assert encoded == len(inputs) * TRUNK_BATCH
             plan.close()
+            # with the 16-bit middles, layer1's three readers share one map of their
+            # buffer (whatever the chunks), and its writers read the two block inputs'
+            before = hopper.calls.count("cuTensorMapEncodeTiled")
+            plan = plan_trunk(runtime, math, weights)
+            assert len(plan._strips) == 26
+            inputs = {(launch.value("x"), site.shape) for launch, site in plan._strips}
+            assert len(inputs) == 11
+            encoded = hopper.calls.count("cuTensorMapEncodeTiled") - before
+            assert encoded == len(inputs) * TRUNK_BATCH + 1
+            plan.close()
+
+
+@pytest.mark.parametrize("math", list(CudaMath), ids=str)
+def test_layer1_keeps_its_middles_in_16_bits_on_the_sm90_tier(hopper, weights, math) -> None:
+    """By default a plan on the sm90 tier has each layer1 block's first convolution write
+    its output as FP16 planes (CONV_HALF_OUT, its bias followed by the bound's two
+    factors) and the second read them with `MIDDLE_KERNEL`: its input the writer's output,
+    its scale the writer's raised bound (the same chunk maxima slot), a tensor map of the
+    planes as 8-byte words of TRUNK_BATCH chunks in boxes of a part's two planes of a
+    slab, whatever the chunks; in FP32 math the planes are the high and low parts."""
+    from pyspk.candidate.trunk.plan import CONV_PARAMS, MIDDLES_DEFAULT
+    from pyspk.candidate.trunk.shapes import (
+        CONV_HALF_OUT,
+        CONV_RELU,
+        MIDDLE_KERNEL,
+        TILE_FRAMES,
+        TILE_ROWS,
+    )
+    from pyspk.cuda import CudaRuntime
+    from pyspk.cuda.buffers import INT32
+
+    assert MIDDLES_DEFAULT
+    layer1 = TrunkSite.LAYER1_CONV
+    suffix = "f16x3" if layer1.splits(math) else "f16"
+    parts = 2 if layer1.splits(math) else 1
+    shape = layer1.shape
+    with CudaRuntime(0) as runtime:
+        for items in (TRUNK_BATCH, 5):
+            plan, _, _, launches = trunk_launches(hopper, runtime, math, weights, items=items)
+            assert plan.middles
+            ours = [params(launch, CONV_PARAMS) for launch in launches[2:8]]
+            names = [launch[0] for launch in launches[2:8]]
+            assert (
+                names
+                == [f"fn:{layer1.kernel(math, PtxTier.SM90)}", f"fn:{MIDDLE_KERNEL}_{suffix}"] * 3
+            )
+            for block, (writer, reader) in enumerate(zip(ours[::2], ours[1::2], strict=True)):
+                conv = weights.blocks[block].conv1
+                assert writer["flags"] == CONV_RELU | CONV_HALF_OUT
+                assert writer["bias_len"] == 2 * shape.cout + 2
+                bias = runtime.read(writer["bias"], writer["bias_len"], None)
+                assert np.array_equal(bias, conv.packed_bias_bounded())
+                assert (reader["x"], reader["in_max"]) == (writer["y"], writer["out_max"])
+                assert reader["bias_len"] == 2 * shape.cout and reader["items"] == items
+                words = list(runtime.read(reader["x_map"], 32, None, INT32).view(np.uint64))
+                row = shape.win * 16
+                assert words[:14] == [
+                    4, 4, reader["x"], shape.win * 2, shape.hin, 2, TRUNK_BATCH * 2 * parts,
+                    row, row * shape.hin, row * shape.hin * 2,
+                    (TILE_FRAMES + 2) * 2, TILE_ROWS + 2, 2, 1,
+                ]  # fmt: skip
+            grid, threads, shared = layer1.launch(math, PtxTier.SM90, middle=True)
+            assert launches[3][1:4] == (grid, (threads, 1, 1), shared)
+            plan.close()
+        plan = plan_trunk(runtime, math, weights, middles=False)
+        assert not plan.middles
+        plan.close()
+
+
+def test_the_middles_reader_lands_its_slabs_without_an_fp32_ring() -> None:
+    """The reader's shared memory: the weights (FP16, high and low in FP32 math) and
+    MIDDLE_AHEAD + 2 one-part FP16 slabs (TF32) or MIDDLE_AHEAD_SPLIT + 1 two-part ones
+    (FP32) of 6 x 66 pixels x 16 channels; two blocks an SM of an H200 either way. No
+    tier but sm90 has the form."""
+    from pyspk.candidate.trunk.shapes import MIDDLE_AHEAD, MIDDLE_AHEAD_SPLIT, MIDDLE_KERNEL
+
+    layer1 = TrunkSite.LAYER1_CONV
+    slab = 6 * 66 * 16 * 2  # bytes of one part: two k planes of 16 bytes a pixel
+    for math, sets, parts, suffix in (
+        (CudaMath.TF32, MIDDLE_AHEAD + 2, 1, "f16"),
+        (CudaMath.FP32, MIDDLE_AHEAD_SPLIT + 1, 2, "f16x3"),
+    ):
+        assert layer1.kernel(math, PtxTier.SM90, middle=True) == f"{MIDDLE_KERNEL}_{suffix}"
+        grid, threads, shared = layer1.launch(math, PtxTier.SM90, middle=True)
+        assert (grid, threads) == layer1.launch(math, PtxTier.SM90)[:2]
+        assert shared == 288 * 32 * 2 * parts + sets * parts * slab
+        assert 2 * (shared + 1024) <= 228 * 1024
+        for tier in (None, PtxTier.SM80):
+            assert layer1.kernel(math, tier, middle=True) == layer1.kernel(math, tier)
+        assert TrunkSite.LAYER2_CONV.kernel(math, PtxTier.SM90, middle=True) == (
+            TrunkSite.LAYER2_CONV.kernel(math, PtxTier.SM90)
+        )
+
+
+def test_the_middles_bound_is_above_every_output() -> None:
+    """`packed_bias_bounded`'s factors, r (the largest row sum of |w|) and b (the largest
+    |bias|), each FP32 at or above its float64 value and within one unit of it; and for
+    inputs no larger than m, every output of the convolution is within m r + b."""
+    site = TrunkSite.LAYER1_CONV
+    conv = TrunkWeights.random(3).blocks[0].conv1
+    bounded = conv.packed_bias_bounded()
+    assert np.array_equal(bounded[:-2], conv.packed_bias()) and bounded.dtype == np.float32
+    rows = np.abs(conv.weight).reshape(site.shape.cout, -1).sum(axis=1).max()
+    largest_bias = np.abs(conv.bias).max()
+    for got, exact in zip(bounded[-2:], (rows, largest_bias), strict=True):
+        assert exact <= float(got) <= float(np.nextafter(np.float32(exact), np.float32(np.inf)))
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1.0, 1.0, (site.shape.cin, 6, 6))  # m = 1
+    x[:, 2:5, 2:5] = np.sign(conv.weight[0])  # the first channel's worst input
+    taps = np.lib.stride_tricks.sliding_window_view(x, (3, 3), axis=(1, 2))  # [ci][y][x][3][3]
+    y = np.einsum("oikl,iyxkl->oyx", conv.weight, taps) + conv.bias[:, None, None]
+    assert np.abs(y).max() <= float(bounded[-2]) + float(bounded[-1])
+    assert np.abs(y[0, 2, 2]) >= np.abs(conv.weight[0]).sum() - largest_bias  # it is reached

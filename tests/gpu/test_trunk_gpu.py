@@ -54,6 +54,15 @@ def rel_l2(got: np.ndarray, truth: np.ndarray) -> float:
     return float(np.linalg.norm(got - truth) / np.linalg.norm(truth))
 
 
+def levelled_chunks(torch, weights: TrunkWeights, seed: int, levels: tuple[float, ...]):
+    """Fbank chunks of N(0, 2) noise times `levels` on the GPU, and the trunk's float64
+    output for them."""
+    rng = np.random.default_rng(seed)
+    fbank = rng.normal(0, 2, (len(levels), 998, 80)).astype(np.float32)
+    fbank *= np.array(levels, np.float32)[:, None, None]
+    return torch.from_numpy(fbank).cuda(), reference.trunk(fbank, weights)
+
+
 def torch_layer(torch, site: TrunkSite, conv: FoldedConv, x, residual):
     """The library's conv + bias (+ residual, ReLU) on NHWC tensors, in NCHW."""
     import torch.nn.functional as F
@@ -151,12 +160,7 @@ def test_whole_trunk_on_chunks_2_20_apart(runtime, torch, weights, math) -> None
 
     from pyspk.torch import library_math
 
-    rng = np.random.default_rng(11)
-    fbank_host = rng.normal(0, 2, (2, 998, 80)).astype(np.float32)
-    fbank_host[0] *= 2.0**10
-    fbank_host[1] *= 2.0**-10
-    truth = reference.trunk(fbank_host, weights)
-    fbank = torch.from_numpy(fbank_host).cuda()
+    fbank, truth = levelled_chunks(torch, weights, 11, (2.0**10, 2.0**-10))
     out = torch.empty((2, 256, 10, 125), device="cuda")
     with plan_trunk(runtime, math, weights) as plan:
         plan.enqueue(fbank, out, items=2, stream=torch.cuda.current_stream().cuda_stream)
@@ -218,6 +222,33 @@ def test_reruns_partial_batches_and_replays_give_the_same_bits(
     assert torch.equal(full, again)
     assert torch.equal(full[:3], part)
     assert torch.equal(full, replayed)
+
+
+@pytest.mark.parametrize("math", list(CudaMath), ids=str)
+def test_layer1_middles_in_16_bits_keep_the_trunks_error(runtime, torch, weights, math) -> None:
+    """On the sm90 tier layer1's middle activations stay in 16 bits (the FP16 planes,
+    scaled by a bound their writer knows before it writes). A power-of-two scale leaves
+    every normal FP16 rounding as it is, so only values that the bound's smaller scale
+    puts among FP16's subnormals round differently (in FP32 math, low parts of values
+    below about 2^-11 of their chunk's largest): the error against float64 must stay
+    within 5% of the FP32 middles' (the CPU model of both forms differs by 0.2%), on
+    chunks 2^10 and 2^-10 in level, at or below cuDNN's where that test measures it."""
+    fbank, truth = levelled_chunks(torch, weights, 12, (2.0**10, 1.0, 2.0**-10))
+    stream = torch.cuda.current_stream().cuda_stream
+    got = {}
+    for middles in (True, False):
+        with plan_trunk(runtime, math, weights, middles=middles) as plan:
+            if plan.tier is not PtxTier.SM90:
+                pytest.skip("the 16-bit middles exist on the sm90 tier only")
+            assert plan.middles is middles
+            out = torch.empty((3, 256, 10, 125), device="cuda")
+            plan.enqueue(fbank, out, items=3, stream=stream)
+            torch.cuda.synchronize()
+            got[middles] = out.cpu().numpy().astype(np.float64)
+    for chunk in range(3):
+        half, full = (rel_l2(got[m][chunk], truth[chunk]) for m in (True, False))
+        print(f"{math} chunk {chunk}: 16-bit middles {half:.4e}, FP32 middles {full:.4e}")
+        assert half <= 1.05 * full, f"chunk {chunk}: {half:.4g} vs {full:.4g}"
 
 
 @pytest.mark.parametrize("math", list(CudaMath), ids=str)
@@ -463,6 +494,35 @@ with CudaRuntime(0) as runtime:
 """
 
 
+# Layer1 alone as a trunk plan launches it with its middle activations in 16 bits (the
+# sm90 tier): the clear, the stem, then each block's writer and reader, at `items`
+# chunks, both maths. argv: items.
+_SANITIZED_MIDDLES = """
+import sys
+import numpy as np
+from pyspk.candidate.trunk import TRUNK_BLOCKS, TrunkWeights, plan_trunk
+from pyspk.candidate.trunk.plan import FBANK_ITEM
+from pyspk.cuda import CudaMath
+from pyspk.cuda.runtime import CudaRuntime
+
+items = int(sys.argv[1])
+with CudaRuntime(0) as runtime:
+    x = np.random.default_rng(0).normal(size=items * FBANK_ITEM).astype(np.float32)
+    fbank = runtime.upload(x)
+    for math in CudaMath:
+        with plan_trunk(runtime, math, TrunkWeights.random(5), middles=True) as plan:
+            launches = plan._launches[: 2 + 2 * TRUNK_BLOCKS[0]]
+            for launch in launches[1:]:
+                launch.set("items", items)
+            launches[1].set("x", fbank.ptr)
+            launches[1].set("x_len", items * FBANK_ITEM)
+            for launch in launches:
+                launch.enqueue(runtime.stream)
+            runtime.synchronize()
+        print(math, "done", flush=True)
+"""
+
+
 def _sanitized(tool: str, *script: str) -> subprocess.Popen[str]:
     from tests.gpu.test_sanitizer_gpu import _compute_sanitizer
 
@@ -514,7 +574,7 @@ def test_memcheck_finds_nothing_in_the_trunk() -> None:
     of its four and two tiles that span two chunks come before their block's last, and
     (the tile form, on sm90) every row's last run overlaps the one before; and layer4's
     on 11 chunks, in each of its forms (tiles that span two chunks, the last one past
-    the chunks)."""
+    the chunks); on sm90, layer1 with its middle activations in 16 bits on 11 chunks."""
     tier = _trunk_tier()
     layer4 = TrunkSite.LAYER4_CONV
     _all_clean(
@@ -526,17 +586,26 @@ def test_memcheck_finds_nothing_in_the_trunk() -> None:
                 _sanitized("memcheck", _SANITIZED_SITE, layer4.value, "11"),
                 _site_kernels(layer4, tier),
             ),
+            *_middles_runs("memcheck", tier, "11"),
         ],
     )
+
+
+def _middles_runs(tool: str, tier: PtxTier, items: str) -> list:
+    """`_SANITIZED_MIDDLES` under `tool` where the tier has 16-bit middles (sm90)."""
+    if tier is not PtxTier.SM90:
+        return []
+    return [(_sanitized(tool, _SANITIZED_MIDDLES, items), len(CudaMath))]
 
 
 def test_racecheck_finds_nothing_in_any_trunk_entry() -> None:
     """Every trunk entry on one chunk (spk_trunk_chunk_max, then each kernel with and
     without its output's chunk maxima), one process per site, side by side: each process
-    stays small (racecheck slows a kernel by the number of its shared accesses)."""
+    stays small (racecheck slows a kernel by the number of its shared accesses); on
+    sm90, layer1 with its middle activations in 16 bits too."""
     tier = _trunk_tier()
     runs = [
         (_sanitized("racecheck", _SANITIZED_SITE, site.value, "1"), _site_kernels(site, tier))
         for site in TrunkSite
     ]
-    _all_clean("racecheck", runs)
+    _all_clean("racecheck", [*runs, *_middles_runs("racecheck", tier, "1")])

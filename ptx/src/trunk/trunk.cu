@@ -190,6 +190,11 @@ spk_trunk_chunk_max(const float* __restrict__ x, u64 x_len, u32 item_len,
 #else
 #define SPK_TILES_BODY(SHAPE, SPLIT) SPK_TIER_STUB()
 #endif
+#if defined(SPK_WGMMA)
+#define SPK_MIDDLE_BODY(SHAPE, SPLIT) spk::trunk_conv_tiles<SHAPE, SPLIT, true>(SPK_CONV_ARGUMENTS)
+#else
+#define SPK_MIDDLE_BODY(SHAPE, SPLIT) SPK_TIER_STUB()
+#endif
 // the halves form (the strips of layers 2 to 4) likewise: by the async copy engine
 // where given a tensor map of the input (TrunkPlan's) and its shape takes one, else by
 // every thread's copies (ConvPlan)
@@ -242,6 +247,11 @@ typedef spk::SlabShape<Layer1Conv, false> Layer1Tiles;
 typedef spk::SlabShape<Layer1Conv, true> Layer1TilesSplit;
 SPK_TRUNK_TILES(spk_trunk_layer1_tiles_f16, Layer1Conv, Layer1Tiles, false)
 SPK_TRUNK_TILES(spk_trunk_layer1_tiles_f16x3, Layer1Conv, Layer1TilesSplit, true)
+// a block's second convolution on its middle activation in 16 bits (trunktiles.cuh)
+typedef spk::SlabShape<Layer1Conv, false, true> Layer1Middle;
+typedef spk::SlabShape<Layer1Conv, true, true> Layer1MiddleSplit;
+SPK_TRUNK_ENTRY(spk_trunk_layer1_middle_f16, Layer1Middle, SPK_MIDDLE_BODY(Layer1Conv, false))
+SPK_TRUNK_ENTRY(spk_trunk_layer1_middle_f16x3, Layer1MiddleSplit, SPK_MIDDLE_BODY(Layer1Conv, true))
 SPK_TRUNK_SHAPE(layer2_down, Layer2Down)
 SPK_TRUNK_SPLIT(layer2_shortcut, Layer2Shortcut)
 SPK_TRUNK_SHAPE(layer2_conv, Layer2Conv)

@@ -27,6 +27,16 @@
 // block converts the next stage. SPLIT: into one set of high and low slabs, the stage's
 // products complete before the next conversion (tile_products_held). One chunk's scale
 // serves the whole tile.
+//
+// A block's middle activation (its first convolution's output, which only its second
+// reads) can stay in 16 bits: the first convolution's epilogue (CONV_HALF_OUT) writes the
+// FP16 slab planes themselves, [chunk][channel block][part][plane][row][frame][8 k], so
+// the second (MIDDLE) lands them by the async copy engine straight into its FP16 sets,
+// with no FP32 slab and no conversion, in half the bytes in one-product math. The writer
+// cannot know its chunk's largest output while it writes, so it scales by a bound known
+// before: |x| <= in_max, so |y| <= in_max x the largest row sum of |w| + the largest |b|
+// (the two factors after the bias and inverse scales); it raises that bound as the
+// chunk's maximum, and the reader's scale from it is the writer's.
 
 #pragma once
 
@@ -40,8 +50,13 @@ constexpr u32 TILE_FRAMES = 64;  // output frames a tile row: wgmma's M
 constexpr u32 TILE_TILES = 8;    // tiles a block takes in turn
 constexpr u32 TILE_AHEAD = 1;    // slab copies in flight ahead of the stage converted
 constexpr u32 CONVERT_BATCH = 4;  // a thread's slab reads in flight in a conversion
+constexpr u32 CONV_HALF_OUT = 4;  // epilogue flag: write the middle activation in 16 bits
+// (MIDDLE) stages landed ahead of the one whose products are issued: one product, whose
+// products run on past their stage (wgmma_wait<1>), and three, whose stage waits for them
+constexpr u32 MIDDLE_AHEAD = 2;
+constexpr u32 MIDDLE_AHEAD_SPLIT = 1;
 
-template <class S, bool SPLIT>
+template <class S, bool SPLIT, bool MIDDLE = false>
 struct SlabShape : S {
     static constexpr u32 THREADS = 128 * TILE_GROUPS, MIN_BLOCKS = 2;
     static constexpr u32 OUT_ROWS = TILE_GROUPS * TILE_ROWS;  // a tile's output rows
@@ -49,14 +64,24 @@ struct SlabShape : S {
     static constexpr u32 ITEM_TILES = S::HOUT / OUT_ROWS * RUNS;
     static constexpr u32 SLAB_ROWS = OUT_ROWS + 2, SLAB_PIXELS = TILE_FRAMES + 2;
     static constexpr u32 PIXELS = SLAB_ROWS * SLAB_PIXELS;
-    static constexpr u32 RAW_BYTES = PIXELS * CONV_BK * 4, HALF_BYTES = PIXELS * CONV_BK * 2;
+    static constexpr u32 PARTS = SPLIT ? 2 : 1;  // FP16 parts: high and low, or high alone
+    static constexpr u32 RAW_BYTES = PIXELS * CONV_BK * 4;
     static constexpr u32 PLANE = PIXELS * 16;  // bytes between the two k planes
+    static constexpr u32 HALF_BYTES = 2 * PLANE;  // one part's two planes
     // SPLIT: the weights' high and low FP16, the slab's high and low planes in one set
-    // (two sets and their sums' temporaries would leave one block an SM); else two sets
+    // (two sets and their sums' temporaries would leave one block an SM); else two sets.
+    // MIDDLE: no FP32 slab; sets for the stages landing ahead, the one whose products are
+    // issued, and (one product) the one whose products may still run
     static constexpr u32 W_BYTES = S::K * S::COUT * (SPLIT ? 4 : 2);
-    static constexpr u32 SLOTS = TILE_AHEAD + 1, HALF_SETS = SPLIT ? 1 : 2;
-    static constexpr u32 SET_BYTES = (SPLIT ? 2 : 1) * HALF_BYTES;
-    static constexpr u32 SHARED = W_BYTES + SLOTS * RAW_BYTES + HALF_SETS * SET_BYTES;
+    static constexpr u32 AHEAD = SPLIT ? MIDDLE_AHEAD_SPLIT : MIDDLE_AHEAD;  // MIDDLE's
+    static constexpr u32 SLOTS = TILE_AHEAD + 1, RAW_RING = MIDDLE ? 0 : SLOTS * RAW_BYTES;
+    static constexpr u32 HALF_SETS = MIDDLE ? AHEAD + (SPLIT ? 1 : 2) : (SPLIT ? 1 : 2);
+    static constexpr u32 RING = MIDDLE ? HALF_SETS : SLOTS;  // mbarriers of the copies
+    static constexpr u32 SET_BYTES = PARTS * HALF_BYTES;
+    static constexpr u32 SHARED = W_BYTES + RAW_RING + HALF_SETS * SET_BYTES;
+    // the middle's slab boxes a chunk: one a channel block, part and plane
+    static constexpr u32 COMBOS = S::CBLOCKS * PARTS * 2;
+    static constexpr bool WRITES_MIDDLE = !MIDDLE;  // whether CONV_HALF_OUT is served
     static constexpr u32 COPIES = PIXELS * 4;  // 16-byte copies (and conversions) a stage
     static constexpr u32 GRID_X = (TRUNK_BATCH * ITEM_TILES + TILE_TILES - 1) / TILE_TILES;
     static_assert(S::STRIP && S::BN == S::COUT && S::COUT == 32 && S::HOUT % OUT_ROWS == 0,
@@ -186,6 +211,8 @@ __device__ __forceinline__ void tile_products_held(float (&acc)[TILE_ROWS][S::BN
 // constant offset from its first (`first`, its position m0 + row0 + g). The arithmetic is
 // store_tile's, in its order; its row and chunk tests and divisions were about two thirds
 // of the tile epilogue's instructions and a quarter of the kernel's (sm_90a SASS).
+// CONV_HALF_OUT: the outputs times `out_scale` (the scale of `bound`) as the middle's FP16
+// planes (SlabShape's COMBOS boxes a chunk), and `bound` raised as the chunk's maximum.
 template <class S>
 __device__ __forceinline__ void store_slab_tile(const float (&acc)[TILE_ROWS][S::BN / 8][4],
                                                 float scale, u32 item, u32 items, u32 first,
@@ -193,14 +220,10 @@ __device__ __forceinline__ void store_slab_tile(const float (&acc)[TILE_ROWS][S:
                                                 u64 residual_len, float* __restrict__ y,
                                                 u32* __restrict__ out_max, u64 out_max_len,
                                                 u32 flags,
-                                                const float2 (&held)[TILE_ROWS][S::BN / 8][2]) {
+                                                const float2 (&held)[TILE_ROWS][S::BN / 8][2],
+                                                float out_scale, float bound) {
     const bool relu = flags & CONV_RELU, nchw = flags & CONV_NCHW;
     const float row_inverse = inverse_of_scale(scale);
-    // NHWC: [m][COUT]; NCHW: [item][COUT][POS]
-    float* const out = nchw ? y + (u64(item) * S::COUT + 2 * t) * S::POS + first % S::POS
-                            : y + u64(first) * S::COUT + 2 * t;
-    const u32 row_step = nchw ? 1 : S::COUT, column_step = nchw ? S::POS : 1;
-    float largest = 0.0f;
     float2 bias_pair[S::BN / 8], column_inverse[S::BN / 8];  // all read before the first use
 #pragma unroll
     for (u32 nj = 0; nj < S::BN / 8; ++nj) {
@@ -208,31 +231,97 @@ __device__ __forceinline__ void store_slab_tile(const float (&acc)[TILE_ROWS][S:
         bias_pair[nj] = __ldg(reinterpret_cast<const float2*>(bias + n));
         column_inverse[nj] = __ldg(reinterpret_cast<const float2*>(bias + S::COUT + n));
     }
+    // output (mi, nj, half) of this thread: its channels nj 8 + 2 t and + 1
+    auto output = [&](u32 mi, u32 nj, u32 half) {
+        float v0 = fmaf(acc[mi][nj][2 * half] * row_inverse, column_inverse[nj].x,
+                        bias_pair[nj].x);
+        float v1 = fmaf(acc[mi][nj][2 * half + 1] * row_inverse, column_inverse[nj].y,
+                        bias_pair[nj].y);
+        if (residual_len != 0) {
+            v0 += held[mi][nj][half].x;
+            v1 += held[mi][nj][half].y;
+        }
+        return relu ? make_float2(fmaxf(v0, 0.0f), fmaxf(v1, 0.0f)) : make_float2(v0, v1);
+    };
+    if (S::WRITES_MIDDLE && (flags & CONV_HALF_OUT)) {
+        // FRAGMENT_ORDER puts this thread's channels of nj = 2 cb + s (channel block cb) in
+        // pair slot 2 s + t / 2 of plane t % 2; lane ^ 2 holds the plane's other two slots,
+        // so the pair completes 16-byte rows: (SPLIT) one stores the high part's, the
+        // other the low part's, or (one part) one the first pixel row's, the other the
+        // second's (half). A row: words ((chunk COMBOS + combo) POS + position) 4 + slot.
+        const u32 second = t / 2;
+        u32* const middle = reinterpret_cast<u32*>(y) +
+                            ((u64(item) * S::COMBOS + t % 2) * S::POS + first % S::POS) * 4;
+#pragma unroll
+        for (u32 mi = 0; mi < TILE_ROWS; ++mi) {
+#pragma unroll
+            for (u32 cb = 0; cb < S::BN / 16; ++cb) {
+                u32 words[2][2][S::PARTS];  // [half][s][part]
+#pragma unroll
+                for (u32 half = 0; half < 2; ++half) {
+#pragma unroll
+                    for (u32 s = 0; s < 2; ++s) {
+                        const float2 v = output(mi, 2 * cb + s, half);
+                        if constexpr (S::PARTS == 2) {
+                            f16_split(v.x * out_scale, v.y * out_scale, words[half][s][0],
+                                      words[half][s][1]);
+                        } else {
+                            words[half][s][0] = f16_pair(v.x * out_scale, v.y * out_scale);
+                        }
+                    }
+                }
+                // per round, the row this thread stores (SPLIT: of pixel row `round`, its
+                // part `second`; else of pixel row `second`): its own words in slots
+                // 2 s + second, the other's in 2 s + 1 - second (selects, not indices, keep
+                // the words in registers)
+#pragma unroll
+                for (u32 round = 0; round < S::PARTS; ++round) {
+                    u32 row[4];
+#pragma unroll
+                    for (u32 s = 0; s < 2; ++s) {
+                        u32 keep, sent;
+                        if constexpr (S::PARTS == 2) {
+                            keep = second ? words[round][s][1] : words[round][s][0];
+                            sent = second ? words[round][s][0] : words[round][s][1];
+                        } else {
+                            keep = second ? words[1][s][0] : words[0][s][0];
+                            sent = second ? words[0][s][0] : words[1][s][0];
+                        }
+                        const u32 other = __shfl_xor_sync(0xffffffffu, sent, 2);
+                        row[2 * s] = second ? other : keep;
+                        row[2 * s + 1] = second ? keep : other;
+                    }
+                    const u32 half = S::PARTS == 2 ? round : second;
+                    const u32 combo = (cb * S::PARTS + (S::PARTS == 2 ? second : 0)) * 2;
+                    u32* at = middle + (u64(combo) * S::POS + mi * S::WOUT + half * 8) * 4;
+                    *reinterpret_cast<uint4*>(at) = make_uint4(row[0], row[1], row[2], row[3]);
+                }
+            }
+        }
+        if (out_max_len != 0) {
+            raise_chunk_maxima<S::THREADS / 32>(out_max, item, items, bound, 0.0f);
+        }
+        return;
+    }
+    // NHWC: [m][COUT]; NCHW: [item][COUT][POS]
+    float* const out = nchw ? y + (u64(item) * S::COUT + 2 * t) * S::POS + first % S::POS
+                            : y + u64(first) * S::COUT + 2 * t;
+    const u32 row_step = nchw ? 1 : S::COUT, column_step = nchw ? S::POS : 1;
+    float largest = 0.0f;
 #pragma unroll
     for (u32 nj = 0; nj < S::BN / 8; ++nj) {
 #pragma unroll
         for (u32 mi = 0; mi < TILE_ROWS; ++mi) {
 #pragma unroll
             for (u32 half = 0; half < 2; ++half) {
-                float v0 = fmaf(acc[mi][nj][2 * half] * row_inverse, column_inverse[nj].x,
-                                bias_pair[nj].x);
-                float v1 = fmaf(acc[mi][nj][2 * half + 1] * row_inverse, column_inverse[nj].y,
-                                bias_pair[nj].y);
-                if (residual_len != 0) {
-                    v0 += held[mi][nj][half].x;
-                    v1 += held[mi][nj][half].y;
-                }
-                if (relu) {
-                    v0 = fmaxf(v0, 0.0f);
-                    v1 = fmaxf(v1, 0.0f);
-                }
-                largest = fmaxf(largest, fmaxf(fabsf(v0), fabsf(v1)));
+                const float2 v = output(mi, nj, half);
+                largest = fmaxf(largest, fmaxf(fabsf(v.x), fabsf(v.y)));
                 float* at = out + (mi * S::WOUT + half * 8) * row_step + nj * 8 * column_step;
                 if (nchw) {
-                    at[0] = v0;
-                    at[S::POS] = v1;
+                    at[0] = v.x;
+                    at[S::POS] = v.y;
                 } else {
-                    stg2(at, make_float2(v0, v1));
+                    stg2(at, v);
                 }
             }
         }
@@ -242,7 +331,7 @@ __device__ __forceinline__ void store_slab_tile(const float (&acc)[TILE_ROWS][S:
     }
 }
 
-template <class S, bool SPLIT>
+template <class S, bool SPLIT, bool MIDDLE = false>
 __device__ __forceinline__ void trunk_conv_tiles(const float* __restrict__ x, u64 x_len,
                                                  const float* __restrict__ w, u64 w_len,
                                                  const float* __restrict__ bias, u64 bias_len,
@@ -251,17 +340,25 @@ __device__ __forceinline__ void trunk_conv_tiles(const float* __restrict__ x, u6
                                                  const u32* __restrict__ in_max, u64 in_max_len,
                                                  u32* __restrict__ out_max, u64 out_max_len,
                                                  u32 items, u32 flags, const void* x_map) {
-    using P = SlabShape<S, SPLIT>;
+    using P = SlabShape<S, SPLIT, MIDDLE>;
     using L = SlabTiles<S>;
     constexpr u32 MI = L::MI, NJ = L::NJ;
+    static_assert(!MIDDLE || S::CIN == S::COUT, "a middle activation is a block's own width");
+    // the middle in 16 bits takes PARTS halves a value: its floats a chunk
+    constexpr u64 MIDDLE_ITEM = u64(S::Y_ITEM) * P::PARTS / 2;
+    const bool half_out = !MIDDLE & ((flags & CONV_HALF_OUT) != 0);
     const bool valid = launch_is(P::GRID_X, 1, 1, P::THREADS) & (items >= 1) &
-                       (items <= TRUNK_BATCH) & (x_len >= items * S::X_ITEM) &
-                       (w_len == P::W_BYTES / 4) & (bias_len == 2 * S::COUT) &
+                       (items <= TRUNK_BATCH) &
+                       (x_len >= items * (MIDDLE ? MIDDLE_ITEM : S::X_ITEM)) &
+                       (w_len == P::W_BYTES / 4) & (bias_len == 2 * S::COUT + (half_out ? 2 : 0)) &
                        ((residual_len == 0) | (residual_len >= items * S::Y_ITEM)) &
-                       (y_len >= items * S::Y_ITEM) & (in_max_len >= items) &
-                       ((out_max_len == 0) | (out_max_len >= items)) & (flags < 4) &
-                       aligned16(x) & aligned16(w) & aligned16(residual) & aligned16(y) &
-                       (dynamic_shared_bytes() >= P::SHARED);
+                       (y_len >= items * (half_out ? MIDDLE_ITEM : S::Y_ITEM)) &
+                       (in_max_len >= items) & ((out_max_len == 0) | (out_max_len >= items)) &
+                       (flags < (MIDDLE ? 4u : 8u)) &
+                       (!half_out | ((residual_len == 0) & ((flags & CONV_NCHW) == 0) &
+                                     (out_max_len != 0))) &
+                       (!MIDDLE | (x_map != nullptr)) & aligned16(x) & aligned16(w) &
+                       aligned16(residual) & aligned16(y) & (dynamic_shared_bytes() >= P::SHARED);
     const u32 tile_count = items * P::ITEM_TILES, tile0 = blockIdx.x * TILE_TILES;
     if (!valid | (tile0 >= tile_count)) {
         return;  // uniform over the block: no barrier is split
@@ -269,7 +366,7 @@ __device__ __forceinline__ void trunk_conv_tiles(const float* __restrict__ x, u6
     const u32 stage_count = min(TILE_TILES, tile_count - tile0) * S::CBLOCKS;
     extern __shared__ __align__(128) float shared[];
     const saddr weights = shared_address(shared), raw = weights + P::W_BYTES;
-    const saddr half = raw + P::SLOTS * P::RAW_BYTES;
+    const saddr half = raw + P::RAW_RING;
     const u32 tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const u32 group = warp / 4, g = lane >> 2, t = lane & 3;
 
@@ -286,8 +383,25 @@ __device__ __forceinline__ void trunk_conv_tiles(const float* __restrict__ x, u6
     // stages each slab as one box by the async copy engine (zeros outside the image and
     // the batch), completing on the slot's mbarrier; without one every thread copies.
     const bool tma = x_map != nullptr;
-    __shared__ __align__(8) u64 slot_full[P::SLOTS];
+    __shared__ __align__(8) u64 slot_full[P::RING];
     const saddr full = shared_address(slot_full);
+    // MIDDLE: thread 0 lands stage j's FP16 planes in set j % HALF_SETS, a part's two
+    // planes as one box of the middle's 4D map of 8-byte words ([chunk, channel block,
+    // part][plane][HIN][WIN x 2]): a box row is a slab row's 66 pixels, 1056 contiguous
+    // bytes (with boxes of one pixel's 16 bytes a row the reader ran 22% slower than the
+    // converting form in TF32 math, H100)
+    auto load_middle = [&](u32 j) {
+        u32 item, h0, v0;
+        tile_at(tile0 + j / S::CBLOCKS, item, h0, v0);
+        const u32 box = (item * S::CBLOCKS + j % S::CBLOCKS) * P::PARTS;
+        const saddr set = half + j % P::HALF_SETS * P::SET_BYTES, bar = full + j % P::RING * 8;
+        mbarrier_expect(bar, P::SET_BYTES);
+#pragma unroll
+        for (u32 part = 0; part < P::PARTS; ++part) {
+            tma_load_4d(set + part * P::HALF_BYTES, x_map, (int(v0) - 1) * 2, int(h0) - 1, 0,
+                        int(box + part), bar);
+        }
+    };
     auto load_stage = [&](u32 j) {  // channel block cb of the slab of tile j / CBLOCKS
         u32 item, h0, v0;
         tile_at(tile0 + j / S::CBLOCKS, item, h0, v0);
@@ -356,27 +470,44 @@ __device__ __forceinline__ void trunk_conv_tiles(const float* __restrict__ x, u6
     };
 
     u32 m0 = 0, tile_item = 0;
-    float scale = 0.0f;
+    float scale = 0.0f, out_scale = 0.0f, bound = 0.0f;
     auto enter_tile = [&](u32 tile) {
         u32 h0, v0;
         tile_at(tile, tile_item, h0, v0);
         m0 = tile_item * S::POS + (h0 + group * TILE_ROWS) * S::WOUT + v0;
         float inverse;
-        half_scale_of(__uint_as_float(__ldg(in_max + tile_item)), scale, inverse);
+        const float largest = __uint_as_float(__ldg(in_max + tile_item));
+        half_scale_of(largest, scale, inverse);
+        if (half_out) {  // the middle's bound and scale (see the top of the file)
+            bound = fmaf(largest, __ldg(bias + 2 * S::COUT), __ldg(bias + 2 * S::COUT + 1));
+            half_scale_of(bound, out_scale, inverse);
+        }
     };
     enter_tile(tile0);
 
     if (tma) {
-        tma_ring_init<P::SLOTS>(full, x_map, tid);
+        tma_ring_init<P::RING>(full, x_map, tid);
     }
     float acc[MI][NJ][4];
     zero(acc);
+    if constexpr (MIDDLE) {
+        cp_async_commit();  // the weights
+        if (tid == 0) {
 #pragma unroll
-    for (u32 j = 0; j < TILE_AHEAD; ++j) {
-        if (j < stage_count) {
-            load_stage(j);
+            for (u32 j = 0; j < P::AHEAD; ++j) {
+                if (j < stage_count) {
+                    load_middle(j);
+                }
+            }
         }
-        cp_async_commit();
+    } else {
+#pragma unroll
+        for (u32 j = 0; j < TILE_AHEAD; ++j) {
+            if (j < stage_count) {
+                load_stage(j);
+            }
+            cp_async_commit();
+        }
     }
 #pragma unroll 1
     for (u32 j = 0; j < stage_count; ++j) {
@@ -385,19 +516,31 @@ __device__ __forceinline__ void trunk_conv_tiles(const float* __restrict__ x, u6
             wgmma_wait<1>();  // this group's products of stage j - 2 have read their FP16 slab
         }
         if (tma) {
-            mbarrier_wait(full + j % P::SLOTS * 8, j / P::SLOTS & 1);
+            mbarrier_wait(full + j % P::RING * 8, j / P::RING & 1);
             cp_async_wait<0>();  // the weights' copies (the block's only cp.async)
         } else {
             cp_async_wait<TILE_AHEAD - 1>();
         }
-        __syncthreads();  // slab j landed; its FP16 set and slot (j - 1) % SLOTS are free
-        if (j + TILE_AHEAD < stage_count) {
-            load_stage(j + TILE_AHEAD);
+        if constexpr (MIDDLE) {
+            fence_proxy_async();  // the weights, to wgmma's async proxy
         }
-        cp_async_commit();
-        convert_stage(j, scale);
-        fence_proxy_async();  // the FP16 slab and the weights, to wgmma's async proxy
+        // slab j landed; its FP16 set and slot (j - 1) % SLOTS are free (MIDDLE: the set
+        // of stage j + AHEAD, whose products, of stage j - 1 or j - 2, are complete)
         __syncthreads();
+        if constexpr (MIDDLE) {
+            if ((tid == 0) & (j + P::AHEAD < stage_count)) {
+                fence_proxy_async();  // after the block's ldmatrix reads of that set
+                load_middle(j + P::AHEAD);
+            }
+        } else {
+            if (j + TILE_AHEAD < stage_count) {
+                load_stage(j + TILE_AHEAD);
+            }
+            cp_async_commit();
+            convert_stage(j, scale);
+            fence_proxy_async();  // the FP16 slab and the weights, to wgmma's async proxy
+            __syncthreads();
+        }
         const u32 first = m0 + warp % 4 * 16 + g;  // this thread's first output position
         // the residual, read while the tile's last products run: in a SPLIT stage, which
         // waits for its products, before them; else after they are issued
@@ -441,7 +584,7 @@ __device__ __forceinline__ void trunk_conv_tiles(const float* __restrict__ x, u6
                 register_fence(acc[mi]);
             }
             store_slab_tile<P>(acc, scale, tile_item, items, first, t, bias, residual_len, y,
-                               out_max, out_max_len, flags, held);
+                               out_max, out_max_len, flags, held, out_scale, bound);
             zero(acc);
             if (j + 1 < stage_count) {
                 enter_tile(tile0 + (j + 1) / S::CBLOCKS);

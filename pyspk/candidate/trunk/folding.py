@@ -165,6 +165,21 @@ class FoldedConv:
             return self.bias.astype(np.float32)
         return np.concatenate([self.bias, np.exp2(-self.column_shifts())]).astype(np.float32)
 
+    def packed_bias_bounded(self) -> np.ndarray:
+        """`packed_bias`, then the two factors of a bound on the outputs' magnitude that
+        the writer of a 16-bit middle activation scales them by before it knows them
+        (`ptx/src/trunk/trunktiles.cuh`): for inputs no larger than m, |y| <= m r + b,
+        r the largest row sum of |w| and b the largest |bias|, each rounded up to FP32.
+        Read-only."""
+        return self._kept(("bias", "bounded"), self._pack_bias_bounded)
+
+    def _pack_bias_bounded(self) -> np.ndarray:
+        rows = np.abs(self.weight).reshape(self.weight.shape[0], -1).sum(axis=1).max()
+        factors = np.array([rows, np.abs(self.bias).max()])
+        rounded = factors.astype(np.float32)
+        rounded = np.where(rounded < factors, np.nextafter(rounded, np.float32(np.inf)), rounded)
+        return np.concatenate([self.packed_bias(), rounded.astype(np.float32)])
+
 
 @attrs.frozen
 class Block:

@@ -31,6 +31,7 @@ from pyspk.candidate.trunk.shapes import (
     CLEAR_KERNEL,
     CONTEXT,
     CONV_BK,
+    CONV_HALF_OUT,
     CONV_NCHW,
     CONV_RELU,
     CONV_TMA_BOX,
@@ -52,7 +53,7 @@ from pyspk.cuda.lifetime import OrderedPlanLifetime
 from pyspk.cuda.manifest import KernelModule
 from pyspk.cuda.math import CudaMath
 from pyspk.cuda.runtime import free_after_error
-from pyspk.cuda.tensormap import TENSOR_MAP_BYTES, float32_map
+from pyspk.cuda.tensormap import TENSOR_MAP_BYTES, float32_map, words_map
 from pyspk.cuda.tier import PtxTier
 
 if TYPE_CHECKING:
@@ -90,6 +91,12 @@ FBANK_ITEM = TRUNK_FRAMES * TRUNK_BINS  # floats of one chunk's fbank
 OUTPUT_ITEM = OUTPUT_SHAPE[0] * OUTPUT_SHAPE[1] * OUTPUT_SHAPE[2]
 
 
+# Whether trunk plans on the sm90 tier keep layer1's middle activations (each block's
+# first convolution's output) in 16 bits, the FP16 planes its second convolution lands as
+# they are (`ptx/src/trunk/trunktiles.cuh`; docs/performance.md, "Layer1's middle
+# activations in 16 bits").
+MIDDLES_DEFAULT = True
+
 # Whether plans run the strips of layers 2 to 4 in their halves form on the sm90 tier by
 # default: not, in either math. On the H200 (docs/performance.md, "The strips' halves
 # form"), with the async copy engine's copies, the FP32 halves form was 2% and 0.5%
@@ -106,21 +113,30 @@ def _check_items(items: int) -> int:
 
 class _Uploaded:
     """One convolution's packed weight and bias (`FoldedConv.packed`, `packed_bias`) on
-    the device, and its kernel (its halves form where `halves` asks and it has one)."""
+    the device, and its kernel (its halves form where `halves` asks and it has one).
+    `middle`: the convolution writes ("writes": with its bias the bound's factors,
+    `packed_bias_bounded`) or reads ("reads": `MIDDLE_KERNEL`) its block's middle
+    activation in 16 bits."""
 
     def __init__(
-        self, runtime: CudaRuntime, math: CudaMath, conv: FoldedConv, halves: bool = False
+        self,
+        runtime: CudaRuntime,
+        math: CudaMath,
+        conv: FoldedConv,
+        halves: bool = False,
+        middle: str | None = None,
     ) -> None:
         self.site = conv.site
         loaded = runtime.load_kernels(KernelModule.TRUNK)
         self.math, self.tier, self.halves = math, loaded.tier, halves
-        _, _, shared = conv.site.launch(math, loaded.tier, halves)
-        (self.kernel,) = launchable_kernels(
-            runtime.device, loaded, [conv.site.kernel(math, loaded.tier, halves)], shared
-        )
+        self.writes_middle, self.reads_middle = middle == "writes", middle == "reads"
+        _, _, shared = conv.site.launch(math, loaded.tier, halves, self.reads_middle)
+        name = conv.site.kernel(math, loaded.tier, halves, self.reads_middle)
+        (self.kernel,) = launchable_kernels(runtime.device, loaded, [name], shared)
         self.weight = runtime.upload(_packed_weight(conv, math, loaded.tier))
         try:
-            self.bias = runtime.upload(conv.packed_bias())
+            bias = conv.packed_bias_bounded() if self.writes_middle else conv.packed_bias()
+            self.bias = runtime.upload(bias)
         except BaseException:
             free_after_error([self.weight])
             raise
@@ -142,7 +158,7 @@ class _Uploaded:
     ) -> Launch:
         """A launch on (address, length) buffers, prepared now; the stem takes no
         in_max, residual, flags or x_map (a tensor map of x: `TrunkPlan`'s strips)."""
-        grid, block, shared = self.site.launch(self.math, self.tier, self.halves)
+        grid, block, shared = self.site.launch(self.math, self.tier, self.halves, self.reads_middle)
         weights = [self.weight.ptr, len(self.weight), self.bias.ptr, len(self.bias)]
         if self.site is TrunkSite.STEM:
             values = [*x, *weights, *y, *out_max, items]
@@ -295,18 +311,30 @@ class TrunkPlan(OrderedPlanLifetime):
         math: CudaMath,
         weights: TrunkWeights,
         halves: bool | None = None,
+        middles: bool | None = None,
     ) -> None:
         self.tier = _check_tier(runtime)  # sm90: the strips on wgmma
         self.math = math
         self.halves = HALVES_DEFAULT if halves is None else halves
+        # layer1's middle activations in 16 bits: the sm90 tier's tile form alone has it
+        self.middles = self.tier is PtxTier.SM90 and (
+            MIDDLES_DEFAULT if middles is None else middles
+        )
         if not isinstance(weights, TrunkWeights):
             raise GeometryInvalid(CONTEXT, f"weights must be TrunkWeights, not {weights!r}")
         owned: list[DeviceBuffer] = []
         try:
             _pack_ahead(weights, math, self.tier)
             uploaded = []
-            for conv in weights.convs():
-                uploaded.append(_Uploaded(runtime, math, conv, self.halves))
+            # in launch order, layer1's blocks (no shortcuts) are convolutions 1 to 6
+            roles = {
+                1 + 2 * block + second: ("writes", "reads")[second]
+                for block in range(TRUNK_BLOCKS[0])
+                for second in (0, 1)
+            }
+            for index, conv in enumerate(weights.convs()):
+                role = roles.get(index) if self.middles else None
+                uploaded.append(_Uploaded(runtime, math, conv, self.halves, role))
                 owned += uploaded[-1].buffers()
             widest = TRUNK_BATCH * TrunkSite.LAYER1_CONV.shape.y_item
             ping = [runtime.alloc_zeros(widest) for _ in range(3)]
@@ -326,13 +354,20 @@ class TrunkPlan(OrderedPlanLifetime):
             self._strips = [
                 (launch, conv.site)
                 for launch, conv in zip(self._launches[1:], uploaded, strict=True)
-                if conv.site.copies_by_tma(math, self.tier)
+                if conv.site.copies_by_tma(math, self.tier) and not conv.reads_middle
             ]
             self._maps = _strip_maps(runtime, self._strips, math, self.tier)
             self.strips_by_tma = self._maps is not None
             if self._maps is not None:
                 owned.append(self._maps)
                 self._map_strips(TRUNK_BATCH)
+            readers = [
+                launch
+                for launch, conv in zip(self._launches[1:], uploaded, strict=True)
+                if conv.reads_middle
+            ]
+            if readers:
+                owned.append(_map_middles(runtime, readers, math))
             runtime.synchronize()
         except BaseException:
             free_after_error(owned)
@@ -373,6 +408,8 @@ class TrunkPlan(OrderedPlanLifetime):
                     at(current), at(middle), in_max=current_max, out_max=middle_max, flags=CONV_RELU
                 )
             )
+            if conv1.writes_middle:
+                launches[-1].set("flags", CONV_RELU | CONV_HALF_OUT)
             residual = current
             conv2 = next(convs)
             if conv2.site.is_shortcut():
@@ -479,6 +516,25 @@ def _strip_maps(
     return runtime.upload(np.concatenate(words), INT32)
 
 
+def _map_middles(runtime: CudaRuntime, readers: list[Launch], math: CudaMath) -> DeviceBuffer:
+    """Points each reader of a 16-bit middle activation (`MIDDLE_KERNEL`) at a tensor map
+    of its input, the FP16 planes `[chunks x channel blocks x parts][2 planes][hin][win]
+    [8 k]` of TRUNK_BATCH chunks as 8-byte words (two a pixel's plane), in boxes of a
+    part's two planes of a slab (a block takes only its own chunks' tiles, so no map per
+    chunk count), uploaded in the returned buffer."""
+    shape = TrunkSite.LAYER1_CONV.shape
+    parts = 2 if TrunkSite.LAYER1_CONV.splits(math) else 1
+    image = (TRUNK_BATCH * shape.cin // CONV_BK * parts, 2, shape.hin, shape.win * 2)
+    slab = (1, 2, TILE_GROUPS * TILE_ROWS + 2, (TILE_FRAMES + 2) * 2)
+    encoded = functools.cache(words_map)  # the readers share one buffer
+    maps = runtime.upload(
+        np.concatenate([encoded(launch.value("x"), image, slab) for launch in readers]), INT32
+    )
+    for index, launch in enumerate(readers):
+        launch.set("x_map", maps.ptr + index * TENSOR_MAP_BYTES)
+    return maps
+
+
 def plan_conv(
     runtime: CudaRuntime, math: CudaMath | str, conv: FoldedConv, *, halves: bool | None = None
 ) -> ConvPlan:
@@ -494,7 +550,9 @@ def plan_trunk(
     weights: TrunkWeights,
     *,
     halves: bool | None = None,
+    middles: bool | None = None,
 ) -> TrunkPlan:
     """A plan of the whole trunk at batch 32 chunks; `DeviceUnsupported` below the sm80
-    tier. `halves` as `plan_conv` takes it."""
-    return TrunkPlan(runtime, CudaMath.parse(math), weights, halves)
+    tier. `halves` as `plan_conv` takes it; `middles`: layer1's middle activations in 16
+    bits on the sm90 tier (None: `MIDDLES_DEFAULT`; other tiers have no such form)."""
+    return TrunkPlan(runtime, CudaMath.parse(math), weights, halves, middles)

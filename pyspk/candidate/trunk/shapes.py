@@ -43,6 +43,12 @@ SM90_STRIP_STAGES = {
 SM90_DOWN_STAGES = {128: CONV_SM90_DOWN_STAGES_WIDE, 64: CONV_SM90_DOWN_STAGES_NARROW}
 CONV_RELU = 1  # epilogue flags
 CONV_NCHW = 2
+# (layer1's tile form) write the block's middle activation in 16 bits, the FP16 planes
+# its second convolution's `MIDDLE_KERNEL` lands as they are (`TrunkSite.kernel`'s middle)
+CONV_HALF_OUT = 4
+# (the middle's reader) stages landed ahead: one product, three
+MIDDLE_AHEAD = 2
+MIDDLE_AHEAD_SPLIT = 1
 # layer1's 2D-tile form (the sm90 tier: `TrunkSite.in_tiles`): warpgroups a
 # block, output rows a warpgroup, output frames a tile row, tiles a block, slab copies
 # in flight
@@ -63,6 +69,7 @@ CLEAR_KERNEL = KERNEL_PREFIX + "clear"
 CHUNK_MAX_KERNEL = KERNEL_PREFIX + "chunk_max"
 CONTEXT = "trunk plan"
 TILES_KERNEL = KERNEL_PREFIX + "layer1_tiles"  # + "_f16x3" or "_f16", as the site's
+MIDDLE_KERNEL = KERNEL_PREFIX + "layer1_middle"  # likewise
 HALVES_SITES = ("layer2_conv", "layer3_conv", "layer4_conv")  # the sites with a halves form
 
 
@@ -181,17 +188,24 @@ class ConvShape:
         rows: int = TILE_ROWS,
         tiles: int = TILE_TILES,
         ahead: int = TILE_AHEAD,
+        middle: bool = False,
     ) -> tuple[tuple[int, int, int], int, int]:
         """(grid, block threads, dynamic shared bytes) of the 2D-tile form (its build's
         constants by default): a tile `groups` x `rows` output rows by TILE_FRAMES frames,
         each row in ceil(wout / TILE_FRAMES) runs, `tiles` a block; per block the weights
         (K x cout FP16, high and low with `split`), `ahead` + 1 FP32 slabs of the tile's
         rows and frames with their border, 16 channels, and FP16 slabs: two, or with
-        `split` one of high and low parts."""
+        `split` one of high and low parts. `middle`: the reader of a 16-bit middle
+        activation, no FP32 slab, and MIDDLE_AHEAD + 2 FP16 slabs (`split`:
+        MIDDLE_AHEAD_SPLIT + 1 of high and low)."""
         count = TRUNK_BATCH * self.hout // (groups * rows) * -(-self.wout // TILE_FRAMES)
         pixels = (groups * rows + 2) * (TILE_FRAMES + 2)
-        slabs = (ahead + 1) * pixels * CONV_BK * 4 + 2 * pixels * CONV_BK * 2
         weights = self.k * self.cout * (4 if split else 2)
+        if middle:
+            sets = MIDDLE_AHEAD_SPLIT + 1 if split else MIDDLE_AHEAD + 2
+            slabs = sets * (2 if split else 1) * pixels * CONV_BK * 2
+        else:
+            slabs = (ahead + 1) * pixels * CONV_BK * 4 + 2 * pixels * CONV_BK * 2
         return (-(-count // tiles), 1, 1), 128 * groups, weights + slabs
 
     def halves_launch(self, split: bool) -> tuple[tuple[int, int, int], int, int]:
@@ -236,17 +250,26 @@ class TrunkSite(enum.Enum):
     def shape(self) -> ConvShape:
         return _SHAPES[self]
 
-    def kernel(self, math: CudaMath, tier: PtxTier | None = None, halves: bool = False) -> str:
+    def kernel(
+        self,
+        math: CudaMath,
+        tier: PtxTier | None = None,
+        halves: bool = False,
+        middle: bool = False,
+    ) -> str:
         """The exported kernel that runs the site in `math` on `tier` (None: the form
         every tensor-core tier has): the stem's one SIMT FP32 entry serves both maths;
         the others are `_f16x3` (three scaled FP16 products, FP32 math) or `_f16` (one,
         TF32 math), but the 1x1 shortcuts run `_f16x3` in both: a small share of the
         work, and the library keeps at least one of them in FP32 under TF32 math.
-        Layer1's convolutions on the sm90 tier: `TILES_KERNEL`'s; with `halves`, the
-        strips of layers 2 to 4 there: their halves form's (`in_halves`)."""
+        Layer1's convolutions on the sm90 tier: `TILES_KERNEL`'s, or with `middle` (a
+        block's second, on its middle activation in 16 bits) `MIDDLE_KERNEL`'s; with
+        `halves`, the strips of layers 2 to 4 there: their halves form's (`in_halves`)."""
         if self is TrunkSite.STEM:
             return KERNEL_PREFIX + self.value
         name = TILES_KERNEL if self.in_tiles(math, tier) else KERNEL_PREFIX + self.value
+        if middle and self.in_tiles(math, tier):
+            name = MIDDLE_KERNEL
         if self.in_halves(math, tier, halves):
             name = KERNEL_PREFIX + self.value.replace("_conv", "_halves")
         return f"{name}_{'f16x3' if self.splits(math) else 'f16'}"
@@ -286,11 +309,16 @@ class TrunkSite(enum.Enum):
         return self.shape.strip and self.on_warpgroups(tier)
 
     def launch(
-        self, math: CudaMath | None = None, tier: PtxTier | None = None, halves: bool = False
+        self,
+        math: CudaMath | None = None,
+        tier: PtxTier | None = None,
+        halves: bool = False,
+        middle: bool = False,
     ) -> tuple[tuple[int, int, int], int, int]:
-        """(grid, block threads, dynamic shared bytes) of `kernel(math, tier, halves)`."""
+        """(grid, block threads, dynamic shared bytes) of `kernel(math, tier, halves,
+        middle)`."""
         if math is not None and self.in_tiles(math, tier):
-            return self.shape.tile_launch(self.splits(math))
+            return self.shape.tile_launch(self.splits(math), middle=middle)
         if math is not None and self.in_halves(math, tier, halves):
             return self.shape.halves_launch(self.splits(math))
         if self is TrunkSite.STEM:
