@@ -19,7 +19,7 @@ import functools
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -105,6 +105,10 @@ MIDDLES_DEFAULT = True
 HALVES_DEFAULT = False
 
 
+# what a layer1 convolution does with its block's middle activation in 16 bits
+MiddleRole = Literal["writes", "reads"]
+
+
 def _check_items(items: int) -> int:
     if isinstance(items, bool) or not isinstance(items, int) or not 1 <= items <= TRUNK_BATCH:
         raise InvalidArgument(f"{CONTEXT}: items must be an int from 1 to 32, not {items!r}")
@@ -124,7 +128,7 @@ class _Uploaded:
         math: CudaMath,
         conv: FoldedConv,
         halves: bool = False,
-        middle: str | None = None,
+        middle: MiddleRole | None = None,
     ) -> None:
         self.site = conv.site
         loaded = runtime.load_kernels(KernelModule.TRUNK)
@@ -327,11 +331,9 @@ class TrunkPlan(OrderedPlanLifetime):
             _pack_ahead(weights, math, self.tier)
             uploaded = []
             # in launch order, layer1's blocks (no shortcuts) are convolutions 1 to 6
-            roles = {
-                1 + 2 * block + second: ("writes", "reads")[second]
-                for block in range(TRUNK_BLOCKS[0])
-                for second in (0, 1)
-            }
+            roles: dict[int, MiddleRole] = {}
+            for block in range(TRUNK_BLOCKS[0]):
+                roles[1 + 2 * block], roles[2 + 2 * block] = "writes", "reads"
             for index, conv in enumerate(weights.convs()):
                 role = roles.get(index) if self.middles else None
                 uploaded.append(_Uploaded(runtime, math, conv, self.halves, role))
