@@ -186,14 +186,10 @@ spk_trunk_chunk_max(const float* __restrict__ x, u64 x_len, u32 item_len,
 #endif
 // the 2D-tile form exists where wgmma does (the sm90 tier); it traps elsewhere
 #if defined(SPK_WGMMA)
-#define SPK_TILES_BODY(SHAPE, SPLIT) spk::trunk_conv_tiles<SHAPE, SPLIT>(SPK_CONV_ARGUMENTS)
+#define SPK_TILES_BODY(SHAPE, SPLIT, MIDDLE) \
+    spk::trunk_conv_tiles<SHAPE, SPLIT, MIDDLE>(SPK_CONV_ARGUMENTS)
 #else
-#define SPK_TILES_BODY(SHAPE, SPLIT) SPK_TIER_STUB()
-#endif
-#if defined(SPK_WGMMA)
-#define SPK_MIDDLE_BODY(SHAPE, SPLIT) spk::trunk_conv_tiles<SHAPE, SPLIT, true>(SPK_CONV_ARGUMENTS)
-#else
-#define SPK_MIDDLE_BODY(SHAPE, SPLIT) SPK_TIER_STUB()
+#define SPK_TILES_BODY(SHAPE, SPLIT, MIDDLE) SPK_TIER_STUB()
 #endif
 // the halves form (the strips of layers 2 to 4) likewise: by the async copy engine
 // where given a tensor map of the input (TrunkPlan's) and its shape takes one, else by
@@ -222,8 +218,8 @@ spk_trunk_chunk_max(const float* __restrict__ x, u64 x_len, u32 item_len,
 #define SPK_TRUNK_SHAPE(SITE, SHAPE)                      \
     SPK_TRUNK_CONV(spk_trunk_##SITE##_f16, SHAPE, false) \
     SPK_TRUNK_SPLIT(SITE, SHAPE)
-#define SPK_TRUNK_TILES(NAME, SHAPE, LAUNCH, SPLIT) \
-    SPK_TRUNK_ENTRY(NAME, LAUNCH, SPK_TILES_BODY(SHAPE, SPLIT))
+#define SPK_TRUNK_TILES(NAME, SHAPE, LAUNCH, SPLIT, MIDDLE) \
+    SPK_TRUNK_ENTRY(NAME, LAUNCH, SPK_TILES_BODY(SHAPE, SPLIT, MIDDLE))
 
 // Shapes: (CIN, COUT, HIN, WIN, STRIDE, KS), one per distinct convolution of the trunk.
 // The 1x1 shortcuts run the three products in both maths: 0.5% of the trunk's work, and
@@ -245,13 +241,13 @@ SPK_TRUNK_SHAPE(layer1_conv, Layer1Conv)
 // layer1 in 2D tiles (the sm90 tier's; trunktiles.cuh)
 typedef spk::SlabShape<Layer1Conv, false> Layer1Tiles;
 typedef spk::SlabShape<Layer1Conv, true> Layer1TilesSplit;
-SPK_TRUNK_TILES(spk_trunk_layer1_tiles_f16, Layer1Conv, Layer1Tiles, false)
-SPK_TRUNK_TILES(spk_trunk_layer1_tiles_f16x3, Layer1Conv, Layer1TilesSplit, true)
+SPK_TRUNK_TILES(spk_trunk_layer1_tiles_f16, Layer1Conv, Layer1Tiles, false, false)
+SPK_TRUNK_TILES(spk_trunk_layer1_tiles_f16x3, Layer1Conv, Layer1TilesSplit, true, false)
 // a block's second convolution on its middle activation in 16 bits (trunktiles.cuh)
 typedef spk::SlabShape<Layer1Conv, false, true> Layer1Middle;
 typedef spk::SlabShape<Layer1Conv, true, true> Layer1MiddleSplit;
-SPK_TRUNK_ENTRY(spk_trunk_layer1_middle_f16, Layer1Middle, SPK_MIDDLE_BODY(Layer1Conv, false))
-SPK_TRUNK_ENTRY(spk_trunk_layer1_middle_f16x3, Layer1MiddleSplit, SPK_MIDDLE_BODY(Layer1Conv, true))
+SPK_TRUNK_TILES(spk_trunk_layer1_middle_f16, Layer1Conv, Layer1Middle, false, true)
+SPK_TRUNK_TILES(spk_trunk_layer1_middle_f16x3, Layer1Conv, Layer1MiddleSplit, true, true)
 SPK_TRUNK_SHAPE(layer2_down, Layer2Down)
 SPK_TRUNK_SPLIT(layer2_shortcut, Layer2Shortcut)
 SPK_TRUNK_SHAPE(layer2_conv, Layer2Conv)

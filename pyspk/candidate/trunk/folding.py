@@ -178,7 +178,7 @@ class FoldedConv:
         factors = np.array([rows, np.abs(self.bias).max()])
         rounded = factors.astype(np.float32)
         rounded = np.where(rounded < factors, np.nextafter(rounded, np.float32(np.inf)), rounded)
-        return np.concatenate([self.packed_bias(), rounded.astype(np.float32)])
+        return np.concatenate([self.packed_bias(), rounded])
 
 
 @attrs.frozen

@@ -405,13 +405,12 @@ class TrunkPlan(OrderedPlanLifetime):
         current, middle, spare = ping
         for conv1 in convs:
             middle_max = slot()
+            flags = CONV_RELU | (CONV_HALF_OUT if conv1.writes_middle else 0)
             launches.append(
                 conv1.launch(
-                    at(current), at(middle), in_max=current_max, out_max=middle_max, flags=CONV_RELU
+                    at(current), at(middle), in_max=current_max, out_max=middle_max, flags=flags
                 )
             )
-            if conv1.writes_middle:
-                launches[-1].set("flags", CONV_RELU | CONV_HALF_OUT)
             residual = current
             conv2 = next(convs)
             if conv2.site.is_shortcut():
