@@ -166,10 +166,10 @@ class StockSteps:
 
 
 def collect_before_timing() -> None:
-    """Start a timed run from a collected heap, stock's and pyspk's alike: the garbage the
-    benchmark's earlier runs left (hundreds of thousands of objects) would otherwise make
-    Python's next full collection, 0.24 to 0.45 s, land in whichever run comes next. A
-    full collection that the run's own objects set off still counts in its time."""
+    """Start a timed run from a collected heap, stock's and pyspk's alike: the objects the
+    benchmark's earlier runs left count toward Python's next full collection (0.24 to
+    0.45 s here), which then lands in whichever run comes. A full collection that the
+    run's own objects set off still counts in its time."""
     gc.collect()
 
 
