@@ -53,7 +53,7 @@ constexpr u32 CONVERT_BATCH = 4;  // a thread's slab reads in flight in a conver
 constexpr u32 CONV_HALF_OUT = 4;  // epilogue flag: write the middle activation in 16 bits
 // (MIDDLE) stages landed ahead of the one whose products are issued: one product, whose
 // products run on past their stage (wgmma_wait<1>), and three, whose stage waits for them
-constexpr u32 MIDDLE_AHEAD = 2;
+constexpr u32 MIDDLE_AHEAD = 3;
 constexpr u32 MIDDLE_AHEAD_SPLIT = 1;
 
 template <class S, bool SPLIT, bool MIDDLE = false>

@@ -47,7 +47,7 @@ CONV_NCHW = 2
 # its second convolution's `MIDDLE_KERNEL` lands as they are (`TrunkSite.kernel`'s middle)
 CONV_HALF_OUT = 4
 # (the middle's reader) stages landed ahead: one product, three
-MIDDLE_AHEAD = 2
+MIDDLE_AHEAD = 3
 MIDDLE_AHEAD_SPLIT = 1
 # layer1's 2D-tile form (the sm90 tier: `TrunkSite.in_tiles`): warpgroups a
 # block, output rows a warpgroup, output frames a tile row, tiles a block, slab copies
