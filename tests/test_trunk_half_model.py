@@ -43,3 +43,32 @@ def test_the_bound_is_above_every_output_of_the_convolution() -> None:
     bound = model.bound_of(x, conv)
     assert np.all(model.largest(out) <= bound)
     assert bound[1] < bound[0]
+
+
+def _conv(rng: np.random.Generator, site: str, channels_in: int) -> SimpleNamespace:
+    return SimpleNamespace(
+        weight=rng.normal(size=(4, channels_in, 3, 3)),
+        bias=rng.normal(size=4),
+        site=SimpleNamespace(value=site, shape=SimpleNamespace(stride=1)),
+    )
+
+
+def _weights(sites: list[str]) -> SimpleNamespace:
+    rng = np.random.default_rng(2)
+    blocks = [
+        SimpleNamespace(conv1=_conv(rng, site, 4), conv2=_conv(rng, site, 4), shortcut=None)
+        for site in sites
+    ]
+    return SimpleNamespace(stem=_conv(rng, "stem", 1), blocks=blocks)
+
+
+def test_the_layer1_form_stores_layer1s_outputs_as_the_all_form_and_no_others() -> None:
+    fbank = np.random.default_rng(3).normal(size=(2, 7, 5)) * 2.0
+    only_layer1 = _weights(["layer1_conv", "layer1_conv"])
+    both = {form: model.model(fbank, only_layer1, form)[0] for form in ("tf32 all", "tf32 layer1")}
+    assert np.array_equal(both["tf32 all"], both["tf32 layer1"])
+    with_layer2 = _weights(["layer1_conv", "layer2_conv"])
+    forms = ("tf32 all", "tf32 layer1", "tf32 bound")
+    out = {form: model.model(fbank, with_layer2, form)[0] for form in forms}
+    assert not np.array_equal(out["tf32 layer1"], out["tf32 all"])  # layer2's output kept
+    assert not np.array_equal(out["tf32 layer1"], out["tf32 bound"])  # layer1's stored

@@ -14,7 +14,8 @@ is written, max |input| x the largest absolute row sum of the weights + the larg
 bias (ReLU's output is at most that), not from its own largest value, which the writer
 cannot know. A looser scale leaves more of the small values among FP16's subnormals.
 The `all` form (TF32 math) stores every activation so, the residual stream and the
-shortcuts' outputs too, each bound from the largest values of its inputs.
+shortcuts' outputs too, each bound from the largest values of its inputs; the `layer1`
+form only the stem's and layer1's (the activations whose bytes bound layer1's kernels).
 
 Both forms' errors against the float64 trunk (`pyspk.reference.trunk`) on chunks of
 N(0, 4) fbank values, with the weights of `tools/trunk_bench.py` (WeSpeaker ResNet34,
@@ -123,7 +124,8 @@ def model(fbank: np.ndarray, weights: Any, form: str) -> tuple[np.ndarray, list[
     """The trunk's output [b, 256, 10, 125] in `form`: "tf32" or "fp32"; with " bound"
     each block's first activation is scaled by its bound; "tf32 all" stores every
     activation (the stem's, each block's two and the shortcuts') as FP16, each scaled
-    by a bound from its inputs' largest values, which the kernels before it record.
+    by a bound from its inputs' largest values, which the kernels before it record;
+    "tf32 layer1" only the stem's and layer1's blocks' outputs.
     Also, with a bound, each block's log2 excess of the bound over its first activation's
     largest value (the worst chunk)."""
     math, _, variant = form.partition(" ")
@@ -132,9 +134,12 @@ def model(fbank: np.ndarray, weights: Any, form: str) -> tuple[np.ndarray, list[
     image = x
     x = exact_conv(x, weights.stem, relu=True)
     scale = None
-    if variant == "all":
+    if variant in ("all", "layer1"):
         x, scale = stored(x, bound_of(image, weights.stem))
     for block in weights.blocks:
+        stores = variant == "all" or (
+            variant == "layer1" and block.conv1.site.value.startswith("layer1")
+        )
         h = rounded_conv(x, block.conv1, None, relu=True, x_scale=scale, math=math)
         h_scale = None
         if variant:
@@ -142,10 +147,11 @@ def model(fbank: np.ndarray, weights: Any, form: str) -> tuple[np.ndarray, list[
             excess.append(float(np.max(np.log2(limit / largest(h)))))
             h_scale = chunk_scale(limit)  # what the second convolution's operands take
         shortcut = x if block.shortcut is None else exact_conv(x, block.shortcut, relu=False)
-        if variant == "all" and block.shortcut is not None:
+        if stores and block.shortcut is not None:
             shortcut, _ = stored(shortcut, bound_of(x, block.shortcut))
         x = rounded_conv(h, block.conv2, shortcut, relu=True, x_scale=h_scale, math=math)
-        if variant == "all":
+        scale = None
+        if stores:
             x, scale = stored(x, bound_of(h, block.conv2) + largest(shortcut))
     return x.transpose(0, 3, 1, 2), excess
 
@@ -175,14 +181,14 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         f"# tools/trunk_half_model.py: {args.chunks} chunks, float64 truth in "
         f"{time.perf_counter() - started:.0f} s",
-        "form       max |error| / max |truth|   norm-wise relative",
+        "form        max |error| / max |truth|   norm-wise relative",
     ]
     excesses = {}
-    for form in ("tf32", "tf32 bound", "tf32 all", "fp32", "fp32 bound"):
+    for form in ("tf32", "tf32 bound", "tf32 all", "tf32 layer1", "fp32", "fp32 bound"):
         got, excesses[form] = model(fbank, weights, form)
         diff = got - truth
         lines.append(
-            f"{form:10} {np.abs(diff).max() / np.abs(truth).max():.3e}"
+            f"{form:11} {np.abs(diff).max() / np.abs(truth).max():.3e}"
             f"               {np.linalg.norm(diff) / np.linalg.norm(truth):.3e}"
         )
     lines.append(
