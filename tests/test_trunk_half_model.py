@@ -13,6 +13,26 @@ from tests.repo import load_tool
 model = load_tool("trunk_half_model")
 
 
+def _conv(
+    rng: np.random.Generator, site: str, channels_in: int, channels_out: int = 4
+) -> SimpleNamespace:
+    """A 3x3 stride-1 convolution of `site` with N(0, 1) weights and bias."""
+    return SimpleNamespace(
+        weight=rng.normal(size=(channels_out, channels_in, 3, 3)),
+        bias=rng.normal(size=channels_out),
+        site=SimpleNamespace(value=site, shape=SimpleNamespace(stride=1)),
+    )
+
+
+def _weights(sites: list[str]) -> SimpleNamespace:
+    rng = np.random.default_rng(2)
+    blocks = [
+        SimpleNamespace(conv1=_conv(rng, site, 4), conv2=_conv(rng, site, 4), shortcut=None)
+        for site in sites
+    ]
+    return SimpleNamespace(stem=_conv(rng, "stem", 1), blocks=blocks)
+
+
 def test_a_chunks_scale_puts_its_largest_value_in_the_top_binade_below_fp16s_max() -> None:
     largest = np.array([1e-30, 3e-7, 1.0, 1.5, 7e3, 6.5e4, 1e30])
     scaled = largest * model.chunk_scale(largest)
@@ -34,32 +54,11 @@ def test_the_bound_is_above_every_output_of_the_convolution() -> None:
     rng = np.random.default_rng(1)
     x = np.maximum(rng.normal(size=(2, 6, 7, 4)), 0.0)
     x[1] *= 2.0**-9  # a quiet chunk keeps a bound of its own
-    conv = SimpleNamespace(
-        weight=rng.normal(size=(5, 4, 3, 3)),
-        bias=rng.normal(size=5),
-        site=SimpleNamespace(shape=SimpleNamespace(stride=1)),
-    )
+    conv = _conv(rng, "layer1_conv", 4, channels_out=5)
     out = reference.trunk_conv(x, conv.weight, conv.bias, 1, relu=True)
     bound = model.bound_of(x, conv)
     assert np.all(model.largest(out) <= bound)
     assert bound[1] < bound[0]
-
-
-def _conv(rng: np.random.Generator, site: str, channels_in: int) -> SimpleNamespace:
-    return SimpleNamespace(
-        weight=rng.normal(size=(4, channels_in, 3, 3)),
-        bias=rng.normal(size=4),
-        site=SimpleNamespace(value=site, shape=SimpleNamespace(stride=1)),
-    )
-
-
-def _weights(sites: list[str]) -> SimpleNamespace:
-    rng = np.random.default_rng(2)
-    blocks = [
-        SimpleNamespace(conv1=_conv(rng, site, 4), conv2=_conv(rng, site, 4), shortcut=None)
-        for site in sites
-    ]
-    return SimpleNamespace(stem=_conv(rng, "stem", 1), blocks=blocks)
 
 
 def test_the_layer1_form_stores_layer1s_outputs_as_the_all_form_and_no_others() -> None:

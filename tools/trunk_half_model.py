@@ -129,17 +129,20 @@ def model(fbank: np.ndarray, weights: Any, form: str) -> tuple[np.ndarray, list[
     Also, with a bound, each block's log2 excess of the bound over its first activation's
     largest value (the worst chunk)."""
     math, _, variant = form.partition(" ")
+
+    def stores(site: Any) -> bool:  # whether the form stores the output of `site` in FP16
+        return variant == "all" or (
+            variant == "layer1" and site.value.startswith(("stem", "layer1"))
+        )
+
     excess: list[float] = []
     x = fbank.astype(np.float64).transpose(0, 2, 1)[..., None]
     image = x
     x = exact_conv(x, weights.stem, relu=True)
     scale = None
-    if variant in ("all", "layer1"):
+    if stores(weights.stem.site):
         x, scale = stored(x, bound_of(image, weights.stem))
     for block in weights.blocks:
-        stores = variant == "all" or (
-            variant == "layer1" and block.conv1.site.value.startswith("layer1")
-        )
         h = rounded_conv(x, block.conv1, None, relu=True, x_scale=scale, math=math)
         h_scale = None
         if variant:
@@ -147,11 +150,11 @@ def model(fbank: np.ndarray, weights: Any, form: str) -> tuple[np.ndarray, list[
             excess.append(float(np.max(np.log2(limit / largest(h)))))
             h_scale = chunk_scale(limit)  # what the second convolution's operands take
         shortcut = x if block.shortcut is None else exact_conv(x, block.shortcut, relu=False)
-        if stores and block.shortcut is not None:
+        if block.shortcut is not None and stores(block.shortcut.site):
             shortcut, _ = stored(shortcut, bound_of(x, block.shortcut))
         x = rounded_conv(h, block.conv2, shortcut, relu=True, x_scale=h_scale, math=math)
         scale = None
-        if stores:
+        if stores(block.conv2.site):
             x, scale = stored(x, bound_of(h, block.conv2) + largest(shortcut))
     return x.transpose(0, 3, 1, 2), excess
 
