@@ -159,12 +159,9 @@ def model(fbank: np.ndarray, weights: Any, form: str) -> tuple[np.ndarray, list[
     return x.transpose(0, 3, 1, 2), excess
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--chunks", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args(argv)
-
+def trunk_inputs(chunks: int) -> tuple[np.ndarray, Any, np.ndarray, float]:
+    """`tools/trunk_bench.py`'s trunk weights, `chunks` chunks of N(0, 4) fbank values
+    [b, 998, 80], their float64 trunk outputs, and the seconds those took."""
     os.environ.setdefault("PYANNOTE_METRICS_ENABLED", "false")
     warnings.simplefilter("ignore")
     import torch
@@ -178,12 +175,21 @@ def main(argv: list[str] | None = None) -> int:
     resnet = pa.wespeaker_resnet34(seed=1).resnet
     randomize_norms(torch, resnet, seed=2)
     weights = trunk_weights(resnet)
-    fbank = (torch.randn(args.chunks, 998, 80) * 2.0).numpy()
+    fbank = (torch.randn(chunks, 998, 80) * 2.0).numpy()
     started = time.perf_counter()
     truth = reference.trunk(fbank, weights)
+    return fbank, weights, truth, time.perf_counter() - started
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--chunks", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+
+    fbank, weights, truth, seconds = trunk_inputs(args.chunks)
     lines = [
-        f"# tools/trunk_half_model.py: {args.chunks} chunks, float64 truth in "
-        f"{time.perf_counter() - started:.0f} s",
+        f"# tools/trunk_half_model.py: {args.chunks} chunks, float64 truth in {seconds:.0f} s",
         "form        max |error| / max |truth|   norm-wise relative",
     ]
     excesses = {}
