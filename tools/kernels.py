@@ -467,6 +467,7 @@ TRUNK_CONSTANTS = {
             "TILE_TILES",
             "TILE_AHEAD",
             "CONV_HALF_OUT",
+            "CONV_HALF_RESIDUAL",
             "MIDDLE_AHEAD",
             "MIDDLE_AHEAD_SPLIT",
         ),

@@ -7,7 +7,8 @@ a trunk tier above sm80 (sm90's wgmma strips on an H100 or H200), the sm80 tier'
 run as arms of their own beside it; on the sm90 tier, so do plans in both maths with the
 strips of layers 2 to 4 in the form the default plans do not run (strips or halves), with
 layer1's middle activations in FP32 where the default plans keep them in 16 bits ("fp32
-middles"), and where
+middles"), in TF32 math with layer1's residual stream in the form the default plans do
+not keep it (FP16 planes, "stream16", or FP32, "stream32"), and where
 the strips stage by the async copy engine, arms with them staged by the threads' copies
 ("threads' copies") too.
 
@@ -99,6 +100,10 @@ def main(argv: list[str] | None = None) -> int:
                 halves = not own[math].plan.halves
                 name = f"pyspk {math} {tier} {'halves' if halves else 'strips'}"
                 planned[name] = PlannedTrunk(resnet, math, halves=halves)
+        if own[CudaMath.TF32].plan.middles:  # layer1's residual stream in the other form
+            stream16 = not own[CudaMath.TF32].plan.stream16
+            name = f"pyspk tf32 {tier} {'stream16' if stream16 else 'stream32'}"
+            planned[name] = PlannedTrunk(resnet, CudaMath.TF32, stream16=stream16)
         if own[CudaMath.FP32].plan.middles:  # layer1's middle activations in FP32 too
             for math in CudaMath:
                 planned[f"pyspk {math} {tier} fp32 middles"] = PlannedTrunk(

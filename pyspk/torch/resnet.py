@@ -124,7 +124,7 @@ class PlannedTrunk:
     """`forward_frames` of `resnet` on `streams` (1 to MAX_STREAMS) trunk plans, a call's
     chunks in pieces of `piece` (default: TRUNK_BATCH split evenly over the plans), on
     `runtime` (default: the device's shared one; another one to pick a PTX tier);
-    `halves` and `middles` as `plan_trunk` takes them; `close()` frees them."""
+    `halves`, `middles` and `stream16` as `plan_trunk` takes them; `close()` frees them."""
 
     MAX_STREAMS = 4
 
@@ -137,6 +137,7 @@ class PlannedTrunk:
         halves: bool | None = None,
         piece: int | None = None,
         middles: bool | None = None,
+        stream16: bool | None = None,
     ) -> None:
         if streams not in range(1, self.MAX_STREAMS + 1):
             raise InvalidArgument(
@@ -168,7 +169,14 @@ class PlannedTrunk:
         try:
             for _ in range(streams):
                 self.plans.append(
-                    plan_trunk(runtime, self.math, weights, halves=halves, middles=middles)
+                    plan_trunk(
+                        runtime,
+                        self.math,
+                        weights,
+                        halves=halves,
+                        middles=middles,
+                        stream16=stream16,
+                    )
                 )
             # private streams: one of PyTorch's pooled streams can be another thread's,
             # and its work would join a capture that forks to it (`_streams.private_stream`)

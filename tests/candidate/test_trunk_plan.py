@@ -50,8 +50,10 @@ def params(launch: tuple, names: tuple) -> dict[str, int]:
     return values
 
 
-def trunk_launches(fake, runtime, math, weights, items=TRUNK_BATCH, halves=None, middles=None):
-    plan = plan_trunk(runtime, math, weights, halves=halves, middles=middles)
+def trunk_launches(
+    fake, runtime, math, weights, items=TRUNK_BATCH, halves=None, middles=None, stream16=None
+):
+    plan = plan_trunk(runtime, math, weights, halves=halves, middles=middles, stream16=stream16)
     x = runtime.alloc_zeros(items * FBANK)
     y = runtime.alloc_zeros(items * OUTPUT)
     before = len(fake.launches)
@@ -610,6 +612,59 @@ def test_layer1_keeps_its_middles_in_16_bits_on_the_sm90_tier(hopper, weights, m
             plan.close()
         plan = plan_trunk(runtime, math, weights, middles=False)
         assert not plan.middles
+        plan.close()
+
+
+def test_layer1s_residual_stream_in_16_bits_is_wired_through_its_blocks(hopper, weights) -> None:
+    """With `stream16` (TF32 math), layer1's first two blocks write their outputs as the
+    planes (CONV_HALF_OUT, with the bound's factors), the next block's convolutions read
+    them (its first convolution by `MIDDLE_KERNEL`, a tensor map of them, its second as
+    the residual, CONV_HALF_RESIDUAL), and a reader that writes or reads planes takes
+    in_max as two slots, its residual's chunk maxima then its middle's; FP32 math keeps
+    32-bit block outputs."""
+    from pyspk.candidate.trunk.plan import CONV_PARAMS, STREAM16_DEFAULT
+    from pyspk.candidate.trunk.shapes import (
+        CONV_HALF_OUT,
+        CONV_HALF_RESIDUAL,
+        CONV_RELU,
+        MIDDLE_KERNEL,
+    )
+    from pyspk.cuda import CudaRuntime
+
+    assert not STREAM16_DEFAULT
+    layer1 = TrunkSite.LAYER1_CONV
+    slot = TRUNK_BATCH * 4
+    with CudaRuntime(0) as runtime:
+        plan, _, _, launches = trunk_launches(hopper, runtime, "tf32", weights, stream16=True)
+        assert plan.stream16
+        ours = [params(launch, CONV_PARAMS) for launch in launches[2:9]]
+        names = [launch[0] for launch in launches[2:8]]
+        middle = f"fn:{MIDDLE_KERNEL}_f16"
+        assert names == [f"fn:{layer1.kernel('tf32', PtxTier.SM90)}"] + [middle] * 5
+        writers, readers = ours[0:6:2], ours[1:6:2]
+        for block in range(3):
+            writer, reader = writers[block], readers[block]
+            assert writer["flags"] == CONV_RELU | CONV_HALF_OUT
+            assert writer["bias_len"] == 2 * layer1.shape.cout + 2
+            assert (reader["x"], reader["in_max"] + slot) == (writer["y"], writer["out_max"])
+            assert reader["in_max_len"] == 2 * TRUNK_BATCH
+            assert reader["in_max"] == writer["in_max"]  # the block input's slot
+            expected = CONV_RELU | (CONV_HALF_OUT if block < 2 else 0)
+            expected |= CONV_HALF_RESIDUAL if block > 0 else 0
+            assert reader["flags"] == expected
+            assert reader["residual"] == writer["x"]
+            assert reader["bias_len"] == 2 * layer1.shape.cout + (2 if block < 2 else 0)
+            if block > 0:  # the block input is the last reader's planes and its bound
+                assert (writer["x"], writer["in_max"]) == (
+                    readers[block - 1]["y"],
+                    readers[block - 1]["out_max"],
+                )
+                assert writer["x_map"] != 0
+        # layer2's first convolutions read layer1's last output in 32 bits
+        assert ours[6]["x"] == readers[2]["y"] and ours[6]["in_max"] == readers[2]["out_max"]
+        plan.close()
+        plan = plan_trunk(runtime, "fp32", weights, stream16=True)
+        assert not plan.stream16
         plan.close()
 
 

@@ -80,6 +80,15 @@ __device__ __forceinline__ u32 f16_pair(float low, float high) {
     return bits;
 }
 
+// The pair word `bits` (f16_pair's) as two floats: x the low half, y the high.
+__device__ __forceinline__ float2 f16_unpair(u32 bits) {
+    float2 v;
+    asm("{ .reg .b16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h; }"
+        : "=f"(v.x), "=f"(v.y)
+        : "r"(bits));
+    return v;
+}
+
 // (a, b) rounded to FP16 as one pair word (`high`), and the pair of their residuals
 // a - high, b - high (exact in FP32) rounded to FP16 (`low`).
 __device__ __forceinline__ void f16_split(float a, float b, u32& high, u32& low) {

@@ -51,6 +51,9 @@ constexpr u32 TILE_TILES = 8;    // tiles a block takes in turn
 constexpr u32 TILE_AHEAD = 1;    // slab copies in flight ahead of the stage converted
 constexpr u32 CONVERT_BATCH = 4;  // a thread's slab reads in flight in a conversion
 constexpr u32 CONV_HALF_OUT = 4;  // epilogue flag: write the middle activation in 16 bits
+// (MIDDLE, one product) the residual is a block output in the same FP16 planes, scaled by
+// its chunk's bound (in_max's first slot span: see trunk_conv_tiles)
+constexpr u32 CONV_HALF_RESIDUAL = 8;
 // (MIDDLE) stages landed ahead of the one whose products are issued: one product, whose
 // products run on past their stage (wgmma_wait<1>), and three, whose stage waits for them.
 // One product: 3 the fewest sets of the fastest (an H100's three readers 981.5 us, 2
@@ -83,7 +86,9 @@ struct SlabShape : S {
     static constexpr u32 SHARED = W_BYTES + RAW_RING + HALF_SETS * SET_BYTES;
     // the middle's slab boxes a chunk: one a channel block, part and plane
     static constexpr u32 COMBOS = S::CBLOCKS * PARTS * 2;
-    static constexpr bool WRITES_MIDDLE = !MIDDLE;  // whether CONV_HALF_OUT is served
+    // whether CONV_HALF_OUT is served: not by the three-product reader (FP32 math keeps
+    // its block outputs in 32 bits)
+    static constexpr bool WRITES_HALF = !(MIDDLE && SPLIT);
     static constexpr u32 COPIES = PIXELS * 4;  // 16-byte copies (and conversions) a stage
     static constexpr u32 GRID_X = (TRUNK_BATCH * ITEM_TILES + TILE_TILES - 1) / TILE_TILES;
     static_assert(S::STRIP && S::BN == S::COUT && S::COUT == 32 && S::HOUT % OUT_ROWS == 0,
@@ -245,7 +250,7 @@ __device__ __forceinline__ void store_slab_tile(const float (&acc)[TILE_ROWS][S:
         }
         return relu ? make_float2(fmaxf(v0, 0.0f), fmaxf(v1, 0.0f)) : make_float2(v0, v1);
     };
-    if (S::WRITES_MIDDLE && (flags & CONV_HALF_OUT)) {
+    if (S::WRITES_HALF && (flags & CONV_HALF_OUT)) {
         // FRAGMENT_ORDER puts this thread's channels of nj = 2 cb + s (channel block cb) in
         // pair slot 2 s + t / 2 of plane t % 2; lane ^ 2 holds the plane's other two slots,
         // so the pair completes 16-byte rows: (SPLIT) one stores the high part's, the
@@ -348,17 +353,29 @@ __device__ __forceinline__ void trunk_conv_tiles(const float* __restrict__ x, u6
     static_assert(!MIDDLE || S::CIN == S::COUT, "a middle activation is a block's own width");
     // the middle in 16 bits takes PARTS halves a value: its floats a chunk
     constexpr u64 MIDDLE_ITEM = u64(S::Y_ITEM) * P::PARTS / 2;
-    const bool half_out = !MIDDLE & ((flags & CONV_HALF_OUT) != 0);
+    // A block's output in 16 bits (one product): its reader (MIDDLE) writes it as the
+    // planes (CONV_HALF_OUT) and reads the block input so (CONV_HALF_RESIDUAL), and the
+    // next block's first convolution lands it as a MIDDLE kernel. Such a reader's in_max
+    // spans two slots, the residual's chunk maxima then the middle's: a written bound is
+    // the middle's bound through the weights plus the residual's.
+    const bool half_out = P::WRITES_HALF & ((flags & CONV_HALF_OUT) != 0);
+    const bool half_residual = MIDDLE & !SPLIT & ((flags & CONV_HALF_RESIDUAL) != 0);
+    const bool two_slots = MIDDLE & (residual_len != 0) & (half_out | half_residual);
     const bool valid = launch_is(P::GRID_X, 1, 1, P::THREADS) & (items >= 1) &
                        (items <= TRUNK_BATCH) &
                        (x_len >= items * (MIDDLE ? MIDDLE_ITEM : S::X_ITEM)) &
                        (w_len == P::W_BYTES / 4) & (bias_len == 2 * S::COUT + (half_out ? 2 : 0)) &
-                       ((residual_len == 0) | (residual_len >= items * S::Y_ITEM)) &
+                       ((residual_len == 0) |
+                        (residual_len >= items * (half_residual ? MIDDLE_ITEM : S::Y_ITEM))) &
                        (y_len >= items * (half_out ? MIDDLE_ITEM : S::Y_ITEM)) &
-                       (in_max_len >= items) & ((out_max_len == 0) | (out_max_len >= items)) &
-                       (flags < (MIDDLE ? 4u : 8u)) &
-                       (!half_out | ((residual_len == 0) & ((flags & CONV_NCHW) == 0) &
-                                     (out_max_len != 0))) &
+                       (in_max_len >= (two_slots ? TRUNK_BATCH : 0) + items) &
+                       ((out_max_len == 0) | (out_max_len >= items)) &
+                       (flags < (MIDDLE ? 16u : 8u)) &
+                       (half_out == ((flags & CONV_HALF_OUT) != 0)) &
+                       (half_residual == ((flags & CONV_HALF_RESIDUAL) != 0)) &
+                       (!half_out | (((residual_len == 0) | MIDDLE) &
+                                     ((flags & CONV_NCHW) == 0) & (out_max_len != 0))) &
+                       (!half_residual | (residual_len != 0)) &
                        (!MIDDLE | (x_map != nullptr)) & aligned16(x) & aligned16(w) &
                        aligned16(residual) & aligned16(y) & (dynamic_shared_bytes() >= P::SHARED);
     const u32 tile_count = items * P::ITEM_TILES, tile0 = blockIdx.x * TILE_TILES;
@@ -472,16 +489,23 @@ __device__ __forceinline__ void trunk_conv_tiles(const float* __restrict__ x, u6
     };
 
     u32 m0 = 0, tile_item = 0;
-    float scale = 0.0f, out_scale = 0.0f, bound = 0.0f;
+    float scale = 0.0f, out_scale = 0.0f, bound = 0.0f, residual_inverse = 0.0f;
+    const u32* const middle_max = in_max + (two_slots ? TRUNK_BATCH : 0);
     auto enter_tile = [&](u32 tile) {
         u32 h0, v0;
         tile_at(tile, tile_item, h0, v0);
         m0 = tile_item * S::POS + (h0 + group * TILE_ROWS) * S::WOUT + v0;
         float inverse;
-        const float largest = __uint_as_float(__ldg(in_max + tile_item));
+        const float largest = __uint_as_float(__ldg(middle_max + tile_item));
         half_scale_of(largest, scale, inverse);
-        if (half_out) {  // the middle's bound and scale (see the top of the file)
-            bound = fmaf(largest, __ldg(bias + 2 * S::COUT), __ldg(bias + 2 * S::COUT + 1));
+        const float residual_bound = two_slots ? __uint_as_float(__ldg(in_max + tile_item)) : 0.0f;
+        if (half_residual) {
+            float unused;
+            half_scale_of(residual_bound, unused, residual_inverse);
+        }
+        if (half_out) {  // the output's bound and scale (see the top of the file)
+            bound = fmaf(largest, __ldg(bias + 2 * S::COUT), __ldg(bias + 2 * S::COUT + 1)) +
+                    residual_bound;
             half_scale_of(bound, out_scale, inverse);
         }
     };
@@ -550,6 +574,29 @@ __device__ __forceinline__ void trunk_conv_tiles(const float* __restrict__ x, u6
         auto hold_residual = [&] {
             if (residual_len == 0) {
                 return;  // store_slab_tile reads none
+            }
+            if (half_residual) {
+                // this thread's channels nj 8 + 2 t and + 1 of pixel p: channel block nj / 2,
+                // plane t % 2, word 2 (nj % 2) + t / 2 of the pixel's 16-byte row, where
+                // store_slab_tile's CONV_HALF_OUT put them
+                const u32* words = reinterpret_cast<const u32*>(residual) +
+                                   ((u64(tile_item) * P::COMBOS + t % 2) * S::POS + first % S::POS) * 4 +
+                                   t / 2;
+#pragma unroll
+                for (u32 mi = 0; mi < MI; ++mi) {
+#pragma unroll
+                    for (u32 nj = 0; nj < NJ; ++nj) {
+#pragma unroll
+                        for (u32 h = 0; h < 2; ++h) {
+                            const u64 at = (u64(nj / 2 * 2) * S::POS + mi * S::WOUT + h * 8) * 4 +
+                                           nj % 2 * 2;
+                            const float2 v = f16_unpair(__ldg(words + at));
+                            held[mi][nj][h] = make_float2(v.x * residual_inverse,
+                                                          v.y * residual_inverse);
+                        }
+                    }
+                }
+                return;
             }
             const float* from = residual + (u64(first) * S::COUT + 2 * t);
 #pragma unroll

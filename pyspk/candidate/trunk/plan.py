@@ -32,6 +32,7 @@ from pyspk.candidate.trunk.shapes import (
     CONTEXT,
     CONV_BK,
     CONV_HALF_OUT,
+    CONV_HALF_RESIDUAL,
     CONV_NCHW,
     CONV_RELU,
     CONV_TMA_BOX,
@@ -97,6 +98,11 @@ OUTPUT_ITEM = OUTPUT_SHAPE[0] * OUTPUT_SHAPE[1] * OUTPUT_SHAPE[2]
 # activations in 16 bits").
 MIDDLES_DEFAULT = True
 
+# Whether TF32 plans on the sm90 tier also keep the outputs of layer1's first two blocks
+# in those FP16 planes (each block's second convolution writes them, the next block's
+# convolutions read them; docs/performance.md, "Layer1's residual stream in 16 bits").
+STREAM16_DEFAULT = False
+
 # Whether plans run the strips of layers 2 to 4 in their halves form on the sm90 tier by
 # default: not, in either math. On the H200 (docs/performance.md, "The strips' halves
 # form"), with the async copy engine's copies, the FP32 halves form was 2% and 0.5%
@@ -105,8 +111,9 @@ MIDDLES_DEFAULT = True
 HALVES_DEFAULT = False
 
 
-# what a layer1 convolution does with its block's middle activation in 16 bits
-MiddleRole = Literal["writes", "reads"]
+# what a layer1 convolution does with 16-bit planes: writes its output so, reads its
+# input so (`MIDDLE_KERNEL`), or both ("passes")
+MiddleRole = Literal["writes", "reads", "passes"]
 
 
 def _check_items(items: int) -> int:
@@ -119,7 +126,7 @@ class _Uploaded:
     """One convolution's packed weight and bias (`FoldedConv.packed`, `packed_bias`) on
     the device, and its kernel (its halves form where `halves` asks and it has one).
     `middle`: the convolution writes ("writes": with its bias the bound's factors,
-    `packed_bias_bounded`) or reads ("reads": `MIDDLE_KERNEL`) its block's middle
+    `packed_bias_bounded`), reads ("reads": `MIDDLE_KERNEL`) or both ("passes") an
     activation in 16 bits."""
 
     def __init__(
@@ -133,7 +140,8 @@ class _Uploaded:
         self.site = conv.site
         loaded = runtime.load_kernels(KernelModule.TRUNK)
         self.math, self.tier, self.halves = math, loaded.tier, halves
-        self.writes_middle, self.reads_middle = middle == "writes", middle == "reads"
+        self.writes_middle = middle in ("writes", "passes")
+        self.reads_middle = middle in ("reads", "passes")
         _, _, shared = conv.site.launch(math, loaded.tier, halves, self.reads_middle)
         name = conv.site.kernel(math, loaded.tier, halves, self.reads_middle)
         (self.kernel,) = launchable_kernels(runtime.device, loaded, [name], shared)
@@ -316,6 +324,7 @@ class TrunkPlan(OrderedPlanLifetime):
         weights: TrunkWeights,
         halves: bool | None = None,
         middles: bool | None = None,
+        stream16: bool | None = None,
     ) -> None:
         self.tier = _check_tier(runtime)  # sm90: the strips on wgmma
         self.math = math
@@ -323,6 +332,11 @@ class TrunkPlan(OrderedPlanLifetime):
         # layer1's middle activations in 16 bits: the sm90 tier's tile form alone has it
         self.middles = self.tier is PtxTier.SM90 and (
             MIDDLES_DEFAULT if middles is None else middles
+        )
+        self.stream16 = (
+            self.middles
+            and math is CudaMath.TF32
+            and (STREAM16_DEFAULT if stream16 is None else stream16)
         )
         if not isinstance(weights, TrunkWeights):
             raise GeometryInvalid(CONTEXT, f"weights must be TrunkWeights, not {weights!r}")
@@ -332,8 +346,12 @@ class TrunkPlan(OrderedPlanLifetime):
             uploaded = []
             # in launch order, layer1's blocks (no shortcuts) are convolutions 1 to 6
             roles: dict[int, MiddleRole] = {}
+            last = TRUNK_BLOCKS[0] - 1
             for block in range(TRUNK_BLOCKS[0]):
                 roles[1 + 2 * block], roles[2 + 2 * block] = "writes", "reads"
+                if self.stream16:  # blocks 1 and 2 write their outputs as planes
+                    roles[1 + 2 * block] = "writes" if block == 0 else "passes"
+                    roles[2 + 2 * block] = "reads" if block == last else "passes"
             for index, conv in enumerate(weights.convs()):
                 role = roles.get(index) if self.middles else None
                 uploaded.append(_Uploaded(runtime, math, conv, self.halves, role))
@@ -403,6 +421,7 @@ class TrunkPlan(OrderedPlanLifetime):
         current_max = slot()
         launches = [next(convs).launch((0, 0), at(ping[0]), out_max=current_max)]
         current, middle, spare = ping
+        current_planes = False  # whether the block input is a block output in FP16 planes
         for conv1 in convs:
             middle_max = slot()
             flags = CONV_RELU | (CONV_HALF_OUT if conv1.writes_middle else 0)
@@ -416,18 +435,25 @@ class TrunkPlan(OrderedPlanLifetime):
             if conv2.site.is_shortcut():
                 launches.append(conv2.launch(at(current), at(shortcut), in_max=current_max))
                 residual, conv2 = shortcut, next(convs)
+            flags = CONV_RELU | (CONV_HALF_OUT if conv2.writes_middle else 0)
+            flags |= CONV_HALF_RESIDUAL if current_planes else 0
+            in_max = middle_max
+            if conv2.reads_middle and flags != CONV_RELU:  # the residual's slot, the middle's
+                assert middle_max[0] == current_max[0] + TRUNK_BATCH * 4
+                in_max = (current_max[0], 2 * TRUNK_BATCH)
             current_max = slot()
             launches.append(
                 conv2.launch(
                     at(middle),
                     at(spare),
-                    in_max=middle_max,
+                    in_max=in_max,
                     out_max=current_max,
                     residual=at(residual),
-                    flags=CONV_RELU,
+                    flags=flags,
                 )
             )
             current, spare = spare, current
+            current_planes = conv2.writes_middle
         last = launches[-1]
         last.set("flags", CONV_RELU | CONV_NCHW)
         return launches
@@ -552,8 +578,11 @@ def plan_trunk(
     *,
     halves: bool | None = None,
     middles: bool | None = None,
+    stream16: bool | None = None,
 ) -> TrunkPlan:
     """A plan of the whole trunk at batch 32 chunks; `DeviceUnsupported` below the sm80
     tier. `halves` as `plan_conv` takes it; `middles`: layer1's middle activations in 16
-    bits on the sm90 tier (None: `MIDDLES_DEFAULT`; other tiers have no such form)."""
-    return TrunkPlan(runtime, CudaMath.parse(math), weights, halves, middles)
+    bits on the sm90 tier (None: `MIDDLES_DEFAULT`; other tiers have no such form);
+    `stream16`: in TF32 math, the outputs of layer1's first two blocks too (None:
+    `STREAM16_DEFAULT`)."""
+    return TrunkPlan(runtime, CudaMath.parse(math), weights, halves, middles, stream16)

@@ -46,6 +46,8 @@ CONV_NCHW = 2
 # (layer1's tile form) write the block's middle activation in 16 bits, the FP16 planes
 # its second convolution's `MIDDLE_KERNEL` lands as they are (`TrunkSite.kernel`'s middle)
 CONV_HALF_OUT = 4
+# (layer1's middle reader) its residual is a block output in those FP16 planes
+CONV_HALF_RESIDUAL = 8
 # (the middle's reader) stages landed ahead: one product, three
 MIDDLE_AHEAD = 3
 MIDDLE_AHEAD_SPLIT = 1
