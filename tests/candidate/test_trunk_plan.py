@@ -439,8 +439,12 @@ def test_a_trunk_plan_launches_the_halves_form_where_asked(hopper, weights, halv
             plan, _, _, launches = trunk_launches(fake, runtime, math, weights, halves=halves)
             assert plan.halves is asked
             expected = [conv.site for conv in weights.convs()]
-            # layer1's blocks' second convolutions read their middles in 16 bits
-            reads = [index in (2, 4, 6) for index in range(len(expected))]
+            # layer1's blocks' second convolutions read their middles in 16 bits, and with
+            # the 16-bit residual stream (TF32 math) the last two blocks' first ones their
+            # inputs
+            planes = (2, 4, 6) + ((3, 5) if plan.stream16 else ())
+            assert plan.stream16 is (math is CudaMath.TF32)
+            reads = [index in planes for index in range(len(expected))]
             kernels = [launch[0].removeprefix("fn:") for launch in launches[1:]]
             assert kernels == [
                 site.kernel(math, PtxTier.SM90, asked, middle)
@@ -546,10 +550,11 @@ def test_launches_reading_one_buffer_in_one_shape_share_their_tensor_maps(hopper
             encoded = hopper.calls.count("cuTensorMapEncodeTiled") - before
             assert encoded == len(inputs) * TRUNK_BATCH
             plan.close()
-            # with the 16-bit middles, layer1's three readers share one map of their
-            # buffer (whatever the chunks), and its writers read the two block inputs'
+            # with the 16-bit middles (and 32-bit block outputs), layer1's three readers
+            # share one map of their buffer (whatever the chunks), and its writers read
+            # the two block inputs'
             before = hopper.calls.count("cuTensorMapEncodeTiled")
-            plan = plan_trunk(runtime, math, weights)
+            plan = plan_trunk(runtime, math, weights, stream16=False)
             assert len(plan._strips) == 26
             inputs = {(launch.value("x"), site.shape) for launch, site in plan._strips}
             assert len(inputs) == 11
@@ -565,7 +570,8 @@ def test_layer1_keeps_its_middles_in_16_bits_on_the_sm90_tier(hopper, weights, m
     factors) and the second read them with `MIDDLE_KERNEL`: its input the writer's output,
     its scale the writer's raised bound (the same chunk maxima slot), a tensor map of the
     planes as 8-byte words of TRUNK_BATCH chunks in boxes of a part's two planes of a
-    slab, whatever the chunks; in FP32 math the planes are the high and low parts."""
+    slab, whatever the chunks; in FP32 math the planes are the high and low parts. (With
+    32-bit block outputs: TF32 math's default 16-bit stream is the next test's.)"""
     from pyspk.candidate.trunk.plan import CONV_PARAMS, MIDDLES_DEFAULT
     from pyspk.candidate.trunk.shapes import (
         CONV_HALF_OUT,
@@ -584,7 +590,9 @@ def test_layer1_keeps_its_middles_in_16_bits_on_the_sm90_tier(hopper, weights, m
     shape = layer1.shape
     with CudaRuntime(0) as runtime:
         for items in (TRUNK_BATCH, 5):
-            plan, _, _, launches = trunk_launches(hopper, runtime, math, weights, items=items)
+            plan, _, _, launches = trunk_launches(
+                hopper, runtime, math, weights, items=items, stream16=False
+            )
             assert plan.middles
             ours = [params(launch, CONV_PARAMS) for launch in launches[2:8]]
             names = [launch[0] for launch in launches[2:8]]
@@ -616,12 +624,12 @@ def test_layer1_keeps_its_middles_in_16_bits_on_the_sm90_tier(hopper, weights, m
 
 
 def test_layer1s_residual_stream_in_16_bits_is_wired_through_its_blocks(hopper, weights) -> None:
-    """With `stream16` (TF32 math), layer1's first two blocks write their outputs as the
-    planes (CONV_HALF_OUT, with the bound's factors), the next block's convolutions read
-    them (its first convolution by `MIDDLE_KERNEL`, a tensor map of them, its second as
-    the residual, CONV_HALF_RESIDUAL), and a reader that writes or reads planes takes
-    in_max as two slots, its residual's chunk maxima then its middle's; FP32 math keeps
-    32-bit block outputs."""
+    """With `stream16` (TF32 math, the default), layer1's first two blocks write their
+    outputs as the planes (CONV_HALF_OUT, with the bound's factors), the next block's
+    convolutions read them (its first convolution by `MIDDLE_KERNEL`, a tensor map of
+    them, its second as the residual, CONV_HALF_RESIDUAL), and a reader that writes or
+    reads planes takes in_max as two slots, its residual's chunk maxima then its
+    middle's; FP32 math keeps 32-bit block outputs, and `stream16=False` does in TF32."""
     from pyspk.candidate.trunk.plan import CONV_PARAMS, STREAM16_DEFAULT
     from pyspk.candidate.trunk.shapes import (
         CONV_HALF_OUT,
@@ -631,12 +639,12 @@ def test_layer1s_residual_stream_in_16_bits_is_wired_through_its_blocks(hopper, 
     )
     from pyspk.cuda import CudaRuntime
 
-    assert not STREAM16_DEFAULT
+    assert STREAM16_DEFAULT
     layer1 = TrunkSite.LAYER1_CONV
     slot = TRUNK_BATCH * 4
     with CudaRuntime(0) as runtime:
-        plan, _, _, launches = trunk_launches(hopper, runtime, "tf32", weights, stream16=True)
-        assert plan.stream16
+        plan, _, _, launches = trunk_launches(hopper, runtime, "tf32", weights)
+        assert plan.stream16  # the default
         ours = [params(launch, CONV_PARAMS) for launch in launches[2:9]]
         names = [launch[0] for launch in launches[2:8]]
         middle = f"fn:{MIDDLE_KERNEL}_f16"
@@ -665,6 +673,9 @@ def test_layer1s_residual_stream_in_16_bits_is_wired_through_its_blocks(hopper, 
         plan.close()
         plan = plan_trunk(runtime, "fp32", weights, stream16=True)
         assert not plan.stream16
+        plan.close()
+        plan = plan_trunk(runtime, "tf32", weights, stream16=False)
+        assert plan.middles and not plan.stream16
         plan.close()
 
 
