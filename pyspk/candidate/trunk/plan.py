@@ -348,12 +348,12 @@ class TrunkPlan(OrderedPlanLifetime):
             uploaded = []
             # in launch order, layer1's blocks (no shortcuts) are convolutions 1 to 6
             roles: dict[int, MiddleRole] = {}
+            # with the 16-bit stream, every block output but the last is planes too: a
+            # block after the first reads its input so, one before the last writes so
             last = TRUNK_BLOCKS[0] - 1
             for block in range(TRUNK_BLOCKS[0]):
-                roles[1 + 2 * block], roles[2 + 2 * block] = "writes", "reads"
-                if self.stream16:  # blocks 1 and 2 write their outputs as planes
-                    roles[1 + 2 * block] = "writes" if block == 0 else "passes"
-                    roles[2 + 2 * block] = "reads" if block == last else "passes"
+                roles[1 + 2 * block] = "passes" if self.stream16 and block > 0 else "writes"
+                roles[2 + 2 * block] = "passes" if self.stream16 and block < last else "reads"
             for index, conv in enumerate(weights.convs()):
                 role = roles.get(index) if self.middles else None
                 uploaded.append(_Uploaded(runtime, math, conv, self.halves, role))
