@@ -224,6 +224,30 @@ def test_reruns_partial_batches_and_replays_give_the_same_bits(
     assert torch.equal(full, replayed)
 
 
+def _errors_on_and_off(
+    runtime, torch, weights, math, seed: int, form: str, absent: str, **fixed
+) -> list[tuple[float, float]]:
+    """Each of three chunks (2^10, 1 and 2^-10 in level) as (error with plan_trunk's
+    `form` on, error with it off) against float64, the other options `fixed`; skipped
+    (saying `absent`) off the sm90 tier. Each plan's rerun gives its bits."""
+    fbank, truth = levelled_chunks(torch, weights, seed, (2.0**10, 1.0, 2.0**-10))
+    stream = torch.cuda.current_stream().cuda_stream
+    got = {}
+    for on in (True, False):
+        with plan_trunk(runtime, math, weights, **{form: on}, **fixed) as plan:
+            if plan.tier is not PtxTier.SM90:
+                pytest.skip(absent)
+            assert getattr(plan, form) is on
+            out = torch.empty((3, 256, 10, 125), device="cuda")
+            again = torch.empty_like(out)
+            plan.enqueue(fbank, out, items=3, stream=stream)
+            plan.enqueue(fbank, again, items=3, stream=stream)
+            torch.cuda.synchronize()
+            assert torch.equal(out, again)
+            got[on] = out.cpu().numpy().astype(np.float64)
+    return [tuple(rel_l2(got[on][c], truth[c]) for on in (True, False)) for c in range(3)]
+
+
 @pytest.mark.parametrize("math", list(CudaMath), ids=str)
 def test_layer1_middles_in_16_bits_keep_the_trunks_error(runtime, torch, weights, math) -> None:
     """On the sm90 tier layer1's middle activations stay in 16 bits (the FP16 planes,
@@ -232,21 +256,19 @@ def test_layer1_middles_in_16_bits_keep_the_trunks_error(runtime, torch, weights
     puts among FP16's subnormals round differently (in FP32 math, low parts of values
     below about 2^-11 of their chunk's largest): the error against float64 must stay
     within 5% of the FP32 middles' (the CPU model of both forms differs by 0.2%), on
-    chunks 2^10 and 2^-10 in level, at or below cuDNN's where that test measures it."""
-    fbank, truth = levelled_chunks(torch, weights, 12, (2.0**10, 1.0, 2.0**-10))
-    stream = torch.cuda.current_stream().cuda_stream
-    got = {}
-    for middles in (True, False):
-        with plan_trunk(runtime, math, weights, middles=middles) as plan:
-            if plan.tier is not PtxTier.SM90:
-                pytest.skip("the 16-bit middles exist on the sm90 tier only")
-            assert plan.middles is middles
-            out = torch.empty((3, 256, 10, 125), device="cuda")
-            plan.enqueue(fbank, out, items=3, stream=stream)
-            torch.cuda.synchronize()
-            got[middles] = out.cpu().numpy().astype(np.float64)
-    for chunk in range(3):
-        half, full = (rel_l2(got[m][chunk], truth[chunk]) for m in (True, False))
+    chunks 2^10 and 2^-10 in level, at or below cuDNN's where that test measures it.
+    The block outputs stay in 32 bits (the 16-bit stream is the next test's)."""
+    errors = _errors_on_and_off(
+        runtime,
+        torch,
+        weights,
+        math,
+        12,
+        "middles",
+        "the 16-bit middles exist on the sm90 tier only",
+        stream16=False,
+    )
+    for chunk, (half, full) in enumerate(errors):
         print(f"{math} chunk {chunk}: 16-bit middles {half:.4e}, FP32 middles {full:.4e}")
         assert half <= 1.05 * full, f"chunk {chunk}: {half:.4g} vs {full:.4g}"
 
@@ -257,23 +279,16 @@ def test_layer1s_residual_stream_in_16_bits_keeps_the_trunks_error(runtime, torc
     15% of the 32-bit stream's, on chunks 2^10 and 2^-10 in level (the CPU model,
     tools/trunk_half_model.py, puts the stem's and all three outputs in FP16 at 9.7%
     above; this form stores two of those four), and reruns give the same bits."""
-    fbank, truth = levelled_chunks(torch, weights, 13, (2.0**10, 1.0, 2.0**-10))
-    stream = torch.cuda.current_stream().cuda_stream
-    got = {}
-    for stream16 in (True, False):
-        with plan_trunk(runtime, "tf32", weights, stream16=stream16) as plan:
-            if plan.tier is not PtxTier.SM90:
-                pytest.skip("the 16-bit residual stream exists on the sm90 tier only")
-            assert plan.stream16 is stream16
-            out = torch.empty((3, 256, 10, 125), device="cuda")
-            again = torch.empty_like(out)
-            plan.enqueue(fbank, out, items=3, stream=stream)
-            plan.enqueue(fbank, again, items=3, stream=stream)
-            torch.cuda.synchronize()
-            assert torch.equal(out, again)
-            got[stream16] = out.cpu().numpy().astype(np.float64)
-    for chunk in range(3):
-        half, full = (rel_l2(got[s][chunk], truth[chunk]) for s in (True, False))
+    errors = _errors_on_and_off(
+        runtime,
+        torch,
+        weights,
+        "tf32",
+        13,
+        "stream16",
+        "the 16-bit residual stream exists on the sm90 tier only",
+    )
+    for chunk, (half, full) in enumerate(errors):
         print(f"tf32 chunk {chunk}: 16-bit stream {half:.4e}, 32-bit stream {full:.4e}")
         assert half <= 1.15 * full, f"chunk {chunk}: {half:.4g} vs {full:.4g}"
 
