@@ -71,3 +71,17 @@ def test_the_layer1_form_stores_layer1s_outputs_as_the_all_form_and_no_others() 
     out = {form: model.model(fbank, with_layer2, form)[0] for form in forms}
     assert not np.array_equal(out["tf32 layer1"], out["tf32 all"])  # layer2's output kept
     assert not np.array_equal(out["tf32 layer1"], out["tf32 bound"])  # layer1's stored
+
+
+def test_the_stream_forms_store_each_layers_block_outputs_but_its_last() -> None:
+    fbank = np.random.default_rng(4).normal(size=(2, 7, 5)) * 2.0
+    sites = ["layer1_conv", "layer1_conv", "layer2_conv", "layer2_conv"]
+    forms = ("tf32 stream1", "tf32 stream2", "tf32 stream3", "tf32 bound")
+    out = {form: model.model(fbank, _weights(sites), form)[0] for form in forms}
+    assert not np.array_equal(out["tf32 stream1"], out["tf32 bound"])  # block 0 stored
+    assert not np.array_equal(out["tf32 stream1"], out["tf32 stream2"])  # block 2 stored
+    assert np.array_equal(out["tf32 stream2"], out["tf32 stream3"])  # no layer3 blocks
+    # a layer of one block keeps its output: only the stem's is stored in either form
+    single = _weights(["layer1_conv", "layer2_conv"])
+    one, two = (model.model(fbank, single, form)[0] for form in ("tf32 stream1", "tf32 stream2"))
+    assert np.array_equal(one, two)

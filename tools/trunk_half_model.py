@@ -15,7 +15,9 @@ bias (ReLU's output is at most that), not from its own largest value, which the 
 cannot know. A looser scale leaves more of the small values among FP16's subnormals.
 The `all` form (TF32 math) stores every activation so, the residual stream and the
 shortcuts' outputs too, each bound from the largest values of its inputs; the `layer1`
-form only the stem's and layer1's (the activations whose bytes bound layer1's kernels).
+form only the stem's and layer1's (the activations whose bytes bound layer1's kernels);
+the `streamN` forms the stem's and the block outputs of layers 1 to N but each layer's
+last (N = 1: the kernels' 16-bit residual stream).
 
 Both forms' errors against the float64 trunk (`pyspk.reference.trunk`) on chunks of
 N(0, 4) fbank values, with the weights of `tools/trunk_bench.py` (WeSpeaker ResNet34,
@@ -125,12 +127,24 @@ def model(fbank: np.ndarray, weights: Any, form: str) -> tuple[np.ndarray, list[
     each block's first activation is scaled by its bound; "tf32 all" stores every
     activation (the stem's, each block's two and the shortcuts') as FP16, each scaled
     by a bound from its inputs' largest values, which the kernels before it record;
-    "tf32 layer1" only the stem's and layer1's blocks' outputs.
+    "tf32 layer1" only the stem's and layer1's blocks' outputs; "tf32 streamN" the stem's
+    and the block outputs of layers 1 to N but each layer's last.
     Also, with a bound, each block's log2 excess of the bound over its first activation's
     largest value (the worst chunk)."""
     math, _, variant = form.partition(" ")
+    # "streamN": the stem's output and the block outputs of layers 1 to N in FP16, but for
+    # each layer's last block, whose output the next layer's shortcut takes in 32 bits
+    # (the kernels' form with N = 1: layer1's residual stream in 16 bits)
+    stream = int(variant[len("stream") :]) if variant.startswith("stream") else 0
+    layers = [block.conv1.site.value.split("_")[0] for block in weights.blocks]
+    last = {i for i, layer in enumerate(layers) if i + 1 == len(layers) or layers[i + 1] != layer}
 
-    def stores(site: Any) -> bool:  # whether the form stores the output of `site` in FP16
+    def stores(site: Any, block: int = -1) -> bool:  # whether the output of `site` is FP16
+        if stream:
+            name = site.value.split("_")[0]
+            return name == "stem" or (
+                block >= 0 and block not in last and int(name[len("layer") :]) <= stream
+            )
         return variant == "all" or (
             variant == "layer1" and site.value.startswith(("stem", "layer1"))
         )
@@ -142,7 +156,7 @@ def model(fbank: np.ndarray, weights: Any, form: str) -> tuple[np.ndarray, list[
     scale = None
     if stores(weights.stem.site):
         x, scale = stored(x, bound_of(image, weights.stem))
-    for block in weights.blocks:
+    for index, block in enumerate(weights.blocks):
         h = rounded_conv(x, block.conv1, None, relu=True, x_scale=scale, math=math)
         h_scale = None
         if variant:
@@ -154,7 +168,7 @@ def model(fbank: np.ndarray, weights: Any, form: str) -> tuple[np.ndarray, list[
             shortcut, _ = stored(shortcut, bound_of(x, block.shortcut))
         x = rounded_conv(h, block.conv2, shortcut, relu=True, x_scale=h_scale, math=math)
         scale = None
-        if stores(block.conv2.site):
+        if stores(block.conv2.site, index):
             x, scale = stored(x, bound_of(h, block.conv2) + largest(shortcut))
     return x.transpose(0, 3, 1, 2), excess
 
@@ -190,14 +204,26 @@ def main(argv: list[str] | None = None) -> int:
     fbank, weights, truth, seconds = trunk_inputs(args.chunks)
     lines = [
         f"# tools/trunk_half_model.py: {args.chunks} chunks, float64 truth in {seconds:.0f} s",
-        "form        max |error| / max |truth|   norm-wise relative",
+        "form         max |error| / max |truth|   norm-wise relative",
     ]
     excesses = {}
-    for form in ("tf32", "tf32 bound", "tf32 all", "tf32 layer1", "fp32", "fp32 bound"):
+    forms = (
+        "tf32",
+        "tf32 bound",
+        "tf32 all",
+        "tf32 layer1",
+        "tf32 stream1",
+        "tf32 stream2",
+        "tf32 stream3",
+        "tf32 stream4",
+        "fp32",
+        "fp32 bound",
+    )
+    for form in forms:
         got, excesses[form] = model(fbank, weights, form)
         diff = got - truth
         lines.append(
-            f"{form:11} {np.abs(diff).max() / np.abs(truth).max():.3e}"
+            f"{form:12} {np.abs(diff).max() / np.abs(truth).max():.3e}"
             f"               {np.linalg.norm(diff) / np.linalg.norm(truth):.3e}"
         )
     lines.append(
