@@ -93,11 +93,8 @@ __device__ __forceinline__ float2 f16_unpair(u32 bits) {
 // a - high, b - high (exact in FP32) rounded to FP16 (`low`).
 __device__ __forceinline__ void f16_split(float a, float b, u32& high, u32& low) {
     high = f16_pair(a, b);
-    float ha, hb;
-    asm("{ .reg .b16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h; }"
-        : "=f"(ha), "=f"(hb)
-        : "r"(high));
-    low = f16_pair(a - ha, b - hb);
+    const float2 h = f16_unpair(high);
+    low = f16_pair(a - h.x, b - h.y);
 }
 
 // The power of two s = 2^(14 - e), e the exponent of `largest`, that puts `largest` in
