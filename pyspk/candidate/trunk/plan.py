@@ -440,7 +440,9 @@ class TrunkPlan(OrderedPlanLifetime):
             flags = CONV_RELU | (CONV_HALF_OUT if conv2.writes_middle else 0)
             flags |= CONV_HALF_RESIDUAL if current_planes else 0
             in_max = middle_max
-            if conv2.reads_middle and flags != CONV_RELU:  # the residual's slot, the middle's
+            # a middle reader with a 16-bit output or residual takes two in_max slots:
+            # the residual's chunk maxima, then the middle's
+            if conv2.reads_middle and flags & (CONV_HALF_OUT | CONV_HALF_RESIDUAL):
                 assert middle_max[0] == current_max[0] + TRUNK_BATCH * 4
                 in_max = (current_max[0], 2 * TRUNK_BATCH)
             current_max = slot()
