@@ -136,18 +136,19 @@ def model(fbank: np.ndarray, weights: Any, form: str) -> tuple[np.ndarray, list[
     # each layer's last block, whose output the next layer's shortcut takes in 32 bits
     # (the kernels' form with N = 1: layer1's residual stream in 16 bits)
     stream = int(variant[len("stream") :]) if variant.startswith("stream") else 0
-    layers = [block.conv1.site.value.split("_")[0] for block in weights.blocks]
+
+    def layer_of(site: Any) -> str:  # "stem", "layer1", ...
+        return site.value.split("_")[0]
+
+    layers = [layer_of(block.conv1.site) for block in weights.blocks]
     last = {i for i, layer in enumerate(layers) if i + 1 == len(layers) or layers[i + 1] != layer}
 
     def stores(site: Any, block: int = -1) -> bool:  # whether the output of `site` is FP16
         if stream:
-            name = site.value.split("_")[0]
-            return name == "stem" or (
-                block >= 0 and block not in last and int(name[len("layer") :]) <= stream
+            return layer_of(site) == "stem" or (
+                block >= 0 and block not in last and int(layers[block][len("layer") :]) <= stream
             )
-        return variant == "all" or (
-            variant == "layer1" and site.value.startswith(("stem", "layer1"))
-        )
+        return variant == "all" or (variant == "layer1" and layer_of(site) in ("stem", "layer1"))
 
     excess: list[float] = []
     x = fbank.astype(np.float64).transpose(0, 2, 1)[..., None]
